@@ -1,0 +1,93 @@
+/* SPDX-License-Identifier: MIT */
+#include "core/config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void kv_config_defaults(struct kv_config *cfg)
+{
+	long pages = sysconf(_SC_PHYS_PAGES);
+	long psz = sysconf(_SC_PAGESIZE);
+	uint64_t ram = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 1ull << 30;
+
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->kc_mem_size = ram / 4;
+	cfg->kc_threads = 16;
+	cfg->kc_numa_node = -1;
+}
+
+void kv_config_free(struct kv_config *cfg)
+{
+	free(cfg->kc_data_dir);
+	free(cfg->kc_mountpoint);
+	cfg->kc_data_dir = NULL;
+	cfg->kc_mountpoint = NULL;
+}
+
+int kv_parse_size(const char *s, uint64_t *out)
+{
+	unsigned shift = 0;
+	unsigned long long v;
+	char *end;
+
+	if (!s || !isdigit((unsigned char)*s))
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno)
+		return -ERANGE;
+	switch (toupper((unsigned char)*end)) {
+	case 'K':
+		shift = 10;
+		break;
+	case 'M':
+		shift = 20;
+		break;
+	case 'G':
+		shift = 30;
+		break;
+	case 'T':
+		shift = 40;
+		break;
+	case '\0':
+		break;
+	default:
+		return -EINVAL;
+	}
+	if (shift) {
+		end++;
+		if (toupper((unsigned char)*end) == 'I' && toupper((unsigned char)end[1]) == 'B')
+			end += 2;
+		else if (toupper((unsigned char)*end) == 'B')
+			end++;
+	}
+	if (*end)
+		return -EINVAL;
+	if (shift && v > (UINT64_MAX >> shift))
+		return -ERANGE;
+	*out = (uint64_t)v << shift;
+	return 0;
+}
+
+int kv_config_render(const struct kv_config *cfg, char **buf, size_t *len)
+{
+	FILE *f = open_memstream(buf, len);
+
+	if (!f)
+		return -ENOMEM;
+	fprintf(f, "version = %s\n", KVFS_VERSION);
+	fprintf(f, "data_dir = %s\n", cfg->kc_data_dir ? cfg->kc_data_dir : "");
+	fprintf(f, "mountpoint = %s\n", cfg->kc_mountpoint ? cfg->kc_mountpoint : "");
+	fprintf(f, "mem_size = %llu\n", (unsigned long long)cfg->kc_mem_size);
+	fprintf(f, "threads = %u\n", cfg->kc_threads);
+	fprintf(f, "numa_node = %d\n", cfg->kc_numa_node);
+	fprintf(f, "allow_other = %d\n", cfg->kc_allow_other);
+	fprintf(f, "debug = %d\n", cfg->kc_debug);
+	if (fclose(f) != 0)
+		return -ENOMEM;
+	return 0;
+}

@@ -1,0 +1,46 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * core/config.h — the settings in force.
+ *
+ * One struct holds every setting; fs/options.c fills it from the command
+ * line, -o options and KVFS_* variables, and MNT/.kvfs/config shows it
+ * rendered by kv_config_render(). Immutable once the daemon runs.
+ */
+#ifndef KVFS_CORE_CONFIG_H
+#define KVFS_CORE_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct kv_config {
+	char *kc_data_dir;   /* DATA_DIR as given */
+	char *kc_mountpoint; /* MOUNTPOINT as given */
+	uint64_t kc_mem_size; /* bytes in the DRAM staging pool */
+	unsigned kc_threads;  /* most FUSE worker threads */
+	int kc_numa_node;     /* node of the pool, -1: the node kvfs starts on */
+	bool kc_foreground;
+	bool kc_debug;
+	bool kc_allow_other;
+};
+
+/* Fills in the defaults: a quarter of RAM for the pool, 16 threads, node -1. */
+void kv_config_defaults(struct kv_config *cfg);
+
+/* Frees the strings the config owns. */
+void kv_config_free(struct kv_config *cfg);
+
+/*
+ * Parses a size: a decimal number with an optional K, M, G or T suffix
+ * (powers of 1024, either case, an optional trailing "B" or "iB").
+ * Returns 0, or -EINVAL for anything else or -ERANGE on overflow.
+ */
+int kv_parse_size(const char *s, uint64_t *out);
+
+/*
+ * Renders the settings, one "key = value" per line, into a malloc'ed
+ * buffer. Returns 0, or -ENOMEM.
+ */
+int kv_config_render(const struct kv_config *cfg, char **buf, size_t *len);
+
+#endif

@@ -1,0 +1,282 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * core/stats.c — counters, log-scale latency histograms and their JSON form.
+ *
+ * Memory ordering: every counter is an independent relaxed atomic. A reader
+ * (kv_hist_percentile, kv_stats_render) sees each counter at some value it
+ * really had, but not all counters at one instant: an op's "calls" may run a
+ * few samples ahead of or behind its histogram. Nothing here orders other
+ * memory, and nothing needs to.
+ */
+#include "core/stats.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/*
+ * Bucket mapping, with S = KV_HIST_SUB_BITS:
+ *
+ *   v < 2^(S+1)         bucket v                      (exact, width 1)
+ *   otherwise, with m = the index of v's highest set bit (m > S):
+ *                       bucket ((m - S + 1) << S) | ((v >> (m - S)) & (2^S - 1))
+ *
+ * A bucket above the exact range holds the 2^(m-S) values sharing v's top
+ * S + 1 bits, so it is at most 1/2^S of its lower edge wide. The index grows
+ * with v, and the exact range is what the general formula gives at m = S, so
+ * the mapping is monotonic and gapless. The largest index, at m = 63, is
+ * ((64 - S) << S) | (2^S - 1) = (65 - S) * 2^S - 1: 495 of 512 for S = 3.
+ */
+#define HIST_SUB_MASK	  ((UINT64_C(1) << KV_HIST_SUB_BITS) - 1)
+#define HIST_EXACT	  (UINT64_C(2) << KV_HIST_SUB_BITS)
+#define HIST_USED_BUCKETS ((65 - KV_HIST_SUB_BITS) << KV_HIST_SUB_BITS)
+
+static_assert(KV_HIST_SUB_BITS >= 1 && KV_HIST_SUB_BITS < 8, "sub-bucket bits out of range");
+static_assert(HIST_USED_BUCKETS <= KV_HIST_BUCKETS, "histogram mapping overflows the array");
+static_assert(KV_STATS_MAX_ERRNO >= 2, "need at least one errno slot and the 'other' slot");
+
+static unsigned int hist_bucket(uint64_t v)
+{
+	unsigned int m, shift;
+
+	if (v < HIST_EXACT)
+		return (unsigned int)v;
+	m = 63u - (unsigned int)__builtin_clzll(v);
+	shift = m - KV_HIST_SUB_BITS;
+	return ((shift + 1) << KV_HIST_SUB_BITS) | (unsigned int)((v >> shift) & HIST_SUB_MASK);
+}
+
+/* The largest value mapped to bucket b (b < HIST_USED_BUCKETS). */
+static uint64_t hist_upper_edge(unsigned int b)
+{
+	unsigned int shift;
+	uint64_t lower;
+
+	if (b < HIST_EXACT)
+		return b;
+	shift = (b >> KV_HIST_SUB_BITS) - 1;
+	lower = ((HIST_SUB_MASK + 1) | (b & HIST_SUB_MASK)) << shift;
+	/* lower + width - 1, in this order: the top bucket ends at UINT64_MAX. */
+	return lower + ((UINT64_C(1) << shift) - 1);
+}
+
+/* Copies the buckets into snap and returns their total. */
+static uint64_t hist_snapshot(const struct kv_hist *h, uint64_t snap[KV_HIST_BUCKETS])
+{
+	uint64_t total = 0;
+
+	for (unsigned int i = 0; i < KV_HIST_BUCKETS; i++) {
+		snap[i] = atomic_load_explicit(&h->kh_bucket[i], memory_order_relaxed);
+		total += snap[i];
+	}
+	return total;
+}
+
+/*
+ * The pct-th percentile of a snapshot: the upper edge of the bucket holding
+ * the sample of rank ceil(pct / 100 * total), rank clamped to [1, total].
+ */
+static uint64_t hist_snap_percentile(const uint64_t snap[KV_HIST_BUCKETS], uint64_t total,
+				     double pct)
+{
+	double want;
+	uint64_t rank, seen = 0;
+
+	if (total == 0)
+		return 0;
+	want = pct / 100.0 * (double)total;
+	if (!(want > 1.0)) /* also NaN */
+		rank = 1;
+	else if (want >= (double)total)
+		rank = total;
+	else {
+		rank = (uint64_t)want;
+		if ((double)rank < want)
+			rank++;
+	}
+	for (unsigned int i = 0; i < HIST_USED_BUCKETS; i++) {
+		seen += snap[i];
+		if (seen >= rank)
+			return hist_upper_edge(i);
+	}
+	return UINT64_MAX; /* unreachable: the snapshot sums to total */
+}
+
+void kv_stats_init(struct kv_stats *st)
+{
+	/* Zero bytes are zero atomics: uint64_t atomics are lock-free here. */
+	static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "64-bit atomics must be lock-free");
+	memset(st, 0, sizeof(*st));
+	st->ks_start_ns = kv_now_ns();
+}
+
+uint64_t kv_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * UINT64_C(1000000000) + (uint64_t)ts.tv_nsec;
+}
+
+void kv_hist_record(struct kv_hist *h, uint64_t ns)
+{
+	atomic_fetch_add_explicit(&h->kh_bucket[hist_bucket(ns)], 1, memory_order_relaxed);
+}
+
+uint64_t kv_hist_percentile(const struct kv_hist *h, double pct)
+{
+	uint64_t snap[KV_HIST_BUCKETS];
+	uint64_t total = hist_snapshot(h, snap);
+
+	return hist_snap_percentile(snap, total, pct);
+}
+
+uint64_t kv_hist_count(const struct kv_hist *h)
+{
+	uint64_t total = 0;
+
+	for (unsigned int i = 0; i < KV_HIST_BUCKETS; i++)
+		total += atomic_load_explicit(&h->kh_bucket[i], memory_order_relaxed);
+	return total;
+}
+
+/* An op outside the enum is counted, and named, as KV_OP_OTHER. */
+static enum kv_op op_clamp(enum kv_op op)
+{
+	return (unsigned int)op < KV_OP__COUNT ? op : KV_OP_OTHER;
+}
+
+/*
+ * err is a negative errno; a positive one is taken as the same errno. Values
+ * from KV_STATS_MAX_ERRNO - 1 up share the last slot, rendered as "other".
+ */
+static unsigned int errno_slot(int err)
+{
+	unsigned int e = err < 0 ? 0u - (unsigned int)err : (unsigned int)err;
+
+	return e < KV_STATS_MAX_ERRNO - 1 ? e : KV_STATS_MAX_ERRNO - 1;
+}
+
+void kv_stats_op(struct kv_stats *st, enum kv_op op, uint64_t start_ns, uint64_t bytes, int err)
+{
+	struct kv_op_stats *os = &st->ks_op[op_clamp(op)];
+	uint64_t now = kv_now_ns();
+
+	atomic_fetch_add_explicit(&os->kos_calls, 1, memory_order_relaxed);
+	if (bytes)
+		atomic_fetch_add_explicit(&os->kos_bytes, bytes, memory_order_relaxed);
+	if (err) {
+		atomic_fetch_add_explicit(&os->kos_errors, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&st->ks_errno[errno_slot(err)], 1, memory_order_relaxed);
+	}
+	/* A start in the future (a caller's bug) counts as 0 ns, not as ~585 years. */
+	kv_hist_record(&os->kos_lat, now > start_ns ? now - start_ns : 0);
+}
+
+static const char *const op_names[] = {
+    [KV_OP_LOOKUP] = "lookup",	   [KV_OP_GETATTR] = "getattr",	    [KV_OP_SETATTR] = "setattr",
+    [KV_OP_MKDIR] = "mkdir",	   [KV_OP_RMDIR] = "rmdir",	    [KV_OP_CREATE] = "create",
+    [KV_OP_OPEN] = "open",	   [KV_OP_READ] = "read",	    [KV_OP_WRITE] = "write",
+    [KV_OP_FLUSH] = "flush",	   [KV_OP_RELEASE] = "release",	    [KV_OP_FSYNC] = "fsync",
+    [KV_OP_UNLINK] = "unlink",	   [KV_OP_RENAME] = "rename",	    [KV_OP_OPENDIR] = "opendir",
+    [KV_OP_READDIR] = "readdir",   [KV_OP_STATFS] = "statfs",	    [KV_OP_FALLOCATE] = "fallocate",
+    [KV_OP_GETXATTR] = "getxattr", [KV_OP_LISTXATTR] = "listxattr", [KV_OP_SETXATTR] = "setxattr",
+    [KV_OP_IOCTL] = "ioctl",	   [KV_OP_OTHER] = "other",
+};
+static_assert(sizeof(op_names) / sizeof(op_names[0]) == KV_OP__COUNT, "op_names incomplete");
+
+const char *kv_op_name(enum kv_op op)
+{
+	return op_names[op_clamp(op)];
+}
+
+/* Writes "NAME": N for each errno slot with a count, comma-separated. */
+static void render_errors(FILE *f, const struct kv_stats *st)
+{
+	const char *sep = "";
+
+	for (unsigned int e = 1; e < KV_STATS_MAX_ERRNO; e++) {
+		uint64_t n = atomic_load_explicit(&st->ks_errno[e], memory_order_relaxed);
+		const char *name;
+
+		if (!n)
+			continue;
+		name = e == KV_STATS_MAX_ERRNO - 1 ? "other" : strerrorname_np((int)e);
+		if (name)
+			fprintf(f, "%s\"%s\": %" PRIu64, sep, name, n);
+		else
+			fprintf(f, "%s\"errno_%u\": %" PRIu64, sep, e, n);
+		sep = ", ";
+	}
+}
+
+static void render_op(FILE *f, const struct kv_stats *st, enum kv_op op)
+{
+	const struct kv_op_stats *os = &st->ks_op[op];
+	uint64_t snap[KV_HIST_BUCKETS];
+	uint64_t total = hist_snapshot(&os->kos_lat, snap);
+
+	fprintf(f,
+		"  \"%s\": {\"calls\": %" PRIu64 ", \"errors\": %" PRIu64 ", \"bytes\": %" PRIu64
+		", \"lat_ns\": {\"p50\": %" PRIu64 ", \"p90\": %" PRIu64 ", \"p99\": %" PRIu64 "}}",
+		op_names[op], atomic_load_explicit(&os->kos_calls, memory_order_relaxed),
+		atomic_load_explicit(&os->kos_errors, memory_order_relaxed),
+		atomic_load_explicit(&os->kos_bytes, memory_order_relaxed),
+		hist_snap_percentile(snap, total, 50.0), hist_snap_percentile(snap, total, 90.0),
+		hist_snap_percentile(snap, total, 99.0));
+}
+
+/*
+ * The document is printed with integers only (uptime as seconds "." millis),
+ * so the locale's decimal separator never leaks into it. *len excludes the
+ * terminating NUL that open_memstream leaves after the newline.
+ */
+int kv_stats_render(const struct kv_stats *st, const struct kv_stats_gauges *g, char **buf,
+		    size_t *len)
+{
+	uint64_t now = kv_now_ns();
+	uint64_t up_ms = now > st->ks_start_ns ? (now - st->ks_start_ns) / 1000000 : 0;
+	uint64_t pool_free =
+	    g->kg_pool_size > g->kg_pool_used ? g->kg_pool_size - g->kg_pool_used : 0;
+	char *out = NULL;
+	size_t out_len = 0;
+	FILE *f;
+	int bad;
+
+	f = open_memstream(&out, &out_len);
+	if (!f)
+		return -ENOMEM;
+
+	fprintf(f, "{\"uptime_s\": %" PRIu64 ".%03" PRIu64 ",\n \"ops\": {\n", up_ms / 1000,
+		up_ms % 1000);
+	for (int op = 0; op < KV_OP__COUNT; op++) {
+		render_op(f, st, (enum kv_op)op);
+		fputs(op + 1 < KV_OP__COUNT ? ",\n" : "},\n", f);
+	}
+	fputs(" \"errors\": {", f);
+	render_errors(f, st);
+	fprintf(f,
+		"},\n \"pool\": {\"size\": %" PRIu64 ", \"used\": %" PRIu64 ", \"free\": %" PRIu64
+		"},\n",
+		g->kg_pool_size, g->kg_pool_used, pool_free);
+	fprintf(f,
+		" \"namespace\": {\"keys\": %" PRIu64 ", \"dirs\": %" PRIu64
+		", \"open_handles\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"last_seq\": %" PRIu64
+		"}}\n",
+		g->kg_keys, g->kg_dirs, g->kg_open, g->kg_bytes, g->kg_last_seq);
+
+	bad = ferror(f);
+	if (fclose(f) != 0 || bad)
+		goto out_free;
+	*buf = out;
+	*len = out_len;
+	return 0;
+
+out_free:
+	free(out);
+	return -ENOMEM;
+}

@@ -1,0 +1,136 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * core/stats.h — counters and latency histograms, rendered as JSON.
+ *
+ * Every operation the filesystem serves is counted once when it completes:
+ * calls, errors, bytes moved, and its latency in a fixed-size log-scale
+ * histogram. Recording is a handful of relaxed atomic adds: no lock, no
+ * allocation, safe from any thread, cheap enough for every FUSE request.
+ *
+ * Histogram: bucket i covers latencies in nanoseconds; values below 16 ns go
+ * to bucket v, larger ones to a bucket chosen by their highest set bit and
+ * the next KV_HIST_SUB_BITS bits, so each bucket is at most 1/2^SUB_BITS
+ * (12.5%) wide relative to its lower edge. Percentiles report a bucket's
+ * upper edge: never lower than the true value.
+ *
+ * Errors are counted by errno value (1..KV_STATS_MAX_ERRNO-1, larger values
+ * in the last slot) and rendered with their symbolic names ("ENOSPC").
+ *
+ * The JSON document is rendered from a snapshot of the atomics; fields that
+ * other modules own (pool use, key counts) come in through struct
+ * kv_stats_gauges so this module depends on no other.
+ */
+#ifndef KVFS_CORE_STATS_H
+#define KVFS_CORE_STATS_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define KV_HIST_SUB_BITS 3
+#define KV_HIST_BUCKETS (64 << KV_HIST_SUB_BITS)
+#define KV_STATS_MAX_ERRNO 160
+
+/* The operations counted; their JSON names are in kv_op_name(). */
+enum kv_op {
+	KV_OP_LOOKUP,
+	KV_OP_GETATTR,
+	KV_OP_SETATTR,
+	KV_OP_MKDIR,
+	KV_OP_RMDIR,
+	KV_OP_CREATE,
+	KV_OP_OPEN,
+	KV_OP_READ,
+	KV_OP_WRITE,
+	KV_OP_FLUSH,
+	KV_OP_RELEASE,
+	KV_OP_FSYNC,
+	KV_OP_UNLINK,
+	KV_OP_RENAME,
+	KV_OP_OPENDIR,
+	KV_OP_READDIR,
+	KV_OP_STATFS,
+	KV_OP_FALLOCATE,
+	KV_OP_GETXATTR,
+	KV_OP_LISTXATTR,
+	KV_OP_SETXATTR,
+	KV_OP_IOCTL,
+	KV_OP_OTHER, /* mknod, symlink, link and the rest: refused, still counted */
+	KV_OP__COUNT
+};
+
+struct kv_hist {
+	_Atomic uint64_t kh_bucket[KV_HIST_BUCKETS];
+};
+
+struct kv_op_stats {
+	_Atomic uint64_t kos_calls;
+	_Atomic uint64_t kos_errors;
+	_Atomic uint64_t kos_bytes;
+	struct kv_hist kos_lat;
+};
+
+struct kv_stats {
+	struct kv_op_stats ks_op[KV_OP__COUNT];
+	_Atomic uint64_t ks_errno[KV_STATS_MAX_ERRNO];
+	uint64_t ks_start_ns; /* immutable after kv_stats_init: CLOCK_MONOTONIC at start */
+};
+
+/* Values owned by other modules, sampled by the caller when rendering. */
+struct kv_stats_gauges {
+	uint64_t kg_pool_size;
+	uint64_t kg_pool_used;
+	uint64_t kg_keys;    /* regular files with a name */
+	uint64_t kg_dirs;    /* directories, the root included */
+	uint64_t kg_open;    /* open file handles */
+	uint64_t kg_bytes;   /* sum of the logical sizes of all keys */
+	uint64_t kg_last_seq; /* the newest sequence number handed out */
+};
+
+/* Zeroes every counter and records the start time. */
+void kv_stats_init(struct kv_stats *st);
+
+/* CLOCK_MONOTONIC in nanoseconds: the clock every latency is measured on. */
+uint64_t kv_now_ns(void);
+
+/* Adds one latency sample, in nanoseconds. */
+void kv_hist_record(struct kv_hist *h, uint64_t ns);
+
+/*
+ * Returns the upper edge, in nanoseconds, of the bucket holding the
+ * `pct`-th percentile (0 < pct <= 100) of the samples, or 0 when there are
+ * none.
+ */
+uint64_t kv_hist_percentile(const struct kv_hist *h, double pct);
+
+/* Total samples in the histogram. */
+uint64_t kv_hist_count(const struct kv_hist *h);
+
+/*
+ * Records one completed operation that started at `start_ns` (kv_now_ns()):
+ * its latency, `bytes` moved (0 when none), and `err` (0, or a negative
+ * errno, counted as an error of that kind).
+ */
+void kv_stats_op(struct kv_stats *st, enum kv_op op, uint64_t start_ns, uint64_t bytes, int err);
+
+/* The op's name in JSON ("lookup", "read", ...). */
+const char *kv_op_name(enum kv_op op);
+
+/*
+ * Renders the statistics as one JSON object, newline-terminated, into a
+ * malloc'ed buffer the caller frees:
+ *
+ * {"uptime_s": 12.5,
+ *  "ops": {"read": {"calls": N, "errors": N, "bytes": N,
+ *                   "lat_ns": {"p50": N, "p90": N, "p99": N}}, ...},
+ *  "errors": {"ENOSPC": N, ...},          (only kinds seen)
+ *  "pool": {"size": N, "used": N, "free": N},
+ *  "namespace": {"keys": N, "dirs": N, "open_handles": N, "bytes": N, "last_seq": N}}
+ *
+ * Every op appears in "ops", even with zero calls.
+ * Returns 0 and sets *buf and *len, or -ENOMEM.
+ */
+int kv_stats_render(const struct kv_stats *st, const struct kv_stats_gauges *g, char **buf,
+		    size_t *len);
+
+#endif

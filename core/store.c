@@ -1,0 +1,881 @@
+/* SPDX-License-Identifier: MIT */
+#include "core/store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/falloc.h>
+#include <linux/fs.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+/* Lock order and ownership of every field: see the comment in store.h. */
+struct kv_inode {
+	_Atomic uint64_t ki_ref;
+	uint64_t ki_ino;
+	struct kv_store *ki_store;
+
+	/* ks_ns_lock */
+	struct kv_inode *ki_parent; /* NULL for the root and once unlinked */
+	char *ki_name;
+	uint64_t ki_hash;
+	struct kv_inode *ki_hnext;  /* chain in the parent's kd_table */
+	_Atomic uint32_t ki_nlink;  /* written under ks_ns_lock, read anywhere */
+	struct kv_inode **kd_table; /* directories: children by name hash */
+	uint32_t kd_nbuckets;
+	uint32_t kd_count;
+
+	/* ki_lock */
+	pthread_rwlock_t ki_lock;
+	mode_t ki_mode;
+	uid_t ki_uid;
+	gid_t ki_gid;
+	struct timespec ki_atime, ki_mtime, ki_ctime;
+	struct kv_obj *ki_obj; /* regular files: the current version */
+	uint32_t ki_nopen;
+};
+
+struct kv_store {
+	struct kv_pool *ks_pool; /* immutable */
+	struct kv_inode *ks_root; /* immutable */
+	pthread_rwlock_t ks_ns_lock;
+	_Atomic uint64_t ks_next_ino;
+	_Atomic uint64_t ks_seq; /* the last sequence number handed out */
+	_Atomic uint64_t ks_keys, ks_dirs, ks_open, ks_bytes, ks_inodes;
+};
+
+static void now(struct timespec *ts)
+{
+	clock_gettime(CLOCK_REALTIME, ts);
+}
+
+static uint64_t name_hash(const char *name, size_t len)
+{
+	return XXH3_64bits(name, len);
+}
+
+bool kv_inode_is_dir(const struct kv_inode *ino)
+{
+	return S_ISDIR(ino->ki_mode);
+}
+
+uint64_t kv_inode_ino(const struct kv_inode *ino)
+{
+	return ino->ki_ino;
+}
+
+struct kv_inode *kv_store_root(struct kv_store *st)
+{
+	return st->ks_root;
+}
+
+struct kv_pool *kv_store_pool(struct kv_store *st)
+{
+	return st->ks_pool;
+}
+
+void kv_store_usage(struct kv_store *st, struct kv_store_usage *u)
+{
+	u->ku_keys = atomic_load(&st->ks_keys);
+	u->ku_dirs = atomic_load(&st->ks_dirs);
+	u->ku_open = atomic_load(&st->ks_open);
+	u->ku_bytes = atomic_load(&st->ks_bytes);
+	u->ku_last_seq = atomic_load(&st->ks_seq);
+	u->ku_inodes = atomic_load(&st->ks_inodes);
+}
+
+static int inode_new(struct kv_store *st, mode_t mode, const struct kv_cred *cred,
+		     struct kv_inode **out)
+{
+	struct kv_inode *ino = calloc(1, sizeof(*ino));
+	int err = -ENOMEM;
+
+	if (!ino)
+		return -ENOMEM;
+	if (pthread_rwlock_init(&ino->ki_lock, NULL))
+		goto out_free;
+	if (S_ISDIR(mode)) {
+		ino->kd_nbuckets = 8;
+		ino->kd_table = calloc(ino->kd_nbuckets, sizeof(*ino->kd_table));
+		if (!ino->kd_table)
+			goto out_lock;
+	} else {
+		err = kv_obj_new(st->ks_pool, &ino->ki_obj);
+		if (err)
+			goto out_lock;
+	}
+	atomic_init(&ino->ki_ref, 0);
+	ino->ki_ino = atomic_fetch_add(&st->ks_next_ino, 1);
+	ino->ki_store = st;
+	ino->ki_mode = mode;
+	ino->ki_uid = cred->kc_uid;
+	ino->ki_gid = cred->kc_gid;
+	now(&ino->ki_mtime);
+	ino->ki_atime = ino->ki_ctime = ino->ki_mtime;
+	atomic_fetch_add(&st->ks_inodes, 1);
+	*out = ino;
+	return 0;
+
+out_lock:
+	pthread_rwlock_destroy(&ino->ki_lock);
+out_free:
+	free(ino);
+	return err;
+}
+
+static void inode_free(struct kv_inode *ino)
+{
+	struct kv_store *st = ino->ki_store;
+
+	if (ino->ki_obj) {
+		atomic_fetch_sub(&st->ks_bytes, ino->ki_obj->ko_size);
+		kv_obj_put(ino->ki_obj);
+	}
+	atomic_fetch_sub(&st->ks_inodes, 1);
+	pthread_rwlock_destroy(&ino->ki_lock);
+	free(ino->kd_table);
+	free(ino->ki_name);
+	free(ino);
+}
+
+void kv_inode_get(struct kv_inode *ino)
+{
+	atomic_fetch_add_explicit(&ino->ki_ref, 1, memory_order_relaxed);
+}
+
+void kv_inode_put(struct kv_inode *ino)
+{
+	if (atomic_fetch_sub_explicit(&ino->ki_ref, 1, memory_order_acq_rel) == 1)
+		inode_free(ino);
+}
+
+void kv_store_forget(struct kv_store *st, struct kv_inode *ino, uint64_t n)
+{
+	if (atomic_fetch_sub_explicit(&ino->ki_ref, n, memory_order_acq_rel) == n)
+		inode_free(ino);
+}
+
+int kv_store_create(struct kv_store **out, const struct kv_config *cfg)
+{
+	struct kv_cred cred = { .kc_uid = getuid(), .kc_gid = getgid() };
+	struct kv_store *st = calloc(1, sizeof(*st));
+	int err;
+
+	if (!st)
+		return -ENOMEM;
+	err = kv_pool_create(&st->ks_pool, cfg->kc_mem_size, cfg->kc_numa_node);
+	if (err)
+		goto out_free;
+	err = -ENOMEM;
+	if (pthread_rwlock_init(&st->ks_ns_lock, NULL))
+		goto out_pool;
+	atomic_init(&st->ks_next_ino, 1);
+	err = inode_new(st, S_IFDIR | 0755, &cred, &st->ks_root);
+	if (err)
+		goto out_lock;
+	atomic_init(&st->ks_root->ki_ref, 1);
+	atomic_init(&st->ks_root->ki_nlink, 2);
+	atomic_init(&st->ks_dirs, 1);
+	*out = st;
+	return 0;
+
+out_lock:
+	pthread_rwlock_destroy(&st->ks_ns_lock);
+out_pool:
+	kv_pool_destroy(st->ks_pool);
+out_free:
+	free(st);
+	return err;
+}
+
+/* Frees a subtree whatever its references: only at destroy. */
+static void tree_free(struct kv_inode *dir)
+{
+	for (uint32_t b = 0; dir->kd_table && b < dir->kd_nbuckets; b++) {
+		struct kv_inode *c = dir->kd_table[b];
+
+		while (c) {
+			struct kv_inode *next = c->ki_hnext;
+
+			if (S_ISDIR(c->ki_mode))
+				tree_free(c);
+			else
+				inode_free(c);
+			c = next;
+		}
+	}
+	inode_free(dir);
+}
+
+void kv_store_destroy(struct kv_store *st)
+{
+	tree_free(st->ks_root);
+	pthread_rwlock_destroy(&st->ks_ns_lock);
+	kv_pool_destroy(st->ks_pool);
+	free(st);
+}
+
+/* --- directory tables (ks_ns_lock held) --- */
+
+static int check_name(const char *name)
+{
+	size_t len = strlen(name);
+
+	if (len == 0)
+		return -ENOENT;
+	if (len > KV_NAME_MAX)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+static bool is_reserved(const struct kv_store *st, const struct kv_inode *dir, const char *name)
+{
+	return dir == st->ks_root && strcmp(name, KV_RESERVED_NAME) == 0;
+}
+
+static struct kv_inode *dir_find(const struct kv_inode *dir, const char *name)
+{
+	uint64_t h = name_hash(name, strlen(name));
+	struct kv_inode *c = dir->kd_table[h & (dir->kd_nbuckets - 1)];
+
+	for (; c; c = c->ki_hnext)
+		if (c->ki_hash == h && strcmp(c->ki_name, name) == 0)
+			return c;
+	return NULL;
+}
+
+static void dir_grow(struct kv_inode *dir)
+{
+	uint32_t n = dir->kd_nbuckets * 2;
+	struct kv_inode **t = calloc(n, sizeof(*t));
+
+	if (!t)
+		return; /* a longer chain is still correct */
+	for (uint32_t b = 0; b < dir->kd_nbuckets; b++) {
+		struct kv_inode *c = dir->kd_table[b];
+
+		while (c) {
+			struct kv_inode *next = c->ki_hnext;
+
+			c->ki_hnext = t[c->ki_hash & (n - 1)];
+			t[c->ki_hash & (n - 1)] = c;
+			c = next;
+		}
+	}
+	free(dir->kd_table);
+	dir->kd_table = t;
+	dir->kd_nbuckets = n;
+}
+
+/* Links ino into dir under its ki_name (which must be set). */
+static void dir_insert(struct kv_inode *dir, struct kv_inode *ino)
+{
+	struct kv_inode **head;
+
+	if (dir->kd_count >= dir->kd_nbuckets)
+		dir_grow(dir);
+	ino->ki_hash = name_hash(ino->ki_name, strlen(ino->ki_name));
+	head = &dir->kd_table[ino->ki_hash & (dir->kd_nbuckets - 1)];
+	ino->ki_hnext = *head;
+	*head = ino;
+	ino->ki_parent = dir;
+	dir->kd_count++;
+	if (S_ISDIR(ino->ki_mode))
+		atomic_fetch_add(&dir->ki_nlink, 1);
+}
+
+static void dir_remove(struct kv_inode *dir, struct kv_inode *ino)
+{
+	struct kv_inode **p = &dir->kd_table[ino->ki_hash & (dir->kd_nbuckets - 1)];
+
+	while (*p != ino)
+		p = &(*p)->ki_hnext;
+	*p = ino->ki_hnext;
+	ino->ki_hnext = NULL;
+	ino->ki_parent = NULL;
+	dir->kd_count--;
+	if (S_ISDIR(ino->ki_mode))
+		atomic_fetch_sub(&dir->ki_nlink, 1);
+}
+
+/* Directory contents changed: bump its times. */
+static void dir_touch(struct kv_inode *dir, const struct timespec *ts)
+{
+	pthread_rwlock_wrlock(&dir->ki_lock);
+	dir->ki_mtime = dir->ki_ctime = *ts;
+	pthread_rwlock_unlock(&dir->ki_lock);
+}
+
+/* A usable parent for a new name: a directory that still has its name. */
+static int dir_check(const struct kv_inode *dir)
+{
+	if (!S_ISDIR(dir->ki_mode))
+		return -ENOTDIR;
+	if (atomic_load(&dir->ki_nlink) == 0)
+		return -ENOENT;
+	return 0;
+}
+
+/* --- attributes --- */
+
+static void fill_attr(struct kv_inode *ino, struct kv_attr *a)
+{
+	pthread_rwlock_rdlock(&ino->ki_lock);
+	a->ka_ino = ino->ki_ino;
+	a->ka_mode = ino->ki_mode;
+	a->ka_nlink = atomic_load(&ino->ki_nlink);
+	a->ka_uid = ino->ki_uid;
+	a->ka_gid = ino->ki_gid;
+	a->ka_atime = ino->ki_atime;
+	a->ka_mtime = ino->ki_mtime;
+	a->ka_ctime = ino->ki_ctime;
+	if (ino->ki_obj) {
+		a->ka_size = ino->ki_obj->ko_size;
+		a->ka_alloc = ino->ki_obj->ko_cap;
+		a->ka_seq = ino->ki_obj->ko_sealed ? ino->ki_obj->ko_seq : 0;
+	} else {
+		a->ka_size = 4096;
+		a->ka_alloc = 0;
+		a->ka_seq = 0;
+	}
+	pthread_rwlock_unlock(&ino->ki_lock);
+}
+
+int kv_store_getattr(struct kv_store *st, struct kv_inode *ino, struct kv_attr *attr)
+{
+	fill_attr(ino, attr);
+	return 0;
+}
+
+int kv_store_lookup(struct kv_store *st, struct kv_inode *dir, const char *name,
+		    struct kv_inode **out, struct kv_attr *attr)
+{
+	struct kv_inode *c;
+	int err = check_name(name);
+
+	if (err)
+		return err;
+	if (!S_ISDIR(dir->ki_mode))
+		return -ENOTDIR;
+	pthread_rwlock_rdlock(&st->ks_ns_lock);
+	c = dir_find(dir, name);
+	if (c)
+		kv_inode_get(c);
+	pthread_rwlock_unlock(&st->ks_ns_lock);
+	if (!c)
+		return -ENOENT;
+	fill_attr(c, attr);
+	*out = c;
+	return 0;
+}
+
+/*
+ * Makes the current version of a regular file writable (ki_lock held
+ * exclusive): a sealed version is replaced by a copy of its first `keep`
+ * bytes. Returns 0 or -ENOSPC, leaving the file as it was.
+ */
+static int cow(struct kv_inode *ino, uint64_t keep)
+{
+	struct kv_obj *old = ino->ki_obj, *nobj;
+	int err;
+
+	if (!old->ko_sealed)
+		return 0;
+	err = kv_obj_clone(old, keep, &nobj);
+	if (err)
+		return err;
+	ino->ki_obj = nobj;
+	atomic_fetch_sub(&ino->ki_store->ks_bytes, old->ko_size - nobj->ko_size);
+	kv_obj_put(old);
+	return 0;
+}
+
+/* Seals an open version nobody has open any more (ki_lock held exclusive). */
+static void settle(struct kv_inode *ino)
+{
+	struct kv_obj *obj = ino->ki_obj;
+
+	if (ino->ki_nopen == 0 && !obj->ko_sealed)
+		kv_obj_seal(obj, atomic_fetch_add(&ino->ki_store->ks_seq, 1) + 1);
+}
+
+/* Sets the size of a regular file (ki_lock held exclusive). */
+static int set_size(struct kv_inode *ino, uint64_t size)
+{
+	struct kv_obj *obj = ino->ki_obj;
+	uint64_t old = obj->ko_size;
+	int err;
+
+	if (size == old && obj->ko_sealed)
+		return 0;
+	err = cow(ino, size);
+	if (err)
+		return err;
+	err = kv_obj_truncate(ino->ki_obj, size);
+	if (err)
+		return err;
+	if (size > old)
+		atomic_fetch_add(&ino->ki_store->ks_bytes, size - old);
+	else if (ino->ki_obj == obj)
+		atomic_fetch_sub(&ino->ki_store->ks_bytes, old - size);
+	return 0;
+}
+
+int kv_store_setattr(struct kv_store *st, struct kv_inode *ino, const struct kv_setattr *sa,
+		     struct kv_attr *attr)
+{
+	unsigned v = sa->ksa_valid;
+	struct timespec ts;
+	int err = 0;
+
+	if ((v & KV_SET_SIZE) && S_ISDIR(ino->ki_mode))
+		return -EISDIR;
+	now(&ts);
+	pthread_rwlock_wrlock(&ino->ki_lock);
+	if (v & KV_SET_SIZE) {
+		err = set_size(ino, sa->ksa_size);
+		if (err)
+			goto out_unlock;
+		ino->ki_mtime = ts;
+		settle(ino);
+	}
+	if (v & KV_SET_MODE)
+		ino->ki_mode = (ino->ki_mode & S_IFMT) | (sa->ksa_mode & 07777);
+	if (v & KV_SET_UID)
+		ino->ki_uid = sa->ksa_uid;
+	if (v & KV_SET_GID)
+		ino->ki_gid = sa->ksa_gid;
+	if (v & KV_SET_ATIME)
+		ino->ki_atime = (v & KV_SET_ATIME_NOW) ? ts : sa->ksa_atime;
+	if (v & KV_SET_MTIME)
+		ino->ki_mtime = (v & KV_SET_MTIME_NOW) ? ts : sa->ksa_mtime;
+	ino->ki_ctime = ts;
+out_unlock:
+	pthread_rwlock_unlock(&ino->ki_lock);
+	if (!err)
+		fill_attr(ino, attr);
+	return err;
+}
+
+/*
+ * Creates a node named `name` in dir. `opened` counts an open handle on a
+ * new regular file (create); otherwise its empty value is sealed at once.
+ */
+static int new_node(struct kv_store *st, struct kv_inode *dir, const char *name, mode_t mode,
+		    const struct kv_cred *cred, bool opened, struct kv_inode **out,
+		    struct kv_attr *attr)
+{
+	struct kv_inode *ino;
+	struct timespec ts;
+	int err = check_name(name);
+
+	if (err)
+		return err;
+	err = inode_new(st, mode, cred, &ino);
+	if (err)
+		return err;
+	ino->ki_name = strdup(name);
+	if (!ino->ki_name) {
+		inode_free(ino);
+		return -ENOMEM;
+	}
+	/* One reference for the name, one for the caller (a kernel lookup). */
+	atomic_init(&ino->ki_ref, 2);
+	atomic_init(&ino->ki_nlink, S_ISDIR(mode) ? 2 : 1);
+	if (opened) {
+		ino->ki_nopen = 1;
+		atomic_fetch_add(&ino->ki_ref, 1);
+		atomic_fetch_add(&st->ks_open, 1);
+	} else if (ino->ki_obj) {
+		settle(ino);
+	}
+
+	pthread_rwlock_wrlock(&st->ks_ns_lock);
+	err = dir_check(dir);
+	if (!err && is_reserved(st, dir, name))
+		err = -EPERM;
+	if (!err && dir_find(dir, name))
+		err = -EEXIST;
+	if (err) {
+		pthread_rwlock_unlock(&st->ks_ns_lock);
+		if (opened)
+			atomic_fetch_sub(&st->ks_open, 1);
+		inode_free(ino);
+		return err;
+	}
+	dir_insert(dir, ino);
+	atomic_fetch_add(S_ISDIR(mode) ? &st->ks_dirs : &st->ks_keys, 1);
+	ts = ino->ki_ctime;
+	dir_touch(dir, &ts);
+	pthread_rwlock_unlock(&st->ks_ns_lock);
+	fill_attr(ino, attr);
+	*out = ino;
+	return 0;
+}
+
+int kv_store_mkdir(struct kv_store *st, struct kv_inode *dir, const char *name, mode_t mode,
+		   const struct kv_cred *cred, struct kv_inode **out, struct kv_attr *attr)
+{
+	return new_node(st, dir, name, S_IFDIR | (mode & 07777), cred, false, out, attr);
+}
+
+int kv_store_mknod(struct kv_store *st, struct kv_inode *dir, const char *name, mode_t mode,
+		   const struct kv_cred *cred, struct kv_inode **out, struct kv_attr *attr)
+{
+	return new_node(st, dir, name, S_IFREG | (mode & 07777), cred, false, out, attr);
+}
+
+int kv_store_create_open(struct kv_store *st, struct kv_inode *dir, const char *name,
+			 mode_t mode, const struct kv_cred *cred, struct kv_inode **out,
+			 struct kv_attr *attr)
+{
+	return new_node(st, dir, name, S_IFREG | (mode & 07777), cred, true, out, attr);
+}
+
+/* Takes a name away from ino (ks_ns_lock held exclusive). */
+static void drop_name(struct kv_store *st, struct kv_inode *dir, struct kv_inode *ino)
+{
+	dir_remove(dir, ino);
+	atomic_store(&ino->ki_nlink, 0);
+	atomic_fetch_sub(S_ISDIR(ino->ki_mode) ? &st->ks_dirs : &st->ks_keys, 1);
+}
+
+static int remove_name(struct kv_store *st, struct kv_inode *dir, const char *name, bool want_dir)
+{
+	struct kv_inode *c;
+	struct timespec ts;
+	int err = check_name(name);
+
+	if (err)
+		return err;
+	if (!S_ISDIR(dir->ki_mode))
+		return -ENOTDIR;
+	pthread_rwlock_wrlock(&st->ks_ns_lock);
+	c = dir_find(dir, name);
+	if (!c)
+		err = -ENOENT;
+	else if (is_reserved(st, dir, name))
+		err = -EPERM;
+	else if (want_dir && !S_ISDIR(c->ki_mode))
+		err = -ENOTDIR;
+	else if (!want_dir && S_ISDIR(c->ki_mode))
+		err = -EISDIR;
+	else if (want_dir && c->kd_count)
+		err = -ENOTEMPTY;
+	if (err) {
+		pthread_rwlock_unlock(&st->ks_ns_lock);
+		return err;
+	}
+	drop_name(st, dir, c);
+	now(&ts);
+	dir_touch(dir, &ts);
+	pthread_rwlock_unlock(&st->ks_ns_lock);
+
+	pthread_rwlock_wrlock(&c->ki_lock);
+	c->ki_ctime = ts;
+	pthread_rwlock_unlock(&c->ki_lock);
+	kv_inode_put(c); /* the name's reference */
+	return 0;
+}
+
+int kv_store_unlink(struct kv_store *st, struct kv_inode *dir, const char *name)
+{
+	return remove_name(st, dir, name, false);
+}
+
+int kv_store_rmdir(struct kv_store *st, struct kv_inode *dir, const char *name)
+{
+	return remove_name(st, dir, name, true);
+}
+
+/* True when `dir` is `anc` or lies below it (ks_ns_lock held). */
+static bool is_within(const struct kv_inode *dir, const struct kv_inode *anc)
+{
+	for (; dir; dir = dir->ki_parent)
+		if (dir == anc)
+			return true;
+	return false;
+}
+
+static int rename_checks(struct kv_store *st, struct kv_inode *odir, const char *oname,
+			 struct kv_inode *ndir, const char *nname, unsigned flags,
+			 struct kv_inode **src, struct kv_inode **dst)
+{
+	int err;
+
+	if ((err = dir_check(odir)) || (err = dir_check(ndir)))
+		return err;
+	if (is_reserved(st, odir, oname) || is_reserved(st, ndir, nname))
+		return -EPERM;
+	*src = dir_find(odir, oname);
+	*dst = dir_find(ndir, nname);
+	if (!*src)
+		return -ENOENT;
+	if (flags & RENAME_EXCHANGE) {
+		if (!*dst)
+			return -ENOENT;
+		if (S_ISDIR((*dst)->ki_mode) && is_within(odir, *dst))
+			return -EINVAL;
+	} else if (*dst && (flags & RENAME_NOREPLACE)) {
+		return -EEXIST;
+	}
+	if (S_ISDIR((*src)->ki_mode) && is_within(ndir, *src))
+		return -EINVAL;
+	if (*dst && *dst != *src && !(flags & RENAME_EXCHANGE)) {
+		if (S_ISDIR((*src)->ki_mode) && !S_ISDIR((*dst)->ki_mode))
+			return -ENOTDIR;
+		if (!S_ISDIR((*src)->ki_mode) && S_ISDIR((*dst)->ki_mode))
+			return -EISDIR;
+		if (S_ISDIR((*dst)->ki_mode) && (*dst)->kd_count)
+			return -ENOTEMPTY;
+	}
+	return 0;
+}
+
+int kv_store_rename(struct kv_store *st, struct kv_inode *odir, const char *oname,
+		    struct kv_inode *ndir, const char *nname, unsigned flags)
+{
+	struct kv_inode *src, *dst, *victim = NULL;
+	struct timespec ts;
+	int err;
+
+	if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE))
+		return -EINVAL;
+	if ((err = check_name(oname)) || (err = check_name(nname)))
+		return err;
+	pthread_rwlock_wrlock(&st->ks_ns_lock);
+	err = rename_checks(st, odir, oname, ndir, nname, flags, &src, &dst);
+	if (err || src == dst)
+		goto out_unlock;
+	if (flags & RENAME_EXCHANGE) {
+		char *sname = strdup(nname), *dname = strdup(oname);
+
+		if (!sname || !dname) {
+			free(sname);
+			free(dname);
+			err = -ENOMEM;
+			goto out_unlock;
+		}
+		dir_remove(odir, src);
+		dir_remove(ndir, dst);
+		free(src->ki_name);
+		free(dst->ki_name);
+		src->ki_name = sname;
+		dst->ki_name = dname;
+		dir_insert(ndir, src);
+		dir_insert(odir, dst);
+	} else {
+		char *name = strdup(nname);
+
+		if (!name) {
+			err = -ENOMEM;
+			goto out_unlock;
+		}
+		if (dst) {
+			drop_name(st, ndir, dst);
+			victim = dst;
+		}
+		dir_remove(odir, src);
+		free(src->ki_name);
+		src->ki_name = name;
+		dir_insert(ndir, src);
+	}
+	now(&ts);
+	dir_touch(odir, &ts);
+	if (ndir != odir)
+		dir_touch(ndir, &ts);
+out_unlock:
+	pthread_rwlock_unlock(&st->ks_ns_lock);
+	if (victim)
+		kv_inode_put(victim); /* its name's reference */
+	return err;
+}
+
+/* --- file contents --- */
+
+int kv_store_open(struct kv_store *st, struct kv_inode *ino, int flags)
+{
+	int err = 0;
+
+	if (S_ISDIR(ino->ki_mode))
+		return -EISDIR;
+	pthread_rwlock_wrlock(&ino->ki_lock);
+	if ((flags & O_TRUNC) && (flags & O_ACCMODE) != O_RDONLY) {
+		err = set_size(ino, 0);
+		if (err)
+			goto out_unlock;
+		now(&ino->ki_mtime);
+		ino->ki_ctime = ino->ki_mtime;
+	}
+	ino->ki_nopen++;
+	kv_inode_get(ino);
+	atomic_fetch_add(&st->ks_open, 1);
+out_unlock:
+	pthread_rwlock_unlock(&ino->ki_lock);
+	return err;
+}
+
+void kv_store_release(struct kv_store *st, struct kv_inode *ino, int flags)
+{
+	pthread_rwlock_wrlock(&ino->ki_lock);
+	ino->ki_nopen--;
+	settle(ino);
+	pthread_rwlock_unlock(&ino->ki_lock);
+	atomic_fetch_sub(&st->ks_open, 1);
+	kv_inode_put(ino);
+}
+
+int kv_store_read(struct kv_store *st, struct kv_inode *ino, uint64_t off, uint64_t len,
+		  struct iovec *iov, int maxiov, uint64_t *bytes, struct kv_read_guard *guard)
+{
+	struct kv_obj *obj;
+
+	if (S_ISDIR(ino->ki_mode))
+		return -EISDIR;
+	pthread_rwlock_rdlock(&ino->ki_lock);
+	obj = ino->ki_obj;
+	kv_obj_get(obj);
+	guard->krg_obj = obj;
+	guard->krg_locked = NULL;
+	if (obj->ko_sealed)
+		pthread_rwlock_unlock(&ino->ki_lock);
+	else
+		guard->krg_locked = ino;
+	return kv_obj_iov(obj, off, len, iov, maxiov, bytes);
+}
+
+void kv_read_done(struct kv_read_guard *guard)
+{
+	if (guard->krg_locked)
+		pthread_rwlock_unlock(&guard->krg_locked->ki_lock);
+	kv_obj_put(guard->krg_obj);
+}
+
+int kv_store_write(struct kv_store *st, struct kv_inode *ino, uint64_t off, const void *buf,
+		   size_t len)
+{
+	struct kv_obj *obj;
+	uint64_t old;
+	int err;
+
+	if (S_ISDIR(ino->ki_mode))
+		return -EISDIR;
+	pthread_rwlock_wrlock(&ino->ki_lock);
+	obj = ino->ki_obj;
+	old = obj->ko_size;
+	if (obj->ko_sealed) {
+		/* A write that covers the whole value need not copy it. */
+		struct kv_obj *nobj;
+
+		err = kv_obj_clone(obj, off == 0 && len >= old ? 0 : old, &nobj);
+		if (err)
+			goto out_unlock;
+		err = kv_obj_write(nobj, off, buf, len);
+		if (err) {
+			kv_obj_put(nobj);
+			goto out_unlock;
+		}
+		ino->ki_obj = nobj;
+		kv_obj_put(obj);
+		obj = nobj;
+	} else {
+		err = kv_obj_write(obj, off, buf, len);
+		if (err)
+			goto out_unlock;
+	}
+	if (obj->ko_size > old)
+		atomic_fetch_add(&st->ks_bytes, obj->ko_size - old);
+	else if (obj->ko_size < old)
+		atomic_fetch_sub(&st->ks_bytes, old - obj->ko_size);
+	now(&ino->ki_mtime);
+	ino->ki_ctime = ino->ki_mtime;
+	settle(ino);
+out_unlock:
+	pthread_rwlock_unlock(&ino->ki_lock);
+	return err;
+}
+
+int kv_store_fallocate(struct kv_store *st, struct kv_inode *ino, int mode, uint64_t off,
+		       uint64_t len)
+{
+	bool keep = mode & FALLOC_FL_KEEP_SIZE;
+	uint64_t end = off + len, old;
+	int err = 0;
+
+	if (mode & ~FALLOC_FL_KEEP_SIZE)
+		return -EOPNOTSUPP;
+	if (S_ISDIR(ino->ki_mode))
+		return -EISDIR;
+	if (end < off)
+		return -EFBIG;
+	pthread_rwlock_wrlock(&ino->ki_lock);
+	old = ino->ki_obj->ko_size;
+	if (keep && end <= ino->ki_obj->ko_cap)
+		goto out_unlock;
+	if (!keep && end <= old)
+		goto out_unlock;
+	err = cow(ino, old);
+	if (err)
+		goto out_unlock;
+	err = kv_obj_reserve(ino->ki_obj, end, keep);
+	if (err)
+		goto out_unlock;
+	if (ino->ki_obj->ko_size > old) {
+		atomic_fetch_add(&st->ks_bytes, ino->ki_obj->ko_size - old);
+		now(&ino->ki_mtime);
+		ino->ki_ctime = ino->ki_mtime;
+	}
+	settle(ino);
+out_unlock:
+	pthread_rwlock_unlock(&ino->ki_lock);
+	return err;
+}
+
+int kv_store_readdir(struct kv_store *st, struct kv_inode *dir, struct kv_dir_snap *snap)
+{
+	uint32_t n = 0;
+	int err = 0;
+
+	snap->kds_count = 0;
+	snap->kds_ent = NULL;
+	if (!S_ISDIR(dir->ki_mode))
+		return -ENOTDIR;
+	pthread_rwlock_rdlock(&st->ks_ns_lock);
+	if (dir->kd_count) {
+		snap->kds_ent = calloc(dir->kd_count, sizeof(*snap->kds_ent));
+		if (!snap->kds_ent) {
+			err = -ENOMEM;
+			goto out_unlock;
+		}
+	}
+	for (uint32_t b = 0; b < dir->kd_nbuckets; b++) {
+		for (struct kv_inode *c = dir->kd_table[b]; c; c = c->ki_hnext) {
+			struct kv_dirent *e = &snap->kds_ent[n];
+
+			e->kde_name = strdup(c->ki_name);
+			if (!e->kde_name) {
+				err = -ENOMEM;
+				goto out_unlock;
+			}
+			e->kde_ino = c->ki_ino;
+			e->kde_type = c->ki_mode & S_IFMT;
+			n++;
+		}
+	}
+out_unlock:
+	pthread_rwlock_unlock(&st->ks_ns_lock);
+	snap->kds_count = n;
+	if (err)
+		kv_dir_snap_free(snap);
+	return err;
+}
+
+void kv_dir_snap_free(struct kv_dir_snap *snap)
+{
+	for (uint32_t i = 0; i < snap->kds_count; i++)
+		free(snap->kds_ent[i].kde_name);
+	free(snap->kds_ent);
+	snap->kds_ent = NULL;
+	snap->kds_count = 0;
+}

@@ -1,0 +1,238 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * core/store.h — the store: a namespace of keys over versioned values.
+ *
+ * Every regular file is one key; its path is the key. Directories group
+ * keys. An inode holds the file's current value (struct kv_obj); a write to
+ * a sealed value swaps in a copy-on-write version, so readers of the old
+ * version are never disturbed. A file is sealed at its last close, when its
+ * value gets the next global sequence number.
+ *
+ * Lifetime. An inode carries one reference count, ki_ref, made of:
+ * one for its directory entry while it has a name, one per kernel lookup
+ * (FUSE nlookup, dropped by kv_store_forget), one per open handle, and
+ * transient ones taken by the store itself. At zero — no name, no kernel
+ * reference, no open handle — it is freed with its value. So an unlinked
+ * or renamed-over file stays readable through the handles opened before.
+ *
+ * Locks, in the order they are taken:
+ *   1. ks_ns_lock (rwlock, one per store): the tree. Guards every
+ *      directory's child table (kd_*), every inode's ki_parent, ki_name and
+ *      ki_nlink, and the reserved-name rules. Lookups take it shared,
+ *      namespace changes exclusive.
+ *   2. ki_lock (rwlock, one per inode): the inode's contents. Guards
+ *      ki_obj (which version is current, and the bytes of an open one),
+ *      ki_mode, ki_uid, ki_gid, ki_atime, ki_mtime, ki_ctime and ki_nopen. Never held while taking ks_ns_lock.
+ * ki_ino, the inode type bits of ki_mode and ki_store are immutable;
+ * ki_ref and the store's counters are atomics.
+ *
+ * A sealed value is immutable, so a reader that took a reference to it
+ * (kv_store_read) reads without any lock; a reader of an open value holds
+ * ki_lock shared until its reply is sent (struct kv_read_guard).
+ *
+ * Every function returns 0 or a negative errno.
+ */
+#ifndef KVFS_CORE_STORE_H
+#define KVFS_CORE_STORE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <time.h>
+
+#include "core/config.h"
+#include "core/obj.h"
+#include "core/pool.h"
+
+#define KV_NAME_MAX 255
+/* The name reserved at the root for the control directory. */
+#define KV_RESERVED_NAME ".kvfs"
+
+struct kv_store;
+struct kv_inode;
+
+/* What getattr reports. */
+struct kv_attr {
+	uint64_t ka_ino;
+	mode_t ka_mode;
+	nlink_t ka_nlink;
+	uid_t ka_uid;
+	gid_t ka_gid;
+	uint64_t ka_size;
+	uint64_t ka_alloc; /* bytes of pool memory the value holds */
+	uint64_t ka_seq;   /* sequence number of the sealed value, 0 while open */
+	struct timespec ka_atime, ka_mtime, ka_ctime;
+};
+
+/* Which fields of struct kv_setattr to apply. */
+enum {
+	KV_SET_MODE = 1 << 0,
+	KV_SET_UID = 1 << 1,
+	KV_SET_GID = 1 << 2,
+	KV_SET_SIZE = 1 << 3,
+	KV_SET_ATIME = 1 << 4,
+	KV_SET_MTIME = 1 << 5,
+	KV_SET_ATIME_NOW = 1 << 6,
+	KV_SET_MTIME_NOW = 1 << 7,
+};
+
+struct kv_setattr {
+	unsigned ksa_valid; /* KV_SET_* */
+	mode_t ksa_mode;
+	uid_t ksa_uid;
+	gid_t ksa_gid;
+	uint64_t ksa_size;
+	struct timespec ksa_atime, ksa_mtime;
+};
+
+/* Who is asking: a new inode takes these. */
+struct kv_cred {
+	uid_t kc_uid;
+	gid_t kc_gid;
+};
+
+/* One entry of a directory snapshot (kv_store_readdir). */
+struct kv_dirent {
+	uint64_t kde_ino;
+	mode_t kde_type; /* S_IFDIR or S_IFREG */
+	char *kde_name;
+};
+
+struct kv_dir_snap {
+	uint32_t kds_count;
+	struct kv_dirent *kds_ent;
+};
+
+/*
+ * Held by a reader between kv_store_read and the end of its reply: a
+ * reference to the version read and, when that version is still open, the
+ * inode's ki_lock shared.
+ */
+struct kv_read_guard {
+	struct kv_obj *krg_obj;
+	struct kv_inode *krg_locked; /* NULL when the version was sealed */
+};
+
+/* The store's counters, sampled for statistics. */
+struct kv_store_usage {
+	uint64_t ku_keys;
+	uint64_t ku_dirs;
+	uint64_t ku_open;
+	uint64_t ku_bytes;
+	uint64_t ku_last_seq;
+	uint64_t ku_inodes;
+};
+
+/* Creates a store with its pool. Returns 0, -ENOMEM, or the pool's error. */
+int kv_store_create(struct kv_store **out, const struct kv_config *cfg);
+
+/* Frees everything. No other call may run concurrently or after. */
+void kv_store_destroy(struct kv_store *st);
+
+struct kv_inode *kv_store_root(struct kv_store *st);
+struct kv_pool *kv_store_pool(struct kv_store *st);
+void kv_store_usage(struct kv_store *st, struct kv_store_usage *u);
+
+/* Takes and drops a reference on an inode (one unit of nlookup, or transient). */
+void kv_inode_get(struct kv_inode *ino);
+void kv_inode_put(struct kv_inode *ino);
+
+/* Drops n kernel lookup references. */
+void kv_store_forget(struct kv_store *st, struct kv_inode *ino, uint64_t n);
+
+/*
+ * Finds name in dir. On success takes a reference on the child, sets *out
+ * and fills *attr. -ENOENT, -ENOTDIR, -ENAMETOOLONG.
+ */
+int kv_store_lookup(struct kv_store *st, struct kv_inode *dir, const char *name,
+		    struct kv_inode **out, struct kv_attr *attr);
+
+int kv_store_getattr(struct kv_store *st, struct kv_inode *ino, struct kv_attr *attr);
+
+/*
+ * Applies the fields named in sa->ksa_valid. A size change on a sealed value
+ * makes a new version (copy-on-write of the kept prefix). -ENOSPC, -EISDIR
+ * for a size change on a directory.
+ */
+int kv_store_setattr(struct kv_store *st, struct kv_inode *ino, const struct kv_setattr *sa,
+		     struct kv_attr *attr);
+
+/*
+ * Creates a directory (mkdir) or an empty regular file (create), owned by
+ * cred, with mode (type bits ignored; umask already applied by the caller).
+ * Takes a reference on the new inode. -EEXIST, -ENAMETOOLONG, -ENOTDIR,
+ * -EPERM for the reserved name at the root, -ENOENT when dir was removed.
+ */
+int kv_store_mkdir(struct kv_store *st, struct kv_inode *dir, const char *name, mode_t mode,
+		   const struct kv_cred *cred, struct kv_inode **out, struct kv_attr *attr);
+int kv_store_mknod(struct kv_store *st, struct kv_inode *dir, const char *name, mode_t mode,
+		   const struct kv_cred *cred, struct kv_inode **out, struct kv_attr *attr);
+
+/*
+ * Creates a regular file and opens it in one step (FUSE create): as
+ * kv_store_mknod, and counts an open handle as kv_store_open does.
+ */
+int kv_store_create_open(struct kv_store *st, struct kv_inode *dir, const char *name,
+			 mode_t mode, const struct kv_cred *cred, struct kv_inode **out,
+			 struct kv_attr *attr);
+
+/* Removes a file's name. -ENOENT, -EISDIR, -EPERM for the reserved name. */
+int kv_store_unlink(struct kv_store *st, struct kv_inode *dir, const char *name);
+
+/* Removes an empty directory. -ENOENT, -ENOTDIR, -ENOTEMPTY. */
+int kv_store_rmdir(struct kv_store *st, struct kv_inode *dir, const char *name);
+
+/*
+ * Renames atomically. flags: 0 (replace a file, or an empty directory),
+ * RENAME_NOREPLACE (-EEXIST if the target exists), RENAME_EXCHANGE (swap;
+ * -ENOENT if either is missing). -EINVAL for moving a directory into
+ * itself, -ENOTEMPTY, -EISDIR/-ENOTDIR for a type mismatch.
+ */
+int kv_store_rename(struct kv_store *st, struct kv_inode *odir, const char *oname,
+		    struct kv_inode *ndir, const char *nname, unsigned flags);
+
+/*
+ * Opens a regular file: counts an open handle (taking a reference). With
+ * O_TRUNC, the value is emptied as a new version. Pair with kv_store_release.
+ */
+int kv_store_open(struct kv_store *st, struct kv_inode *ino, int flags);
+
+/*
+ * Closes a handle; the last close seals the value (giving it the next
+ * sequence number) if it is open. Drops the handle's reference.
+ */
+void kv_store_release(struct kv_store *st, struct kv_inode *ino, int flags);
+
+/*
+ * Describes up to len bytes at off as iovecs into the current version and
+ * fills *guard; the caller replies and then calls kv_read_done(). Returns
+ * the number of iovecs (0 at or past the end) and sets *bytes.
+ */
+int kv_store_read(struct kv_store *st, struct kv_inode *ino, uint64_t off, uint64_t len,
+		  struct iovec *iov, int maxiov, uint64_t *bytes, struct kv_read_guard *guard);
+void kv_read_done(struct kv_read_guard *guard);
+
+/*
+ * Writes len bytes at off; a write to a sealed value makes a new version
+ * first. Returns 0, -ENOSPC (pool full; nothing written), -EISDIR.
+ */
+int kv_store_write(struct kv_store *st, struct kv_inode *ino, uint64_t off, const void *buf,
+		   size_t len);
+
+/* fallocate mode 0 or FALLOC_FL_KEEP_SIZE. -EOPNOTSUPP for other modes, -ENOSPC. */
+int kv_store_fallocate(struct kv_store *st, struct kv_inode *ino, int mode, uint64_t off,
+		       uint64_t len);
+
+/* Takes a snapshot of a directory's entries (without "." and ".."). */
+int kv_store_readdir(struct kv_store *st, struct kv_inode *dir, struct kv_dir_snap *snap);
+void kv_dir_snap_free(struct kv_dir_snap *snap);
+
+/* True for directories. Immutable. */
+bool kv_inode_is_dir(const struct kv_inode *ino);
+uint64_t kv_inode_ino(const struct kv_inode *ino);
+
+#endif

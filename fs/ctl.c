@@ -1,0 +1,101 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fs/ctl.c — MNT/.kvfs, the control directory.
+ *
+ * A read-only directory at the root, under a name the store reserves, with
+ * read-only files whose contents are rendered when they are opened: a
+ * reader sees one consistent snapshot per open. They are opened with
+ * direct_io and report size 0, so every read reaches the daemon and `cat`
+ * reads to the end whatever the length.
+ */
+#include "fs/fs.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "gpu/dev.h"
+
+const char *const kv_ctl_names[] = { "stats", "config", NULL };
+
+/* st_ino of control nodes: far from the store's inode numbers. */
+#define CTL_ST_INO_BASE (1ull << 62)
+
+void kv_ctl_entry(const struct kv_fs *fs, fuse_ino_t ino, struct fuse_entry_param *e)
+{
+	memset(e, 0, sizeof(*e));
+	e->ino = ino;
+	e->attr_timeout = KV_FS_TIMEOUT;
+	e->entry_timeout = KV_FS_TIMEOUT;
+	e->attr.st_ino = CTL_ST_INO_BASE + ino;
+	e->attr.st_uid = getuid();
+	e->attr.st_gid = getgid();
+	e->attr.st_atim = e->attr.st_mtim = e->attr.st_ctim = fs->kf_mounted;
+	if (ino == KV_CTL_DIR) {
+		e->attr.st_mode = S_IFDIR | 0555;
+		e->attr.st_nlink = 2;
+	} else {
+		e->attr.st_mode = S_IFREG | 0444;
+		e->attr.st_nlink = 1;
+	}
+}
+
+fuse_ino_t kv_ctl_lookup(const char *name)
+{
+	for (int i = 0; kv_ctl_names[i]; i++)
+		if (!strcmp(name, kv_ctl_names[i]))
+			return KV_CTL_STATS + i;
+	return 0;
+}
+
+static int render_stats(struct kv_fs *fs, char **buf, size_t *len)
+{
+	struct kv_pool *pool = kv_store_pool(fs->kf_store);
+	struct kv_store_usage u;
+	struct kv_stats_gauges g;
+
+	kv_store_usage(fs->kf_store, &u);
+	g = (struct kv_stats_gauges){
+		.kg_pool_size = kv_pool_size(pool),
+		.kg_pool_used = kv_pool_used(pool),
+		.kg_keys = u.ku_keys,
+		.kg_dirs = u.ku_dirs,
+		.kg_open = u.ku_open,
+		.kg_bytes = u.ku_bytes,
+		.kg_last_seq = u.ku_last_seq,
+	};
+	return kv_stats_render(&fs->kf_stats, &g, buf, len);
+}
+
+static int render_config(struct kv_fs *fs, char **buf, size_t *len)
+{
+	char *cfg, *out;
+	size_t cfg_len;
+	int n, err = kv_config_render(fs->kf_cfg, &cfg, &cfg_len);
+
+	if (err)
+		return err;
+	n = asprintf(&out, "%sgpu_backend = %s\ngpu_devices = %d\nnuma_node_bound = %d\n", cfg,
+		     kv_dev_backend(), kv_dev_count(), kv_pool_node(kv_store_pool(fs->kf_store)));
+	free(cfg);
+	if (n < 0)
+		return -ENOMEM;
+	*buf = out;
+	*len = (size_t)n;
+	return 0;
+}
+
+int kv_ctl_render(struct kv_fs *fs, fuse_ino_t ino, char **buf, size_t *len)
+{
+	switch (ino) {
+	case KV_CTL_STATS:
+		return render_stats(fs, buf, len);
+	case KV_CTL_CONFIG:
+		return render_config(fs, buf, len);
+	default:
+		return -EISDIR;
+	}
+}

@@ -1,0 +1,62 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fs/fs.h — the FUSE daemon's shared state and its parts.
+ *
+ * The daemon serves the FUSE low-level API on a multithreaded loop. Node ids
+ * are the addresses of struct kv_inode (the kernel's lookup count keeps each
+ * alive, see core/store.h), except FUSE_ROOT_ID for the root and the small
+ * fixed ids of the control nodes under MNT/.kvfs (fs/ctl.c). Handlers call
+ * core/ and translate its -errno into a reply once, at the edge.
+ */
+#ifndef KVFS_FS_FS_H
+#define KVFS_FS_FS_H
+
+#define FUSE_USE_VERSION 312
+#include <fuse_lowlevel.h>
+#include <stdbool.h>
+
+#include "core/config.h"
+#include "core/stats.h"
+#include "core/store.h"
+
+struct kv_fs {
+	struct kv_config *kf_cfg; /* immutable while mounted */
+	struct kv_store *kf_store;
+	struct kv_stats kf_stats;
+	struct timespec kf_mounted; /* immutable: times of the control nodes */
+};
+
+/* The operations table; userdata is the struct kv_fs. */
+extern const struct fuse_lowlevel_ops kv_fs_ops;
+
+/* Seconds the kernel may cache entries and attributes: every change goes through it. */
+#define KV_FS_TIMEOUT 1.0
+
+/* --- control nodes (fs/ctl.c) --- */
+
+/* Node ids of the control nodes: below any heap address. */
+enum {
+	KV_CTL_DIR = 2, /* MNT/.kvfs */
+	KV_CTL_STATS,   /* MNT/.kvfs/stats */
+	KV_CTL_CONFIG,  /* MNT/.kvfs/config */
+	KV_CTL__END,
+};
+
+static inline bool kv_ctl_is(fuse_ino_t ino)
+{
+	return ino >= KV_CTL_DIR && ino < KV_CTL__END;
+}
+
+/* Fills the entry of a control node. */
+void kv_ctl_entry(const struct kv_fs *fs, fuse_ino_t ino, struct fuse_entry_param *e);
+
+/* Looks `name` up in the control directory. Returns the node id, or 0. */
+fuse_ino_t kv_ctl_lookup(const char *name);
+
+/* Renders a control file's contents into a malloc'ed buffer. Returns 0 or -errno. */
+int kv_ctl_render(struct kv_fs *fs, fuse_ino_t ino, char **buf, size_t *len);
+
+/* The names in the control directory, NULL-terminated, in readdir order. */
+extern const char *const kv_ctl_names[];
+
+#endif

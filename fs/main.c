@@ -1,0 +1,153 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fs/main.c — kvfs [options] DATA_DIR MOUNTPOINT
+ *
+ * Exit status: 0 after a clean unmount (fusermount3 -u, SIGINT, SIGTERM,
+ * SIGHUP), --help or --version; 2 for a bad command line; 1 for anything
+ * else that stops it from serving (DATA_DIR in use, mount refused, ...).
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fs/fs.h"
+#include "fs/options.h"
+#include "gpu/dev.h"
+#include "ssd/datadir.h"
+
+extern char **environ;
+
+/* Builds libfuse's argv: our program name, -o with our mount options, -d. */
+static int fuse_args_build(const struct kv_config *cfg, const char *user_opts,
+			   struct fuse_args *args)
+{
+	char *opts;
+	int err = 0;
+
+	if (asprintf(&opts, "default_permissions,fsname=kvfs,subtype=kvfs%s%s",
+		     *user_opts ? "," : "", user_opts) < 0)
+		return -ENOMEM;
+	if (fuse_opt_add_arg(args, "kvfs") || fuse_opt_add_arg(args, "-o") ||
+	    fuse_opt_add_arg(args, opts) || (cfg->kc_debug && fuse_opt_add_arg(args, "-d")))
+		err = -ENOMEM;
+	free(opts);
+	return err;
+}
+
+static int serve(struct kv_fs *fs, struct fuse_args *args)
+{
+	struct kv_config *cfg = fs->kf_cfg;
+	struct fuse_loop_config *loop;
+	struct fuse_session *se;
+	int ret = 1, rc;
+
+	se = fuse_session_new(args, &kv_fs_ops, sizeof(kv_fs_ops), fs);
+	if (!se) {
+		fprintf(stderr, "kvfs: FUSE refused the mount options (see above)\n");
+		return 2;
+	}
+	if (fuse_set_signal_handlers(se))
+		goto out_session;
+	if (fuse_session_mount(se, cfg->kc_mountpoint)) {
+		fprintf(stderr, "kvfs: cannot mount at '%s'\n", cfg->kc_mountpoint);
+		goto out_signals;
+	}
+	fprintf(stderr,
+		"kvfs: mounted at %s (data %s, pool %llu MiB); stop with fusermount3 -u %s or "
+		"Ctrl-C\n",
+		cfg->kc_mountpoint, cfg->kc_data_dir,
+		(unsigned long long)(kv_pool_size(kv_store_pool(fs->kf_store)) >> 20),
+		cfg->kc_mountpoint);
+	if (fuse_daemonize(cfg->kc_foreground))
+		goto out_unmount;
+	loop = fuse_loop_cfg_create();
+	if (!loop)
+		goto out_unmount;
+	fuse_loop_cfg_set_clone_fd(loop, 1);
+	fuse_loop_cfg_set_max_threads(loop, cfg->kc_threads);
+	rc = fuse_session_loop_mt(se, loop);
+	fuse_loop_cfg_destroy(loop);
+	/* A signal ends the loop with its number: that is a clean stop. */
+	ret = (rc == 0 || rc == SIGINT || rc == SIGTERM || rc == SIGHUP) ? 0 : 1;
+out_unmount:
+	fuse_session_unmount(se);
+out_signals:
+	fuse_remove_signal_handlers(se);
+out_session:
+	fuse_session_destroy(se);
+	return ret;
+}
+
+int main(int argc, char **argv)
+{
+	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
+	struct kv_config cfg;
+	struct kv_datadir dd;
+	struct kv_fs fs = { .kf_cfg = &cfg };
+	char *fuse_opts = NULL, err[512];
+	char *abs_mnt;
+	pid_t holder;
+	int rc, ret = 1;
+
+	kv_config_defaults(&cfg);
+	rc = kv_options_parse(argc, argv, environ, &cfg, &fuse_opts, err, sizeof(err));
+	if (rc < 0) {
+		fprintf(stderr, "%s\n", rc == -EINVAL ? err : strerror(-rc));
+		ret = 2;
+		goto out_cfg;
+	}
+	if (rc == KV_OPT_HELP || rc == KV_OPT_VERSION) {
+		if (rc == KV_OPT_HELP)
+			fputs(kv_options_usage, stdout);
+		else
+			printf("kvfs %s (libfuse %s, gpu backend %s)\n", KVFS_VERSION,
+			       fuse_pkgversion(), kv_dev_backend());
+		ret = 0;
+		goto out_cfg;
+	}
+	/* libfuse changes to / when it starts serving: keep absolute paths. */
+	abs_mnt = realpath(cfg.kc_mountpoint, NULL);
+	if (!abs_mnt) {
+		fprintf(stderr, "kvfs: mountpoint '%s': %s\n", cfg.kc_mountpoint, strerror(errno));
+		goto out_cfg;
+	}
+	free(cfg.kc_mountpoint);
+	cfg.kc_mountpoint = abs_mnt;
+	rc = kv_datadir_open(&dd, cfg.kc_data_dir, &holder);
+	if (rc == -EBUSY) {
+		fprintf(stderr, "kvfs: data directory '%s' is in use by another kvfs (pid %d)\n",
+			cfg.kc_data_dir, (int)holder);
+		goto out_cfg;
+	}
+	if (rc) {
+		fprintf(stderr, "kvfs: cannot open data directory '%s': %s\n", cfg.kc_data_dir,
+			strerror(-rc));
+		goto out_cfg;
+	}
+	rc = kv_store_create(&fs.kf_store, &cfg);
+	if (rc) {
+		fprintf(stderr, "kvfs: cannot create a %llu-byte pool: %s\n",
+			(unsigned long long)cfg.kc_mem_size, strerror(-rc));
+		goto out_datadir;
+	}
+	kv_stats_init(&fs.kf_stats);
+	clock_gettime(CLOCK_REALTIME, &fs.kf_mounted);
+	if (fuse_args_build(&cfg, fuse_opts, &args)) {
+		fprintf(stderr, "kvfs: out of memory\n");
+		goto out_store;
+	}
+	ret = serve(&fs, &args);
+	fuse_opt_free_args(&args);
+out_store:
+	kv_store_destroy(fs.kf_store);
+out_datadir:
+	kv_datadir_close(&dd);
+out_cfg:
+	free(fuse_opts);
+	kv_config_free(&cfg);
+	return ret;
+}

@@ -1,0 +1,769 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fs/ops.c — the FUSE low-level operations.
+ *
+ * Each handler resolves node ids, calls core/, replies, and counts the
+ * operation in the stats (latency from arrival to reply). Errors from core/
+ * are -errno and are turned into fuse_reply_err() here and only here.
+ *
+ * File handles: a regular file's fh is unused (the node id names the
+ * inode, whose open count core/ keeps); a directory's fh is a struct
+ * dir_handle holding a snapshot of its entries, taken at opendir and
+ * retaken when a reader seeks back to 0; a control file's fh is its
+ * rendered contents.
+ *
+ * Page cache: regular files are opened with keep_cache, since every change
+ * to a file reaches the store through this same kernel, which keeps its
+ * cache in step. Reads are answered with fuse_reply_iov() straight from the
+ * pool's memory: no copy in the daemon.
+ */
+#include "fs/fs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
+
+#define MAX_IO (1u << 20)
+/* A 1 MiB read over pages of separate extents needs at most this many iovecs. */
+#define READ_IOV (MAX_IO / KV_PAGE_SIZE + 2)
+#define SEQ_XATTR "user.kvfs.seq"
+
+struct dir_handle {
+	struct kv_dir_snap dh_snap;
+	bool dh_valid;
+};
+
+struct ctl_handle {
+	char *ch_buf;
+	size_t ch_len;
+};
+
+static struct kv_fs *fs_of(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+static struct kv_inode *inode_of(struct kv_fs *fs, fuse_ino_t ino)
+{
+	if (ino == FUSE_ROOT_ID)
+		return kv_store_root(fs->kf_store);
+	return (struct kv_inode *)(uintptr_t)ino;
+}
+
+static fuse_ino_t nodeid_of(struct kv_fs *fs, struct kv_inode *ino)
+{
+	return ino == kv_store_root(fs->kf_store) ? FUSE_ROOT_ID : (fuse_ino_t)(uintptr_t)ino;
+}
+
+static void done(fuse_req_t req, enum kv_op op, uint64_t t0, uint64_t bytes, int err)
+{
+	kv_stats_op(&fs_of(req)->kf_stats, op, t0, bytes, err);
+}
+
+/* Replies with -err and counts it. */
+static void reply_err(fuse_req_t req, enum kv_op op, uint64_t t0, int err)
+{
+	done(req, op, t0, 0, err);
+	fuse_reply_err(req, -err);
+}
+
+static void to_stat(const struct kv_attr *a, struct stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = a->ka_ino;
+	st->st_mode = a->ka_mode;
+	st->st_nlink = a->ka_nlink;
+	st->st_uid = a->ka_uid;
+	st->st_gid = a->ka_gid;
+	st->st_size = (off_t)a->ka_size;
+	st->st_blksize = KV_PAGE_SIZE;
+	st->st_blocks = (blkcnt_t)(a->ka_alloc / 512);
+	st->st_atim = a->ka_atime;
+	st->st_mtim = a->ka_mtime;
+	st->st_ctim = a->ka_ctime;
+}
+
+static void to_entry(struct kv_fs *fs, struct kv_inode *ino, const struct kv_attr *a,
+		     struct fuse_entry_param *e)
+{
+	memset(e, 0, sizeof(*e));
+	e->ino = nodeid_of(fs, ino);
+	e->attr_timeout = KV_FS_TIMEOUT;
+	e->entry_timeout = KV_FS_TIMEOUT;
+	to_stat(a, &e->attr);
+}
+
+static struct kv_cred cred_of(fuse_req_t req)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+
+	return (struct kv_cred){ .kc_uid = ctx->uid, .kc_gid = ctx->gid };
+}
+
+static void kv_init(void *userdata, struct fuse_conn_info *conn)
+{
+	struct kv_fs *fs = userdata;
+
+	conn->max_write = MAX_IO;
+	conn->max_readahead = MAX_IO;
+	conn->max_background = 2 * fs->kf_cfg->kc_threads;
+	conn->congestion_threshold = conn->max_background * 3 / 4;
+	if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC)
+		conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
+	conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+}
+
+static void kv_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	uint64_t t0 = kv_now_ns();
+	struct kv_fs *fs = fs_of(req);
+	struct fuse_entry_param e;
+	struct kv_inode *ino;
+	struct kv_attr a;
+	int err;
+
+	if (kv_ctl_is(parent)) {
+		fuse_ino_t id = parent == KV_CTL_DIR ? kv_ctl_lookup(name) : 0;
+
+		if (!id)
+			return reply_err(req, KV_OP_LOOKUP, t0, parent == KV_CTL_DIR ? -ENOENT : -ENOTDIR);
+		kv_ctl_entry(fs, id, &e);
+		done(req, KV_OP_LOOKUP, t0, 0, 0);
+		fuse_reply_entry(req, &e);
+		return;
+	}
+	if (parent == FUSE_ROOT_ID && !strcmp(name, KV_RESERVED_NAME)) {
+		kv_ctl_entry(fs, KV_CTL_DIR, &e);
+		done(req, KV_OP_LOOKUP, t0, 0, 0);
+		fuse_reply_entry(req, &e);
+		return;
+	}
+	err = kv_store_lookup(fs->kf_store, inode_of(fs, parent), name, &ino, &a);
+	if (err)
+		return reply_err(req, KV_OP_LOOKUP, t0, err);
+	to_entry(fs, ino, &a, &e);
+	done(req, KV_OP_LOOKUP, t0, 0, 0);
+	if (fuse_reply_entry(req, &e))
+		kv_store_forget(fs->kf_store, ino, 1);
+}
+
+static void forget_one(struct kv_fs *fs, fuse_ino_t ino, uint64_t n)
+{
+	if (ino == FUSE_ROOT_ID || kv_ctl_is(ino))
+		return;
+	kv_store_forget(fs->kf_store, inode_of(fs, ino), n);
+}
+
+static void kv_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	forget_one(fs_of(req), ino, nlookup);
+	fuse_reply_none(req);
+}
+
+static void kv_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
+{
+	for (size_t i = 0; i < count; i++)
+		forget_one(fs_of(req), forgets[i].ino, forgets[i].nlookup);
+	fuse_reply_none(req);
+}
+
+static void kv_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	uint64_t t0 = kv_now_ns();
+	struct kv_fs *fs = fs_of(req);
+	struct fuse_entry_param e;
+	struct kv_attr a;
+	struct stat st;
+
+	if (kv_ctl_is(ino)) {
+		kv_ctl_entry(fs, ino, &e);
+		done(req, KV_OP_GETATTR, t0, 0, 0);
+		fuse_reply_attr(req, &e.attr, KV_FS_TIMEOUT);
+		return;
+	}
+	kv_store_getattr(fs->kf_store, inode_of(fs, ino), &a);
+	to_stat(&a, &st);
+	done(req, KV_OP_GETATTR, t0, 0, 0);
+	fuse_reply_attr(req, &st, KV_FS_TIMEOUT);
+}
+
+static void kv_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
+		       struct fuse_file_info *fi)
+{
+	uint64_t t0 = kv_now_ns();
+	struct kv_fs *fs = fs_of(req);
+	struct kv_setattr sa = { 0 };
+	struct kv_attr a;
+	struct stat st;
+	int err;
+
+	if (kv_ctl_is(ino))
+		return reply_err(req, KV_OP_SETATTR, t0, -EPERM);
+	if (to_set & FUSE_SET_ATTR_MODE) {
+		sa.ksa_valid |= KV_SET_MODE;
+		sa.ksa_mode = attr->st_mode;
+	}
+	if (to_set & FUSE_SET_ATTR_UID) {
+		sa.ksa_valid |= KV_SET_UID;
+		sa.ksa_uid = attr->st_uid;
+	}
+	if (to_set & FUSE_SET_ATTR_GID) {
+		sa.ksa_valid |= KV_SET_GID;
+		sa.ksa_gid = attr->st_gid;
+	}
+	if (to_set & FUSE_SET_ATTR_SIZE) {
+		sa.ksa_valid |= KV_SET_SIZE;
+		sa.ksa_size = (uint64_t)attr->st_size;
+	}
+	if (to_set & FUSE_SET_ATTR_ATIME) {
+		sa.ksa_valid |= KV_SET_ATIME;
+		sa.ksa_atime = attr->st_atim;
+	}
+	if (to_set & FUSE_SET_ATTR_ATIME_NOW)
+		sa.ksa_valid |= KV_SET_ATIME | KV_SET_ATIME_NOW;
+	if (to_set & FUSE_SET_ATTR_MTIME) {
+		sa.ksa_valid |= KV_SET_MTIME;
+		sa.ksa_mtime = attr->st_mtim;
+	}
+	if (to_set & FUSE_SET_ATTR_MTIME_NOW)
+		sa.ksa_valid |= KV_SET_MTIME | KV_SET_MTIME_NOW;
+	err = kv_store_setattr(fs->kf_store, inode_of(fs, ino), &sa, &a);
+	if (err)
+		return reply_err(req, KV_OP_SETATTR, t0, err);
+	to_stat(&a, &st);
+	done(req, KV_OP_SETATTR, t0, 0, 0);
+	fuse_reply_attr(req, &st, KV_FS_TIMEOUT);
+}
+
+/* Replies to a call that made a new node: an entry, or an error. */
+static void reply_new(fuse_req_t req, enum kv_op op, uint64_t t0, int err, struct kv_inode *ino,
+		      const struct kv_attr *a)
+{
+	struct kv_fs *fs = fs_of(req);
+	struct fuse_entry_param e;
+
+	if (err)
+		return reply_err(req, op, t0, err);
+	to_entry(fs, ino, a, &e);
+	done(req, op, t0, 0, 0);
+	if (fuse_reply_entry(req, &e))
+		kv_store_forget(fs->kf_store, ino, 1);
+}
+
+static void kv_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+	uint64_t t0 = kv_now_ns();
+	struct kv_fs *fs = fs_of(req);
+	struct kv_cred c = cred_of(req);
+	struct kv_inode *ino = NULL;
+	struct kv_attr a;
+	int err;
+
+	if (kv_ctl_is(parent))
+		return reply_err(req, KV_OP_MKDIR, t0, -EPERM);
+	err = kv_store_mkdir(fs->kf_store, inode_of(fs, parent), name, mode, &c, &ino, &a);
+	reply_new(req, KV_OP_MKDIR, t0, err, ino, &a);
+}
+
+static void kv_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+		     dev_t rdev)
+{
+	uint64_t t0 = kv_now_ns();
+	struct kv_fs *fs = fs_of(req);
+	struct kv_cred c = cred_of(req);
+	struct kv_inode *ino = NULL;
+	struct kv_attr a;
+	int err;
+
+	if (kv_ctl_is(parent) || !S_ISREG(mode))
+		return reply_err(req, S_ISREG(mode) ? KV_OP_CREATE : KV_OP_OTHER, t0, -EPERM);
+	err = kv_store_mknod(fs->kf_store, inode_of(fs, parent), name, mode, &c, &ino, &a);
+	reply_new(req, KV_OP_CREATE, t0, err, ino, &a);
+}
+
+static void kv_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
+{
+	reply_err(req, KV_OP_OTHER, kv_now_ns(), -EPERM);
+}
+
+static void kv_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
+{
+	reply_err(req, KV_OP_OTHER, kv_now_ns(), -EPERM);
+}
+
+static void kv_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	uint64_t t0 = kv_now_ns();
+	struct kv_fs *fs = fs_of(req);
+	int err = -EPERM;
+
+	if (!kv_ctl_is(parent))
+		err = kv_store_unlink(fs->kf_store, inode_of(fs, parent), name);
+	if (err)
+		return reply_err(req, KV_OP_UNLINK, t0, err);
+	done(req, KV_OP_UNLINK, t0, 0, 0);
+	fuse_reply_err(req, 0);
+}
+
+static void kv_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	uint64_t t0 = kv_now_ns();
+	struct kv_fs *fs = fs_of(req);
+	int err = -EPERM;
+
+	if (!kv_ctl_is(parent))
+		err = kv_store_rmdir(fs->kf_store, inode_of(fs, parent), name);
+	if (err)
+		return reply_err(req, KV_OP_RMDIR, t0, err);
+	done(req, KV_OP_RMDIR, t0, 0, 0);
+	fuse_reply_err(req, 0);
+}
+
+static void kv_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+		      const char *newname, unsigned int flags)
+{
+	uint64_t t0 = kv_now_ns();
+	struct kv_fs *fs = fs_of(req);
+	int err = -EPERM;
+
+	if (!kv_ctl_is(parent) && !kv_ctl_is(newparent))
+		err = kv_store_rename(fs->kf_store, inode_of(fs, parent), name,
+				      inode_of(fs, newparent), newname, flags);
+	if (err)
+		return reply_err(req, KV_OP_RENAME, t0, err);
+	done(req, KV_OP_RENAME, t0, 0, 0);
+	fuse_reply_err(req, 0);
+}
+
+static void set_open_flags(struct fuse_file_info *fi)
+{
+	fi->keep_cache = 1;
+	fi->noflush = 1;
+	fi->direct_io = 0;
+}
+
+static void kv_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+		      struct fuse_file_info *fi)
+{
+	uint64_t t0 = kv_now_ns();
+	struct kv_fs *fs = fs_of(req);
+	struct kv_cred c = cred_of(req);
+	struct fuse_entry_param e;
+	struct kv_inode *ino;
+	struct kv_attr a;
+	int err = -EPERM;
+
+	if (!kv_ctl_is(parent))
+		err = kv_store_create_open(fs->kf_store, inode_of(fs, parent), name, mode, &c,
+					   &ino, &a);
+	if (err)
+		return reply_err(req, KV_OP_CREATE, t0, err);
+	to_entry(fs, ino, &a, &e);
+	set_open_flags(fi);
+	done(req, KV_OP_CREATE, t0, 0, 0);
+	if (fuse_reply_create(req, &e, fi)) {
+		kv_store_release(fs->kf_store, ino, fi->flags);
+		kv_store_forget(fs->kf_store, ino, 1);
+	}
+}
+
+static void ctl_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, uint64_t t0)
+{
+	struct ctl_handle *h;
+	int err;
+
+	if ((fi->flags & O_ACCMODE) != O_RDONLY)
+		return reply_err(req, KV_OP_OPEN, t0, -EACCES);
+	h = calloc(1, sizeof(*h));
+	if (!h)
+		return reply_err(req, KV_OP_OPEN, t0, -ENOMEM);
+	err = kv_ctl_render(fs_of(req), ino, &h->ch_buf, &h->ch_len);
+	if (err) {
+		free(h);
+		return reply_err(req, KV_OP_OPEN, t0, err);
+	}
+	fi->fh = (uintptr_t)h;
+	fi->direct_io = 1;
+	fi->noflush = 1;
+	done(req, KV_OP_OPEN, t0, 0, 0);
+	if (fuse_reply_open(req, fi)) {
+		free(h->ch_buf);
+		free(h);
+	}
+}
+
+static void kv_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	uint64_t t0 = kv_now_ns();
+	struct kv_fs *fs = fs_of(req);
+	struct kv_inode *inode;
+	int err;
+
+	if (kv_ctl_is(ino))
+		return ctl_open(req, ino, fi, t0);
+	inode = inode_of(fs, ino);
+	err = kv_store_open(fs->kf_store, inode, fi->flags);
+	if (err)
+		return reply_err(req, KV_OP_OPEN, t0, err);
+	set_open_flags(fi);
+	done(req, KV_OP_OPEN, t0, 0, 0);
+	if (fuse_reply_open(req, fi))
+		kv_store_release(fs->kf_store, inode, fi->flags);
+}
+
+static void ctl_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_info *fi,
+		     uint64_t t0)
+{
+	struct ctl_handle *h = (struct ctl_handle *)(uintptr_t)fi->fh;
+	size_t n = 0;
+
+	if ((size_t)off < h->ch_len)
+		n = h->ch_len - (size_t)off < size ? h->ch_len - (size_t)off : size;
+	done(req, KV_OP_READ, t0, n, 0);
+	fuse_reply_buf(req, h->ch_buf + off * (n > 0), n);
+}
+
+static void kv_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		    struct fuse_file_info *fi)
+{
+	uint64_t t0 = kv_now_ns();
+	struct kv_fs *fs = fs_of(req);
+	struct iovec iov[READ_IOV];
+	struct kv_read_guard g;
+	uint64_t bytes;
+	int n;
+
+	if (kv_ctl_is(ino))
+		return ctl_read(req, size, off, fi, t0);
+	n = kv_store_read(fs->kf_store, inode_of(fs, ino), (uint64_t)off, size, iov, READ_IOV,
+			  &bytes, &g);
+	if (n < 0)
+		return reply_err(req, KV_OP_READ, t0, n);
+	done(req, KV_OP_READ, t0, bytes, 0);
+	fuse_reply_iov(req, iov, n);
+	kv_read_done(&g);
+}
+
+static void kv_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+		     struct fuse_file_info *fi)
+{
+	uint64_t t0 = kv_now_ns();
+	struct kv_fs *fs = fs_of(req);
+	int err = -EBADF;
+
+	if (!kv_ctl_is(ino))
+		err = kv_store_write(fs->kf_store, inode_of(fs, ino), (uint64_t)off, buf, size);
+	if (err)
+		return reply_err(req, KV_OP_WRITE, t0, err);
+	done(req, KV_OP_WRITE, t0, size, 0);
+	fuse_reply_write(req, size);
+}
+
+static void kv_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	uint64_t t0 = kv_now_ns();
+
+	done(req, KV_OP_FLUSH, t0, 0, 0);
+	fuse_reply_err(req, 0);
+}
+
+static void kv_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	uint64_t t0 = kv_now_ns();
+	struct kv_fs *fs = fs_of(req);
+
+	if (kv_ctl_is(ino)) {
+		struct ctl_handle *h = (struct ctl_handle *)(uintptr_t)fi->fh;
+
+		free(h->ch_buf);
+		free(h);
+	} else {
+		kv_store_release(fs->kf_store, inode_of(fs, ino), fi->flags);
+	}
+	done(req, KV_OP_RELEASE, t0, 0, 0);
+	fuse_reply_err(req, 0);
+}
+
+/*
+ * Values live in DRAM only (no SSD tier yet): there is nothing more durable
+ * to reach, so fsync has nothing to wait for.
+ */
+static void kv_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	uint64_t t0 = kv_now_ns();
+
+	done(req, KV_OP_FSYNC, t0, 0, 0);
+	fuse_reply_err(req, 0);
+}
+
+static void kv_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	uint64_t t0 = kv_now_ns();
+	struct dir_handle *h = calloc(1, sizeof(*h));
+
+	if (!h)
+		return reply_err(req, KV_OP_OPENDIR, t0, -ENOMEM);
+	fi->fh = (uintptr_t)h;
+	done(req, KV_OP_OPENDIR, t0, 0, 0);
+	if (fuse_reply_open(req, fi))
+		free(h);
+}
+
+/* Number of entries before the snapshot: ".", ".." and, at the root, ".kvfs". */
+static unsigned dir_fixed(fuse_ino_t ino)
+{
+	return ino == FUSE_ROOT_ID ? 3 : 2;
+}
+
+/*
+ * Adds the entry at position i (directory offset i + 1) to buf. For plus,
+ * looks the name up (taking a kernel reference); returns 0 and sets *skip
+ * when the name has gone meanwhile. Returns the bytes the entry needs.
+ */
+static size_t add_entry(fuse_req_t req, fuse_ino_t dino, struct dir_handle *h, unsigned i,
+			bool plus, char *buf, size_t rem, bool *skip)
+{
+	struct kv_fs *fs = fs_of(req);
+	struct fuse_entry_param e = { 0 };
+	unsigned fixed = dir_fixed(dino);
+	const char *name;
+	struct kv_inode *ino = NULL;
+	struct kv_attr a;
+	size_t need;
+
+	*skip = false;
+	if (i < fixed) {
+		name = i == 0 ? "." : i == 1 ? ".." : KV_RESERVED_NAME;
+		if (i == 2)
+			kv_ctl_entry(fs, KV_CTL_DIR, &e);
+		else if (dino == KV_CTL_DIR)
+			e.attr.st_mode = S_IFDIR;
+		else
+			e.attr.st_mode = S_IFDIR, e.attr.st_ino = 1;
+		if (i < 2)
+			e.ino = 0;
+	} else if (dino == KV_CTL_DIR) {
+		name = kv_ctl_names[i - fixed];
+		kv_ctl_entry(fs, kv_ctl_lookup(name), &e);
+	} else {
+		const struct kv_dirent *d = &h->dh_snap.kds_ent[i - fixed];
+
+		name = d->kde_name;
+		e.attr.st_ino = d->kde_ino;
+		e.attr.st_mode = d->kde_type;
+		if (plus) {
+			if (kv_store_lookup(fs->kf_store, inode_of(fs, dino), name, &ino, &a)) {
+				*skip = true;
+				return 0;
+			}
+			to_entry(fs, ino, &a, &e);
+		}
+	}
+	if (plus)
+		need = fuse_add_direntry_plus(req, buf, rem, name, &e, i + 1);
+	else
+		need = fuse_add_direntry(req, buf, rem, name, &e.attr, i + 1);
+	if (need > rem && ino)
+		kv_store_forget(fs->kf_store, ino, 1);
+	return need;
+}
+
+static unsigned dir_count(fuse_ino_t ino, const struct dir_handle *h)
+{
+	if (ino == KV_CTL_DIR)
+		return 2 + 2;
+	return dir_fixed(ino) + h->dh_snap.kds_count;
+}
+
+static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi, bool plus)
+{
+	uint64_t t0 = kv_now_ns();
+	struct kv_fs *fs = fs_of(req);
+	struct dir_handle *h = (struct dir_handle *)(uintptr_t)fi->fh;
+	size_t used = 0;
+	char *buf;
+	int err;
+
+	if (!kv_ctl_is(ino) && (off == 0 || !h->dh_valid)) {
+		kv_dir_snap_free(&h->dh_snap);
+		err = kv_store_readdir(fs->kf_store, inode_of(fs, ino), &h->dh_snap);
+		if (err)
+			return reply_err(req, KV_OP_READDIR, t0, err);
+		h->dh_valid = true;
+	}
+	buf = malloc(size);
+	if (!buf)
+		return reply_err(req, KV_OP_READDIR, t0, -ENOMEM);
+	for (unsigned i = (unsigned)off; i < dir_count(ino, h); i++) {
+		bool skip;
+		size_t need = add_entry(req, ino, h, i, plus, buf + used, size - used, &skip);
+
+		if (skip)
+			continue;
+		if (need > size - used)
+			break;
+		used += need;
+	}
+	done(req, KV_OP_READDIR, t0, 0, 0);
+	fuse_reply_buf(req, buf, used);
+	free(buf);
+}
+
+static void kv_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi)
+{
+	do_readdir(req, ino, size, off, fi, false);
+}
+
+static void kv_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+			   struct fuse_file_info *fi)
+{
+	do_readdir(req, ino, size, off, fi, true);
+}
+
+static void kv_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct dir_handle *h = (struct dir_handle *)(uintptr_t)fi->fh;
+
+	kv_dir_snap_free(&h->dh_snap);
+	free(h);
+	fuse_reply_err(req, 0);
+}
+
+static void kv_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	uint64_t t0 = kv_now_ns();
+	struct kv_fs *fs = fs_of(req);
+	struct kv_pool *pool = kv_store_pool(fs->kf_store);
+	struct kv_store_usage u;
+	struct statvfs sv = { 0 };
+	uint64_t size = kv_pool_size(pool), used = kv_pool_used(pool);
+
+	kv_store_usage(fs->kf_store, &u);
+	sv.f_bsize = KV_PAGE_SIZE;
+	sv.f_frsize = KV_PAGE_SIZE;
+	sv.f_blocks = size / KV_PAGE_SIZE;
+	sv.f_bfree = (size - used) / KV_PAGE_SIZE;
+	sv.f_bavail = sv.f_bfree;
+	/* Inodes cost heap, not pool: report as many as the pool has pages. */
+	sv.f_files = sv.f_blocks > u.ku_inodes ? sv.f_blocks : u.ku_inodes;
+	sv.f_ffree = sv.f_files - u.ku_inodes;
+	sv.f_favail = sv.f_ffree;
+	sv.f_namemax = KV_NAME_MAX;
+	done(req, KV_OP_STATFS, t0, 0, 0);
+	fuse_reply_statfs(req, &sv);
+}
+
+static void kv_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
+			 struct fuse_file_info *fi)
+{
+	uint64_t t0 = kv_now_ns();
+	struct kv_fs *fs = fs_of(req);
+	int err = -EBADF;
+
+	if (off < 0 || len <= 0)
+		err = -EINVAL;
+	else if (!kv_ctl_is(ino))
+		err = kv_store_fallocate(fs->kf_store, inode_of(fs, ino), mode, (uint64_t)off,
+					 (uint64_t)len);
+	if (err)
+		return reply_err(req, KV_OP_FALLOCATE, t0, err);
+	done(req, KV_OP_FALLOCATE, t0, 0, 0);
+	fuse_reply_err(req, 0);
+}
+
+/* The value of user.kvfs.seq, or -ENODATA (not a sealed regular file). */
+static int seq_value(struct kv_fs *fs, fuse_ino_t ino, char *buf, size_t len)
+{
+	struct kv_attr a;
+
+	if (kv_ctl_is(ino))
+		return -ENODATA;
+	kv_store_getattr(fs->kf_store, inode_of(fs, ino), &a);
+	if (!S_ISREG(a.ka_mode) || a.ka_seq == 0)
+		return -ENODATA;
+	return snprintf(buf, len, "%llu", (unsigned long long)a.ka_seq);
+}
+
+static void kv_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+{
+	uint64_t t0 = kv_now_ns();
+	char val[32];
+	int n = -ENODATA;
+
+	if (!strcmp(name, SEQ_XATTR))
+		n = seq_value(fs_of(req), ino, val, sizeof(val));
+	if (n < 0)
+		return reply_err(req, KV_OP_GETXATTR, t0, n);
+	if (size && size < (size_t)n)
+		return reply_err(req, KV_OP_GETXATTR, t0, -ERANGE);
+	done(req, KV_OP_GETXATTR, t0, 0, 0);
+	if (size)
+		fuse_reply_buf(req, val, (size_t)n);
+	else
+		fuse_reply_xattr(req, (size_t)n);
+}
+
+static void kv_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	uint64_t t0 = kv_now_ns();
+	char val[32];
+	size_t n = seq_value(fs_of(req), ino, val, sizeof(val)) > 0 ? sizeof(SEQ_XATTR) : 0;
+
+	if (size && size < n)
+		return reply_err(req, KV_OP_LISTXATTR, t0, -ERANGE);
+	done(req, KV_OP_LISTXATTR, t0, 0, 0);
+	if (size)
+		fuse_reply_buf(req, SEQ_XATTR, n);
+	else
+		fuse_reply_xattr(req, n);
+}
+
+/* kvfs keeps no user-set attributes; its own are read-only. */
+static void kv_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
+			size_t size, int flags)
+{
+	reply_err(req, KV_OP_SETXATTR, kv_now_ns(), -ENOTSUP);
+}
+
+static void kv_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+	reply_err(req, KV_OP_SETXATTR, kv_now_ns(), strcmp(name, SEQ_XATTR) ? -ENODATA : -ENOTSUP);
+}
+
+const struct fuse_lowlevel_ops kv_fs_ops = {
+	.init = kv_init,
+	.lookup = kv_lookup,
+	.forget = kv_forget,
+	.forget_multi = kv_forget_multi,
+	.getattr = kv_getattr,
+	.setattr = kv_setattr,
+	.mknod = kv_mknod,
+	.mkdir = kv_mkdir,
+	.symlink = kv_symlink,
+	.link = kv_link,
+	.unlink = kv_unlink,
+	.rmdir = kv_rmdir,
+	.rename = kv_rename,
+	.create = kv_create,
+	.open = kv_open,
+	.read = kv_read,
+	.write = kv_write,
+	.flush = kv_flush,
+	.release = kv_release,
+	.fsync = kv_fsync,
+	.opendir = kv_opendir,
+	.readdir = kv_readdir,
+	.readdirplus = kv_readdirplus,
+	.releasedir = kv_releasedir,
+	.statfs = kv_statfs,
+	.fallocate = kv_fallocate,
+	.getxattr = kv_getxattr,
+	.listxattr = kv_listxattr,
+	.setxattr = kv_setxattr,
+	.removexattr = kv_removexattr,
+};

@@ -1,0 +1,296 @@
+/* SPDX-License-Identifier: MIT */
+#include "fs/options.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char kv_options_usage[] =
+	"usage: kvfs [options] DATA_DIR MOUNTPOINT\n"
+	"\n"
+	"A FUSE filesystem that is a KV-cache store: every file is a key, its bytes\n"
+	"the value, held in a NUMA-local DRAM staging pool.\n"
+	"\n"
+	"options (also as -o key=value with '_' for '-', and as KVFS_KEY=value):\n"
+	"  --mem-size=SIZE     DRAM pool size, K/M/G/T suffixes (default: 1/4 of RAM)\n"
+	"  --threads=N         most FUSE worker threads (default: 16)\n"
+	"  --numa-node=N       NUMA node of the pool, -1 for the local one (default: -1)\n"
+	"  -f                  stay in the foreground\n"
+	"  -d                  debug: log every FUSE request (implies -f)\n"
+	"  -o OPT[,OPT...]     kvfs settings or FUSE mount options (allow_other, ro, ...)\n"
+	"  -h, --help          print this help\n"
+	"  -V, --version       print the version\n"
+	"\n"
+	"stop: fusermount3 -u MOUNTPOINT, Ctrl-C or SIGTERM\n";
+
+/* A kvfs setting: --NAME=VALUE, -o KEY=VALUE (NAME with '_' for '-'), KVFS_KEY. */
+struct setting {
+	const char *s_name;
+	int (*s_set)(struct kv_config *cfg, const char *val);
+};
+
+static int set_mem_size(struct kv_config *cfg, const char *val)
+{
+	uint64_t v;
+	int err = kv_parse_size(val, &v);
+
+	if (err)
+		return err;
+	if (v < (1u << 20))
+		return -ERANGE;
+	cfg->kc_mem_size = v;
+	return 0;
+}
+
+static int parse_long(const char *val, long lo, long hi, long *out)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(val, &end, 10);
+	if (errno || end == val || *end)
+		return -EINVAL;
+	if (v < lo || v > hi)
+		return -ERANGE;
+	*out = v;
+	return 0;
+}
+
+static int set_threads(struct kv_config *cfg, const char *val)
+{
+	long v;
+	int err = parse_long(val, 1, 1024, &v);
+
+	if (!err)
+		cfg->kc_threads = (unsigned)v;
+	return err;
+}
+
+static int set_numa_node(struct kv_config *cfg, const char *val)
+{
+	long v;
+	int err = parse_long(val, -1, 1023, &v);
+
+	if (!err)
+		cfg->kc_numa_node = (int)v;
+	return err;
+}
+
+static const struct setting settings[] = {
+	{ "mem-size", set_mem_size },
+	{ "threads", set_threads },
+	{ "numa-node", set_numa_node },
+};
+
+/* Words of an fstab line that mean nothing to a mount of kvfs. */
+static const char *const fstab_only[] = {
+	"defaults", "auto", "noauto", "user", "nouser", "users", "_netdev", "nofail",
+};
+
+/* Compares a setting name with a key spelled with '_' or '-' (key is len bytes). */
+static bool name_is(const char *name, const char *key, size_t len)
+{
+	size_t i;
+
+	for (i = 0; i < len && name[i]; i++)
+		if (name[i] != key[i] && !(name[i] == '-' && key[i] == '_'))
+			return false;
+	return i == len && name[i] == '\0';
+}
+
+static const struct setting *find_setting(const char *key, size_t len)
+{
+	for (size_t i = 0; i < sizeof(settings) / sizeof(settings[0]); i++)
+		if (name_is(settings[i].s_name, key, len))
+			return &settings[i];
+	return NULL;
+}
+
+static int fail(char *err, size_t err_len, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(err, err_len, fmt, ap);
+	va_end(ap);
+	return -EINVAL;
+}
+
+static int apply(const struct setting *s, struct kv_config *cfg, const char *val,
+		 const char *spelled, char *err, size_t err_len)
+{
+	int rc = val ? s->s_set(cfg, val) : -EINVAL;
+
+	if (rc == -ERANGE)
+		return fail(err, err_len, "kvfs: value '%s' out of range for %s", val, spelled);
+	if (rc)
+		return fail(err, err_len, "kvfs: bad value '%s' for %s", val ? val : "", spelled);
+	return 0;
+}
+
+static int apply_env(char **env, struct kv_config *cfg, char *err, size_t err_len)
+{
+	for (; env && *env; env++) {
+		const char *eq = strchr(*env, '='), *key = *env + 5;
+		const struct setting *s;
+
+		if (strncmp(*env, "KVFS_", 5) != 0 || !eq)
+			continue;
+		for (size_t i = 0; i < sizeof(settings) / sizeof(settings[0]); i++) {
+			s = &settings[i];
+			size_t n = strlen(s->s_name);
+			bool match = (size_t)(eq - key) == n;
+
+			for (size_t j = 0; match && j < n; j++)
+				match = (s->s_name[j] == '-' ? '_' : s->s_name[j] - 'a' + 'A') ==
+					key[j];
+			if (match) {
+				char spelled[64];
+				int rc;
+
+				snprintf(spelled, sizeof(spelled), "%.*s", (int)(eq - *env), *env);
+				rc = apply(s, cfg, eq + 1, spelled, err, err_len);
+				if (rc)
+					return rc;
+			}
+		}
+	}
+	return 0;
+}
+
+/* Appends opt to the comma-separated list *out. */
+static int add_fuse_opt(char **out, const char *opt, size_t len)
+{
+	size_t cur = *out ? strlen(*out) : 0;
+	char *n = realloc(*out, cur + len + 2);
+
+	if (!n)
+		return -ENOMEM;
+	if (cur)
+		n[cur++] = ',';
+	memcpy(n + cur, opt, len);
+	n[cur + len] = '\0';
+	*out = n;
+	return 0;
+}
+
+static bool is_fstab_only(const char *opt, size_t len)
+{
+	if (len >= 2 && strncmp(opt, "x-", 2) == 0)
+		return true;
+	for (size_t i = 0; i < sizeof(fstab_only) / sizeof(fstab_only[0]); i++)
+		if (strlen(fstab_only[i]) == len && strncmp(fstab_only[i], opt, len) == 0)
+			return true;
+	return false;
+}
+
+/* Parses one -o list: kvfs settings are applied, the rest go to fuse_opts. */
+static int parse_o(const char *list, struct kv_config *cfg, char **fuse_opts, char *err,
+		   size_t err_len)
+{
+	const char *p = list;
+
+	while (*p) {
+		size_t len = strcspn(p, ",");
+		const char *eq = memchr(p, '=', len);
+		size_t klen = eq ? (size_t)(eq - p) : len;
+		const struct setting *s = find_setting(p, klen);
+		int rc = 0;
+
+		if (s) {
+			char *val = eq ? strndup(eq + 1, len - klen - 1) : NULL;
+			char *spelled = strndup(p, len);
+
+			rc = spelled ? apply(s, cfg, val, spelled, err, err_len) : -ENOMEM;
+			free(val);
+			free(spelled);
+		} else if (len && !is_fstab_only(p, len)) {
+			if (klen == strlen("allow_other") && strncmp(p, "allow_other", klen) == 0)
+				cfg->kc_allow_other = true;
+			rc = add_fuse_opt(fuse_opts, p, len);
+		}
+		if (rc)
+			return rc;
+		p += len;
+		if (*p == ',')
+			p++;
+	}
+	return 0;
+}
+
+static int set_positional(struct kv_config *cfg, const char *arg, char *err, size_t err_len)
+{
+	char **slot = !cfg->kc_data_dir ? &cfg->kc_data_dir
+		      : !cfg->kc_mountpoint ? &cfg->kc_mountpoint
+					    : NULL;
+
+	if (!slot)
+		return fail(err, err_len, "kvfs: unexpected argument '%s'", arg);
+	*slot = strdup(arg);
+	return *slot ? 0 : -ENOMEM;
+}
+
+/* Parses "--name=value" or "--name value"; *i advances past what it used. */
+static int parse_long_opt(int argc, char **argv, int *i, struct kv_config *cfg, char *err,
+			  size_t err_len)
+{
+	const char *arg = argv[*i] + 2, *eq = strchr(arg, '=');
+	size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+	const struct setting *s = find_setting(arg, len);
+	char spelled[80];
+
+	snprintf(spelled, sizeof(spelled), "--%.*s", (int)len, arg);
+	if (!s || memchr(arg, '_', len))
+		return fail(err, err_len, "kvfs: unknown option '%s'", spelled);
+	if (eq)
+		return apply(s, cfg, eq + 1, spelled, err, err_len);
+	if (*i + 1 >= argc)
+		return fail(err, err_len, "kvfs: option '%s' needs a value", spelled);
+	return apply(s, cfg, argv[++*i], spelled, err, err_len);
+}
+
+int kv_options_parse(int argc, char **argv, char **environ_, struct kv_config *cfg,
+		     char **fuse_opts, char *err, size_t err_len)
+{
+	bool positional_only = false;
+	int rc;
+
+	*fuse_opts = NULL;
+	rc = add_fuse_opt(fuse_opts, "", 0);
+	if (rc)
+		return rc;
+	rc = apply_env(environ_, cfg, err, err_len);
+	for (int i = 1; !rc && i < argc; i++) {
+		const char *a = argv[i];
+
+		if (positional_only || a[0] != '-' || a[1] == '\0')
+			rc = set_positional(cfg, a, err, err_len);
+		else if (!strcmp(a, "--"))
+			positional_only = true;
+		else if (!strcmp(a, "-h") || !strcmp(a, "--help"))
+			return KV_OPT_HELP;
+		else if (!strcmp(a, "-V") || !strcmp(a, "--version"))
+			return KV_OPT_VERSION;
+		else if (!strcmp(a, "-f"))
+			cfg->kc_foreground = true;
+		else if (!strcmp(a, "-d"))
+			cfg->kc_debug = cfg->kc_foreground = true;
+		else if (!strcmp(a, "-o") && i + 1 < argc)
+			rc = parse_o(argv[++i], cfg, fuse_opts, err, err_len);
+		else if (!strncmp(a, "-o", 2) && a[2])
+			rc = parse_o(a + 2, cfg, fuse_opts, err, err_len);
+		else if (!strncmp(a, "--", 2))
+			rc = parse_long_opt(argc, argv, &i, cfg, err, err_len);
+		else
+			rc = fail(err, err_len, "kvfs: unknown option '%s'", a);
+	}
+	if (rc)
+		return rc;
+	if (!cfg->kc_mountpoint)
+		return fail(err, err_len, "kvfs: need DATA_DIR and MOUNTPOINT (see --help)");
+	return KV_OPT_RUN;
+}

@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: MIT */
+#include "ssd/datadir.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static pid_t read_holder(int fd)
+{
+	char buf[32];
+	ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	return (pid_t)strtol(buf, NULL, 10);
+}
+
+int kv_datadir_open(struct kv_datadir *dd, const char *path, pid_t *holder)
+{
+	char pid[32];
+	int err, len;
+
+	*holder = 0;
+	if (mkdir(path, 0700) < 0 && errno != EEXIST)
+		return -errno;
+	dd->kd_dirfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dd->kd_dirfd < 0)
+		return -errno;
+	dd->kd_lockfd = openat(dd->kd_dirfd, "LOCK", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (dd->kd_lockfd < 0) {
+		err = -errno;
+		goto out_close_dir;
+	}
+	if (flock(dd->kd_lockfd, LOCK_EX | LOCK_NB) < 0) {
+		err = errno == EWOULDBLOCK ? -EBUSY : -errno;
+		if (err == -EBUSY)
+			*holder = read_holder(dd->kd_lockfd);
+		goto out_close_lock;
+	}
+	len = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
+	if (ftruncate(dd->kd_lockfd, 0) < 0 || pwrite(dd->kd_lockfd, pid, len, 0) != len) {
+		err = -errno;
+		goto out_close_lock;
+	}
+	return 0;
+
+out_close_lock:
+	close(dd->kd_lockfd);
+out_close_dir:
+	close(dd->kd_dirfd);
+	return err;
+}
+
+void kv_datadir_close(struct kv_datadir *dd)
+{
+	close(dd->kd_lockfd);
+	close(dd->kd_dirfd);
+}

@@ -1,0 +1,31 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ssd/datadir.h — the data directory.
+ *
+ * DATA_DIR holds everything kvfs keeps on disk. It is created when missing
+ * and locked for the life of the daemon with flock(2) on DATA_DIR/LOCK, so
+ * a second kvfs on the same directory is refused while the first runs; the
+ * lock file records the holder's pid for the message. The lock goes away
+ * with the process, even after kill -9.
+ */
+#ifndef KVFS_SSD_DATADIR_H
+#define KVFS_SSD_DATADIR_H
+
+#include <sys/types.h>
+
+struct kv_datadir {
+	int kd_dirfd;  /* O_DIRECTORY fd of DATA_DIR */
+	int kd_lockfd; /* DATA_DIR/LOCK, flock'ed exclusively */
+};
+
+/*
+ * Creates DATA_DIR (one level, mode 0700) if missing, opens and locks it.
+ * Returns 0, -EBUSY when another process holds the lock (its pid, when
+ * known, in *holder), or another -errno from mkdir/open.
+ */
+int kv_datadir_open(struct kv_datadir *dd, const char *path, pid_t *holder);
+
+/* Releases the lock and closes the directory. */
+void kv_datadir_close(struct kv_datadir *dd);
+
+#endif

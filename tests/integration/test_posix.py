@@ -1,0 +1,653 @@
+# SPDX-License-Identifier: MIT
+"""POSIX behaviour of a kvfs mount: truncate, fallocate, open flags, rmdir,
+rename (incl. renameat2 flags), attributes, refused node types, name length,
+the reserved .kvfs directory, xattrs, readdir, ownership and permissions."""
+
+import errno
+import json
+import os
+import stat
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kvfstest  # noqa: E402
+from kvfstest import errno_of, pattern, read_file, write_file  # noqa: E402
+
+MEM = "512M"
+NOBODY = 65534
+
+
+def pread_all(fd, size, off=0):
+    out = bytearray()
+    while len(out) < size:
+        b = os.pread(fd, size - len(out), off + len(out))
+        if not b:
+            break
+        out += b
+    return bytes(out)
+
+
+class FileSizeTest(kvfstest.KvfsTestCase):
+    MOUNT_OPTS = ("--mem-size=" + MEM,)
+
+    def test_truncate_up_and_down(self):
+        p = self.m.path("t")
+        data = pattern("t", 100)
+        write_file(p, data)
+        os.truncate(p, 10000)
+        self.assertEqual(os.stat(p).st_size, 10000)
+        self.assertEqual(read_file(p), data + b"\0" * 9900)
+        os.truncate(p, 50)
+        self.assertEqual(os.stat(p).st_size, 50)
+        self.assertEqual(read_file(p), data[:50])
+        os.truncate(p, 0)
+        self.assertEqual(read_file(p), b"")
+        os.truncate(p, 3 << 20)  # larger than one pool block
+        got = read_file(p)
+        self.assertEqual(len(got), 3 << 20)
+        self.assertEqual(got.count(0), 3 << 20)
+
+    def test_ftruncate(self):
+        p = self.m.path("ft")
+        fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            data = pattern("ft", 1000)
+            self.assertEqual(os.write(fd, data), 1000)
+            os.ftruncate(fd, 300)
+            self.assertEqual(os.fstat(fd).st_size, 300)
+            self.assertEqual(pread_all(fd, 2000), data[:300])
+            os.ftruncate(fd, 5000)
+            self.assertEqual(os.fstat(fd).st_size, 5000)
+            self.assertEqual(pread_all(fd, 6000), data[:300] + b"\0" * 4700)
+            os.pwrite(fd, b"END", 5000)
+            self.assertEqual(os.fstat(fd).st_size, 5003)
+        finally:
+            os.close(fd)
+        self.assertEqual(read_file(p), data[:300] + b"\0" * 4700 + b"END")
+        self.assertEqual(os.stat(p).st_size, 5003)
+
+    def test_write_past_eof_leaves_zeros(self):
+        p = self.m.path("sparse")
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT, 0o644)
+        os.pwrite(fd, b"tail", (1 << 20) + 7)
+        os.pwrite(fd, b"head", 0)
+        os.close(fd)
+        want = b"head" + b"\0" * ((1 << 20) + 3) + b"tail"
+        self.assertEqual(read_file(p), want)
+
+    def test_fallocate_mode0(self):
+        m = self.m
+        p = m.path("fa")
+        write_file(p, b"0123456789")
+        before = m.stats()
+        fd = os.open(p, os.O_RDWR)
+        try:
+            kvfstest.fallocate(fd, 0, 4096, 8192)  # the daemon's own fallocate
+            self.assertEqual(os.fstat(fd).st_size, 12288)
+            kvfstest.fallocate(fd, 0, 0, 5)  # inside the file: no change
+            self.assertEqual(os.fstat(fd).st_size, 12288)
+            after = m.stats()
+            self.assertGreaterEqual(kvfstest.op(after, "fallocate") - kvfstest.op(before, "fallocate"), 2)
+            self.assertEqual(kvfstest.op(after, "fallocate", "errors"),
+                             kvfstest.op(before, "fallocate", "errors"))
+            os.posix_fallocate(fd, 0, 1 << 20)
+            st = os.fstat(fd)
+            self.assertEqual(st.st_size, 1 << 20)
+            self.assertGreaterEqual(st.st_blocks * 512, 1 << 20)
+        finally:
+            os.close(fd)
+        self.assertEqual(read_file(p), b"0123456789" + b"\0" * ((1 << 20) - 10))
+
+    def test_fallocate_keep_size(self):
+        p = self.m.path("fk")
+        write_file(p, b"0123456789")
+        fd = os.open(p, os.O_RDWR)
+        try:
+            kvfstest.fallocate(fd, kvfstest.FALLOC_FL_KEEP_SIZE, 0, 1 << 20)
+            st = os.fstat(fd)
+            self.assertEqual(st.st_size, 10)
+            self.assertGreaterEqual(st.st_blocks * 512, 1 << 20, "KEEP_SIZE allocated nothing")
+            self.assertEqual(pread_all(fd, 100), b"0123456789")
+            os.pwrite(fd, b"x", 500000)  # inside the preallocated range
+            self.assertEqual(os.fstat(fd).st_size, 500001)
+        finally:
+            os.close(fd)
+        self.assertEqual(read_file(p), b"0123456789" + b"\0" * (500000 - 10) + b"x")
+        self.assertEqual(os.stat(p).st_size, 500001)
+
+    def test_fallocate_unsupported_mode(self):
+        p = self.m.path("fu")
+        write_file(p, b"z" * 8192)
+        fd = os.open(p, os.O_RDWR)
+        try:
+            e = errno_of(kvfstest.fallocate, fd,
+                         kvfstest.FALLOC_FL_PUNCH_HOLE | kvfstest.FALLOC_FL_KEEP_SIZE, 0, 4096)
+            self.assertEqual(e, errno.EOPNOTSUPP)
+        finally:
+            os.close(fd)
+        self.assertEqual(read_file(p), b"z" * 8192)
+
+
+class OpenFlagsTest(kvfstest.KvfsTestCase):
+    MOUNT_OPTS = ("--mem-size=" + MEM,)
+
+    def test_o_trunc(self):
+        p = self.m.path("f")
+        write_file(p, pattern("f", 50000))
+        fd = os.open(p, os.O_WRONLY | os.O_TRUNC)
+        self.assertEqual(os.fstat(fd).st_size, 0)
+        os.write(fd, b"new")
+        os.close(fd)
+        self.assertEqual(read_file(p), b"new")
+        fd = os.open(p, os.O_RDONLY | os.O_TRUNC)  # O_TRUNC with O_RDONLY still truncates on Linux
+        os.close(fd)
+        self.assertEqual(os.stat(p).st_size, 0)
+
+    def test_o_append(self):
+        p = self.m.path("log")
+        write_file(p, b"start:")
+        a = os.open(p, os.O_WRONLY | os.O_APPEND)
+        b = os.open(p, os.O_WRONLY | os.O_APPEND)
+        try:
+            os.write(a, b"a" * 100)
+            os.write(b, b"b" * 50)
+            os.write(a, b"c" * 10)
+            os.lseek(b, 0, os.SEEK_SET)  # O_APPEND ignores the position
+            os.write(b, b"d")
+        finally:
+            os.close(a)
+            os.close(b)
+        self.assertEqual(read_file(p), b"start:" + b"a" * 100 + b"b" * 50 + b"c" * 10 + b"d")
+
+    def test_o_excl(self):
+        p = self.m.path("x")
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        os.write(fd, b"first")
+        os.close(fd)
+        self.assertErrno(errno.EEXIST, os.open, p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        self.assertEqual(read_file(p), b"first")
+        os.mkdir(self.m.path("dir"))
+        self.assertErrno(errno.EEXIST, os.open, self.m.path("dir"),
+                         os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+
+    def test_open_missing_and_dir_errors(self):
+        m = self.m
+        self.assertErrno(errno.ENOENT, os.open, m.path("nope"), os.O_RDONLY)
+        self.assertErrno(errno.ENOENT, os.open, m.path("nodir/f"), os.O_WRONLY | os.O_CREAT)
+        os.mkdir(m.path("d"))
+        self.assertErrno(errno.EISDIR, os.open, m.path("d"), os.O_WRONLY)
+        write_file(m.path("f"), b"1")
+        self.assertErrno(errno.ENOTDIR, os.open, m.path("f/x"), os.O_WRONLY | os.O_CREAT)
+        self.assertErrno(errno.ENOTDIR, os.mkdir, m.path("f/x"))
+
+
+class DirTest(kvfstest.KvfsTestCase):
+    MOUNT_OPTS = ("--mem-size=" + MEM,)
+
+    def test_rmdir(self):
+        m = self.m
+        os.makedirs(m.path("a/b"))
+        write_file(m.path("a/b/f"), b"x")
+        self.assertErrno(errno.ENOTEMPTY, os.rmdir, m.path("a"))
+        self.assertErrno(errno.ENOTEMPTY, os.rmdir, m.path("a/b"))
+        self.assertErrno(errno.ENOTDIR, os.rmdir, m.path("a/b/f"))
+        self.assertErrno(errno.EISDIR, os.unlink, m.path("a/b"))
+        self.assertErrno(errno.ENOENT, os.rmdir, m.path("a/nothing"))
+        os.unlink(m.path("a/b/f"))
+        self.assertErrno(errno.ENOTEMPTY, os.rmdir, m.path("a"))
+        os.rmdir(m.path("a/b"))
+        os.rmdir(m.path("a"))
+        self.assertFalse(os.path.exists(m.path("a")))
+        os.mkdir(m.path("a"))  # the name is free again
+        self.assertErrno(errno.EEXIST, os.mkdir, m.path("a"))
+
+    def test_readdir_exact(self):
+        m = self.m
+        os.mkdir(m.path("d"))
+        files = {"f1", "f 2", "ünïcode", "." + "h" * 10, "x" * 255}
+        dirs = {"s1", "s2"}
+        for f in files:
+            write_file(m.path("d", f), f.encode())
+        for d in dirs:
+            os.mkdir(m.path("d", d))
+        listing = sorted(os.listdir(m.path("d")))
+        self.assertEqual(listing, sorted(files | dirs))
+        kinds = {e.name: e.is_dir() for e in os.scandir(m.path("d"))}
+        self.assertEqual(kinds, {**{f: False for f in files}, **{d: True for d in dirs}})
+        self.assertEqual(os.listdir(m.path("d", "s1")), [])
+        # the root holds what we created (and may show .kvfs)
+        root = set(os.listdir(m.mnt))
+        self.assertIn("d", root)
+        self.assertLessEqual(root - {"d"}, {".kvfs"})
+
+    def test_readdir_3000_entries(self):
+        m = self.m
+        d = m.path("big")
+        os.mkdir(d)
+        names = ["key-%05d-%s" % (i, "v" * (i % 40)) for i in range(3000)]
+        for i, n in enumerate(names):
+            fd = os.open(os.path.join(d, n), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            if i % 7 == 0:
+                os.write(fd, n.encode())
+            os.close(fd)
+        got = os.listdir(d)
+        self.assertEqual(len(got), 3000, "duplicates or missing entries")
+        self.assertEqual(sorted(got), sorted(names))
+        for i, n in enumerate(names):
+            if i % 3 == 0:
+                os.unlink(os.path.join(d, n))
+        left = sorted(n for i, n in enumerate(names) if i % 3)
+        self.assertEqual(sorted(os.listdir(d)), left)
+        # reading the directory in small pieces through one stream
+        with os.scandir(d) as it:
+            seen = [e.name for e in it]
+        self.assertEqual(sorted(seen), left)
+        self.assertEqual(read_file(os.path.join(d, names[7])), names[7].encode())
+
+
+class RenameTest(kvfstest.KvfsTestCase):
+    MOUNT_OPTS = ("--mem-size=" + MEM,)
+
+    def test_rename_file(self):
+        m = self.m
+        write_file(m.path("a"), b"A" * 5000)
+        os.rename(m.path("a"), m.path("b"))
+        self.assertFalse(os.path.exists(m.path("a")))
+        self.assertEqual(read_file(m.path("b")), b"A" * 5000)
+        os.mkdir(m.path("d"))
+        os.rename(m.path("b"), m.path("d/c"))
+        self.assertEqual(read_file(m.path("d/c")), b"A" * 5000)
+        self.assertEqual(os.listdir(m.path("d")), ["c"])
+        os.rename(m.path("d/c"), m.path("d/c"))  # onto itself: no-op
+        self.assertEqual(read_file(m.path("d/c")), b"A" * 5000)
+
+    def test_rename_over_existing_file(self):
+        m = self.m
+        write_file(m.path("src"), b"new contents")
+        write_file(m.path("dst"), b"old contents, longer" * 100)
+        keys = m.stats()["namespace"]["keys"]
+        os.rename(m.path("src"), m.path("dst"))
+        self.assertFalse(os.path.exists(m.path("src")))
+        self.assertEqual(read_file(m.path("dst")), b"new contents")
+        self.assertEqual(os.stat(m.path("dst")).st_size, 12)
+        self.assertEqual(m.stats()["namespace"]["keys"], keys - 1)
+
+    def test_rename_directories(self):
+        m = self.m
+        os.makedirs(m.path("t/u/v"))
+        write_file(m.path("t/u/v/f"), b"deep")
+        write_file(m.path("t/g"), b"shallow")
+        os.rename(m.path("t"), m.path("T"))
+        self.assertFalse(os.path.exists(m.path("t")))
+        self.assertEqual(read_file(m.path("T/u/v/f")), b"deep")
+        self.assertEqual(read_file(m.path("T/g")), b"shallow")
+        os.mkdir(m.path("other"))
+        os.rename(m.path("T/u"), m.path("other/u2"))
+        self.assertEqual(read_file(m.path("other/u2/v/f")), b"deep")
+        self.assertEqual(sorted(os.listdir(m.path("T"))), ["g"])
+        # a new file under the moved directory is reachable by the new path only
+        write_file(m.path("other/u2/v/new"), b"n")
+        self.assertEqual(sorted(os.listdir(m.path("other/u2/v"))), ["f", "new"])
+        # over an empty directory: allowed; over a non-empty one: refused
+        os.mkdir(m.path("empty"))
+        os.rename(m.path("other/u2"), m.path("empty"))
+        self.assertEqual(read_file(m.path("empty/v/f")), b"deep")
+        os.mkdir(m.path("full"))
+        write_file(m.path("full/x"), b"x")
+        self.assertErrno((errno.ENOTEMPTY, errno.EEXIST), os.rename, m.path("empty"),
+                         m.path("full"))
+        self.assertEqual(read_file(m.path("full/x")), b"x")
+        # type mismatches and moving a directory under itself
+        self.assertErrno(errno.EISDIR, os.rename, m.path("T/g"), m.path("full"))
+        self.assertErrno(errno.ENOTDIR, os.rename, m.path("full"), m.path("T/g"))
+        self.assertErrno(errno.EINVAL, os.rename, m.path("empty"), m.path("empty/v/inside"))
+        self.assertErrno(errno.ENOENT, os.rename, m.path("missing"), m.path("x"))
+
+    def test_rename_noreplace(self):
+        m = self.m
+        write_file(m.path("a"), b"aaa")
+        write_file(m.path("b"), b"bbb")
+        self.assertErrno(errno.EEXIST, kvfstest.renameat2, m.path("a"), m.path("b"),
+                         kvfstest.RENAME_NOREPLACE)
+        self.assertEqual(read_file(m.path("a")), b"aaa")
+        self.assertEqual(read_file(m.path("b")), b"bbb")
+        kvfstest.renameat2(m.path("a"), m.path("c"), kvfstest.RENAME_NOREPLACE)
+        self.assertFalse(os.path.exists(m.path("a")))
+        self.assertEqual(read_file(m.path("c")), b"aaa")
+
+    def test_rename_exchange(self):
+        m = self.m
+        write_file(m.path("a"), b"A" * 10)
+        write_file(m.path("b"), b"B" * 20000)
+        kvfstest.renameat2(m.path("a"), m.path("b"), kvfstest.RENAME_EXCHANGE)
+        self.assertEqual(read_file(m.path("a")), b"B" * 20000)
+        self.assertEqual(read_file(m.path("b")), b"A" * 10)
+        # directories, across parents
+        os.makedirs(m.path("p/x"))
+        os.makedirs(m.path("q/y"))
+        write_file(m.path("p/x/in-x"), b"1")
+        write_file(m.path("q/y/in-y"), b"2")
+        kvfstest.renameat2(m.path("p/x"), m.path("q/y"), kvfstest.RENAME_EXCHANGE)
+        self.assertEqual(os.listdir(m.path("p/x")), ["in-y"])
+        self.assertEqual(os.listdir(m.path("q/y")), ["in-x"])
+        # a file with a directory
+        kvfstest.renameat2(m.path("a"), m.path("p/x"), kvfstest.RENAME_EXCHANGE)
+        self.assertTrue(os.path.isdir(m.path("a")))
+        self.assertEqual(os.listdir(m.path("a")), ["in-y"])
+        self.assertEqual(read_file(m.path("p/x")), b"B" * 20000)
+        self.assertErrno(errno.ENOENT, kvfstest.renameat2, m.path("b"), m.path("nothing"),
+                         kvfstest.RENAME_EXCHANGE)
+
+
+class AttrTest(kvfstest.KvfsTestCase):
+    MOUNT_OPTS = ("--mem-size=" + MEM,)
+
+    def test_chmod(self):
+        p = self.m.path("f")
+        write_file(p, b"x")
+        for mode in (0o600, 0o751, 0o444, 0o000, 0o644):
+            os.chmod(p, mode)
+            self.assertEqual(stat.S_IMODE(os.stat(p).st_mode), mode)
+            self.assertTrue(stat.S_ISREG(os.stat(p).st_mode))
+        os.mkdir(self.m.path("d"))
+        os.chmod(self.m.path("d"), 0o700)
+        st = os.stat(self.m.path("d"))
+        self.assertEqual(stat.S_IMODE(st.st_mode), 0o700)
+        self.assertTrue(stat.S_ISDIR(st.st_mode))
+        fd = os.open(p, os.O_RDONLY)
+        os.fchmod(fd, 0o640)
+        os.close(fd)
+        self.assertEqual(stat.S_IMODE(os.stat(p).st_mode), 0o640)
+
+    def test_chown(self):
+        p = self.m.path("f")
+        write_file(p, b"x")
+        os.chown(p, 1234, 5678)
+        st = os.stat(p)
+        self.assertEqual((st.st_uid, st.st_gid), (1234, 5678))
+        os.chown(p, -1, 42)
+        st = os.stat(p)
+        self.assertEqual((st.st_uid, st.st_gid), (1234, 42))
+        os.mkdir(self.m.path("d"))
+        os.chown(self.m.path("d"), 7, 8)
+        st = os.stat(self.m.path("d"))
+        self.assertEqual((st.st_uid, st.st_gid), (7, 8))
+        self.assertEqual(read_file(p), b"x")
+
+    def test_utimens(self):
+        p = self.m.path("f")
+        write_file(p, b"x")
+        os.utime(p, ns=(1_000_000_123, 2_000_000_456))
+        st = os.stat(p)
+        self.assertEqual(st.st_atime_ns, 1_000_000_123)
+        self.assertEqual(st.st_mtime_ns, 2_000_000_456)
+        now = time.time()
+        os.utime(p)  # both to now
+        st = os.stat(p)
+        self.assertLess(abs(st.st_mtime - now), 5)
+        self.assertLess(abs(st.st_atime - now), 5)
+        os.mkdir(self.m.path("d"))
+        os.utime(self.m.path("d"), ns=(5_000_000_000, 6_000_000_000))
+        self.assertEqual(os.stat(self.m.path("d")).st_mtime_ns, 6_000_000_000)
+        # a write moves mtime forward again
+        os.utime(p, ns=(1_000_000_000, 1_000_000_000))
+        fd = os.open(p, os.O_WRONLY)
+        os.write(fd, b"y")
+        os.close(fd)
+        self.assertLess(abs(os.stat(p).st_mtime - time.time()), 5)
+
+    def test_new_file_mode_and_owner(self):
+        old = os.umask(0o027)
+        try:
+            fd = os.open(self.m.path("f"), os.O_WRONLY | os.O_CREAT, 0o666)
+            os.close(fd)
+            os.mkdir(self.m.path("d"), 0o777)
+        finally:
+            os.umask(old)
+        st = os.stat(self.m.path("f"))
+        self.assertEqual(stat.S_IMODE(st.st_mode), 0o640)
+        self.assertEqual((st.st_uid, st.st_gid), (os.getuid(), os.getgid()))
+        st = os.stat(self.m.path("d"))
+        self.assertEqual(stat.S_IMODE(st.st_mode), 0o750)
+
+    def test_refused_node_types(self):
+        m = self.m
+        write_file(m.path("f"), b"x")
+        self.assertErrno(errno.EPERM, os.symlink, "f", m.path("sl"))
+        self.assertErrno(errno.EPERM, os.link, m.path("f"), m.path("hl"))
+        self.assertErrno(errno.EPERM, os.mkfifo, m.path("fifo"))
+        self.assertErrno(errno.EPERM, os.mknod, m.path("chr"), stat.S_IFCHR | 0o600,
+                         os.makedev(1, 3))
+        self.assertErrno(errno.EPERM, os.mknod, m.path("sock"), stat.S_IFSOCK | 0o600)
+        for n in ("sl", "hl", "fifo", "chr", "sock"):
+            self.assertFalse(os.path.lexists(m.path(n)), n)
+        self.assertEqual(os.stat(m.path("f")).st_nlink, 1)
+        self.assertEqual(read_file(m.path("f")), b"x")
+
+    def test_name_length(self):
+        m = self.m
+        n255 = "n" * 255
+        n256 = "n" * 256
+        write_file(m.path(n255), b"255")
+        self.assertEqual(read_file(m.path(n255)), b"255")
+        self.assertIn(n255, os.listdir(m.mnt))
+        os.mkdir(m.path("d" * 255))
+        self.assertErrno(errno.ENAMETOOLONG, os.open, m.path(n256), os.O_WRONLY | os.O_CREAT,
+                         0o644)
+        self.assertErrno(errno.ENAMETOOLONG, os.mkdir, m.path("d" * 256))
+        self.assertErrno(errno.ENAMETOOLONG, os.stat, m.path(n256))
+        self.assertErrno(errno.ENAMETOOLONG, os.rename, m.path(n255), m.path(n256))
+        self.assertErrno(errno.ENAMETOOLONG, os.open, m.path("d" * 255, n256),
+                         os.O_WRONLY | os.O_CREAT, 0o644)
+        # 255 *bytes*, not characters
+        u255 = "é" * 127 + "x"
+        u256 = "é" * 128
+        self.assertEqual(len(u255.encode()), 255)
+        write_file(m.path(u255), b"u")
+        self.assertErrno(errno.ENAMETOOLONG, os.open, m.path(u256), os.O_WRONLY | os.O_CREAT,
+                         0o644)
+        os.rename(m.path(n255), m.path("m" * 255))
+        self.assertEqual(read_file(m.path("m" * 255)), b"255")
+        self.assertEqual(sorted(set(os.listdir(m.mnt)) - {".kvfs"}),
+                         sorted(["d" * 255, "m" * 255, u255]))
+
+
+class ReservedTest(kvfstest.KvfsTestCase):
+    MOUNT_OPTS = ("--mem-size=" + MEM,)
+
+    def test_kvfs_dir(self):
+        m = self.m
+        kv = m.path(".kvfs")
+        st = os.stat(kv)
+        self.assertTrue(stat.S_ISDIR(st.st_mode))
+        self.assertTrue(stat.S_ISREG(os.stat(m.path(".kvfs/stats")).st_mode))
+        self.assertTrue(stat.S_ISREG(os.stat(m.path(".kvfs/config")).st_mode))
+        json.loads(read_file(m.path(".kvfs/stats")))
+        self.assertIn("mem_size", m.config())
+
+    def test_kvfs_is_reserved(self):
+        m = self.m
+        kv = m.path(".kvfs")
+        write_file(m.path("f"), b"f")
+        os.mkdir(m.path("d"))
+        self.assertErrno(errno.EEXIST, os.mkdir, kv)
+        self.assertErrno(errno.EPERM, os.open, m.path(".kvfs/new"),
+                         os.O_WRONLY | os.O_CREAT, 0o644)
+        self.assertErrno(errno.EPERM, os.mkdir, m.path(".kvfs/newdir"))
+        self.assertErrno(errno.EPERM, os.unlink, m.path(".kvfs/stats"))
+        self.assertErrno(errno.EPERM, os.unlink, m.path(".kvfs/config"))
+        self.assertErrno(errno.EPERM, os.rmdir, kv)
+        self.assertErrno(errno.EPERM, os.rename, kv, m.path("renamed"))
+        self.assertErrno(errno.EPERM, os.rename, m.path(".kvfs/stats"), m.path("stolen"))
+        self.assertErrno(errno.EPERM, os.rename, m.path("f"), m.path(".kvfs/stats"))
+        self.assertErrno(errno.EPERM, os.rename, m.path("f"), m.path(".kvfs/f"))
+        self.assertErrno((errno.EPERM, errno.EISDIR), os.rename, m.path("f"), kv)
+        self.assertErrno((errno.EPERM, errno.ENOTEMPTY), os.rename, m.path("d"), kv)
+        self.assertErrno((errno.EPERM, errno.EACCES, errno.EROFS), os.open,
+                         m.path(".kvfs/stats"), os.O_WRONLY)
+        self.assertErrno((errno.EPERM, errno.EACCES, errno.EROFS), os.open,
+                         m.path(".kvfs/config"), os.O_RDWR | os.O_TRUNC)
+        # everything is still there and works
+        self.assertEqual(read_file(m.path("f")), b"f")
+        self.assertTrue(os.path.isdir(m.path("d")))
+        self.assertLessEqual({"stats", "config"}, set(os.listdir(kv)))
+        self.assertFalse(os.path.exists(m.path("renamed")))
+        m.stats()
+
+
+class XattrTest(kvfstest.KvfsTestCase):
+    MOUNT_OPTS = ("--mem-size=" + MEM,)
+
+    def seq(self, p):
+        v = os.getxattr(p, "user.kvfs.seq")
+        self.assertRegex(v, rb"^[0-9]+$")
+        return int(v)
+
+    def wait_seq(self, p, above):
+        """The seq once the file is sealed (release is asynchronous)."""
+        def newer():
+            try:
+                s = self.seq(p)
+            except OSError:
+                return None
+            return s if s > above else None
+        return kvfstest.wait_until(newer, timeout=10, what="user.kvfs.seq of %s above %d"
+                                   % (p, above))
+
+    def test_seq_increases_on_rewrite(self):
+        p = self.m.path("k")
+        write_file(p, b"v1")
+        s1 = self.wait_seq(p, 0)
+        write_file(p, b"v2 is longer")
+        s2 = self.wait_seq(p, s1)
+        fd = os.open(p, os.O_WRONLY)
+        os.pwrite(fd, b"V", 0)
+        os.close(fd)
+        s3 = self.wait_seq(p, s2)
+        os.truncate(p, 3)
+        s4 = self.wait_seq(p, s3)
+        self.assertLess(s1, s2)
+        self.assertLess(s3, s4)
+        self.assertEqual(read_file(p), b"V2 ")
+        # reading does not make a version
+        read_file(p)
+        fd = os.open(p, os.O_RDONLY)
+        os.close(fd)
+        self.assertEqual(self.seq(p), s4)
+        self.assertLessEqual(s4, self.m.stats()["namespace"]["last_seq"])
+        # a later key gets a higher number than every earlier one (global)
+        write_file(self.m.path("later"), b"l")
+        self.wait_seq(self.m.path("later"), s4)
+        self.assertIn("user.kvfs.seq", os.listxattr(p))
+
+    def test_setxattr_refused(self):
+        p = self.m.path("k")
+        write_file(p, b"v")
+        self.assertErrno(errno.ENOTSUP, os.setxattr, p, "user.foo", b"bar")
+        self.assertErrno((errno.ENOTSUP, errno.EPERM), os.setxattr, p, "user.kvfs.seq", b"1")
+        self.assertErrno(errno.ENODATA, os.getxattr, p, "user.nothing")
+        self.assertEqual(read_file(p), b"v")
+
+
+def as_user(uid, gid, fn, umask=0o022):
+    """Runs fn() in a forked child with the given ids; returns ["ok", value]
+    or ["err", errno]."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+            os.umask(umask)
+            try:
+                res = ["ok", fn()]
+            except OSError as e:
+                res = ["err", e.errno]
+            os.write(w, json.dumps(res).encode())
+            os._exit(0)
+        except BaseException:
+            os._exit(3)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        out = f.read()
+    _, status = os.waitpid(pid, 0)
+    if status != 0 or not out:
+        raise AssertionError("child failed (status %d)" % status)
+    return json.loads(out)
+
+
+def _create(path, data=b"child"):
+    def fn():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        os.write(fd, data)
+        os.close(fd)
+        return len(data)
+    return fn
+
+
+class OwnershipTest(kvfstest.KvfsTestCase):
+    MOUNT_OPTS = ("--mem-size=" + MEM, "-o", "allow_other")
+
+    def test_other_user_creates_and_is_checked(self):
+        m = self.m
+        os.chmod(m.mnt, 0o755)
+        d = m.path("shared")
+        os.mkdir(d)
+        os.chmod(d, 0o777)
+        # a file created by another user takes its ids and its umask
+        self.assertEqual(as_user(NOBODY, NOBODY, _create(os.path.join(d, "theirs"))), ["ok", 5])
+        st = os.stat(os.path.join(d, "theirs"))
+        self.assertEqual((st.st_uid, st.st_gid), (NOBODY, NOBODY))
+        self.assertEqual(stat.S_IMODE(st.st_mode), 0o644)
+        self.assertEqual(read_file(os.path.join(d, "theirs")), b"child")
+        self.assertEqual(as_user(NOBODY, NOBODY, lambda: os.mkdir(os.path.join(d, "sub"), 0o777)),
+                         ["ok", None])
+        st = os.stat(os.path.join(d, "sub"))
+        self.assertEqual((st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)), (NOBODY, NOBODY, 0o755))
+
+        # root's 0644 file: readable, not writable, by the other user
+        mine = os.path.join(d, "mine")
+        write_file(mine, b"root data")
+        os.chmod(mine, 0o644)
+        os.chown(mine, 0, 0)
+
+        def read_mine():
+            with open(mine, "rb") as f:
+                return f.read().decode()
+
+        self.assertEqual(as_user(NOBODY, NOBODY, read_mine), ["ok", "root data"])
+        self.assertEqual(as_user(NOBODY, NOBODY, lambda: os.open(mine, os.O_WRONLY)),
+                         ["err", errno.EACCES])
+        self.assertEqual(as_user(NOBODY, NOBODY, lambda: os.truncate(mine, 0)),
+                         ["err", errno.EACCES])
+        os.chmod(mine, 0o600)
+        self.assertEqual(as_user(NOBODY, NOBODY, read_mine), ["err", errno.EACCES])
+        # nor may it create in root's 0755 directories, nor chown
+        self.assertEqual(as_user(NOBODY, NOBODY, _create(m.path("in-root"))),
+                         ["err", errno.EACCES])
+        self.assertEqual(as_user(NOBODY, NOBODY,
+                                 lambda: os.chown(os.path.join(d, "theirs"), 0, 0)),
+                         ["err", errno.EPERM])
+        self.assertEqual(as_user(NOBODY, NOBODY, lambda: os.chmod(mine, 0o666)),
+                         ["err", errno.EPERM])
+        self.assertEqual(read_file(mine), b"root data")
+        self.assertFalse(os.path.exists(m.path("in-root")))
+
+
+class NoAllowOtherTest(kvfstest.KvfsTestCase):
+    MOUNT_OPTS = ("--mem-size=" + MEM,)
+
+    def test_other_users_locked_out(self):
+        m = self.m
+        os.chmod(m.mnt, 0o755)
+        write_file(m.path("f"), b"x")
+        os.chmod(m.path("f"), 0o644)
+        self.assertEqual(as_user(NOBODY, NOBODY, lambda: os.stat(m.path("f")).st_size),
+                         ["err", errno.EACCES])
+
+
+if __name__ == "__main__":
+    kvfstest.main()

@@ -1,0 +1,179 @@
+# SPDX-License-Identifier: MIT
+"""kvfs with ordinary shell tools: cp, sha256sum, mkdir -p, mv, rm -rf, ls -l,
+du, df and cat of the .kvfs control files."""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kvfstest  # noqa: E402
+
+MEM = "768M"
+
+
+def sh(*cmd, cwd=None):
+    """Runs a command; returns its stdout (text); fails the test on non-zero."""
+    r = subprocess.run(list(cmd), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if r.returncode != 0:
+        raise AssertionError("%s exited %d: %s" % (" ".join(cmd), r.returncode,
+                                                 r.stderr.decode(errors="replace")))
+    return r.stdout.decode(errors="replace")
+
+
+def sha256sum(path):
+    out = sh("sha256sum", path)
+    return out.split()[0]
+
+
+def pages(n):
+    """Bytes allocated for an n-byte value: whole 4 KiB pages."""
+    return (n + 4095) // 4096 * 4096
+
+
+class ShellTest(kvfstest.KvfsTestCase):
+    MOUNT_OPTS = ("--mem-size=" + MEM,)
+
+    def test_cp_100mib_roundtrip(self):
+        tmp = tempfile.mkdtemp(prefix="kvfs-it-src-", dir="/tmp")
+        try:
+            src = os.path.join(tmp, "src.bin")
+            h = hashlib.sha256()
+            with open(src, "wb") as f:
+                for _ in range(100):
+                    b = os.urandom(1 << 20)
+                    h.update(b)
+                    f.write(b)
+            want = h.hexdigest()
+            self.assertEqual(sha256sum(src), want)
+            dst = self.m.path("big.bin")
+            sh("cp", src, dst)
+            self.assertEqual(os.stat(dst).st_size, 100 << 20)
+            self.assertEqual(sha256sum(dst), want)
+            # out again, through a fresh read of the mount
+            out = os.path.join(tmp, "out.bin")
+            sh("cp", dst, out)
+            self.assertEqual(sha256sum(out), want)
+            # a copy inside the mount
+            sh("cp", dst, self.m.path("big2.bin"))
+            self.assertEqual(sha256sum(self.m.path("big2.bin")), want)
+            sh("cmp", src, self.m.path("big2.bin"))
+        finally:
+            subprocess.run(["rm", "-rf", tmp])
+
+    def test_mkdir_mv_rm_ls(self):
+        m = self.m
+        sh("mkdir", "-p", m.path("a/b/c"))
+        for d in ("a", "a/b", "a/b/c"):
+            self.assertTrue(os.path.isdir(m.path(d)), d)
+        files = {"a/one": 10, "a/b/two": 4096, "a/b/c/three": 70000, "a/b/c/empty": 0}
+        for rel, size in files.items():
+            kvfstest.write_file(m.path(rel), kvfstest.pattern(rel, size))
+
+        # ls -l shows the names and sizes
+        out = sh("ls", "-l", m.path("a/b/c"))
+        rows = {}
+        for line in out.splitlines():
+            f = line.split()
+            if len(f) >= 9 and not line.startswith("total"):
+                rows[f[-1]] = int(f[4])
+        self.assertEqual(rows, {"three": 70000, "empty": 0})
+        out = sh("ls", "-l", m.path("a"))
+        names = {line.split()[-1]: line[0] for line in out.splitlines()
+                 if not line.startswith("total")}
+        self.assertEqual(names, {"one": "-", "b": "d"})
+        self.assertEqual(sorted(sh("ls", "-A", m.path("a/b")).split()), ["c", "two"])
+
+        # mv a file, then a directory tree
+        sh("mv", m.path("a/one"), m.path("a/b/one-moved"))
+        self.assertFalse(os.path.exists(m.path("a/one")))
+        self.assertEqual(kvfstest.read_file(m.path("a/b/one-moved")),
+                         kvfstest.pattern("a/one", 10))
+        sh("mkdir", m.path("z"))
+        sh("mv", m.path("a/b"), m.path("z/"))
+        self.assertFalse(os.path.exists(m.path("a/b")))
+        self.assertEqual(kvfstest.read_file(m.path("z/b/c/three")),
+                         kvfstest.pattern("a/b/c/three", 70000))
+        self.assertEqual(sorted(sh("ls", m.path("z/b")).split()), ["c", "one-moved", "two"])
+
+        # rm -rf removes the whole tree
+        sh("rm", "-rf", m.path("z"), m.path("a"))
+        self.assertFalse(os.path.exists(m.path("z")))
+        self.assertFalse(os.path.exists(m.path("a")))
+        self.assertEqual(sorted(x for x in os.listdir(m.mnt) if x != ".kvfs"), [])
+        st = m.stats()
+        self.assertEqual(st["namespace"]["keys"], 0)
+
+    def test_du_reports_allocated(self):
+        m = self.m
+        os.mkdir(m.path("d"))
+        sizes = {"ten": 10, "page": 4096, "page1": 4097, "mib1": (1 << 20) + 1,
+                 "empty": 0}
+        for name, size in sizes.items():
+            kvfstest.write_file(m.path("d", name), b"x" * size)
+        for name, size in sizes.items():
+            st = os.stat(m.path("d", name))
+            self.assertEqual(st.st_blocks * 512, pages(size),
+                             "%s (%d bytes): st_blocks %d" % (name, size, st.st_blocks))
+            out = sh("du", "-k", m.path("d", name))
+            self.assertEqual(int(out.split()[0]), pages(size) // 1024, name)
+        # the 10-byte file pins exactly one page: 8 blocks
+        self.assertEqual(os.stat(m.path("d", "ten")).st_blocks, 8)
+        # du -sk of the directory == sum of st_blocks of everything in it
+        total = 0
+        for root, dirs, fs in os.walk(m.path("d")):
+            for n in dirs + fs + ["."]:
+                total += os.lstat(os.path.join(root, n)).st_blocks * 512
+        out = sh("du", "-sk", m.path("d"))
+        self.assertEqual(int(out.split()[0]), total // 1024)
+        self.assertGreaterEqual(total, sum(pages(s) for s in sizes.values()))
+        # apparent sizes
+        out = sh("du", "-b", "--apparent-size", m.path("d", "mib1"))
+        self.assertEqual(int(out.split()[0]), (1 << 20) + 1)
+
+    def test_df_shows_pool(self):
+        m = self.m
+        mem = kvfstest.parse_size(MEM)
+
+        def df():
+            out = sh("df", "-B1", "--output=size,used,avail", m.mnt).splitlines()
+            return [int(x) for x in out[1].split()]
+
+        size, used0, avail0 = df()
+        self.assertLessEqual(abs(size - mem), mem * 0.05, "df size %d vs mem-size %d" % (size, mem))
+        kvfstest.write_file(m.path("f"), os.urandom(32 << 20))
+        size1, used1, avail1 = df()
+        self.assertEqual(size1, size)
+        self.assertGreaterEqual(used1 - used0, 32 << 20)
+        self.assertLessEqual(used1 - used0, (32 << 20) + (4 << 20))
+        self.assertLessEqual(avail1, avail0 - (32 << 20))
+        os.unlink(m.path("f"))
+        # freeing happens when the last handle is released (asynchronously)
+        kvfstest.wait_until(lambda: df()[1] <= used0 + (1 << 20), what="df used to drop")
+        # df's own view through statvfs
+        sv = os.statvfs(m.mnt)
+        self.assertLessEqual(abs(sv.f_blocks * sv.f_frsize - mem), mem * 0.05)
+
+    def test_cat_control_files(self):
+        m = self.m
+        doc = json.loads(sh("cat", m.path(".kvfs/stats")))
+        for k in ("ops", "pool", "namespace"):
+            self.assertIn(k, doc)
+        sv = os.statvfs(m.mnt)
+        self.assertLessEqual(abs(doc["pool"]["size"] - sv.f_blocks * sv.f_frsize), 2 << 20)
+        cfg = sh("cat", m.path(".kvfs/config"))
+        lines = dict(l.split("=", 1) for l in cfg.splitlines() if "=" in l)
+        lines = {k.strip(): v.strip() for k, v in lines.items()}
+        self.assertEqual(int(lines["mem_size"]), kvfstest.parse_size(MEM))
+        self.assertLessEqual({"config", "stats"}, set(sh("ls", m.path(".kvfs")).split()))
+        # each cat re-renders: a second read sees the first one counted
+        doc2 = json.loads(sh("cat", m.path(".kvfs/stats")))
+        self.assertGreater(sum(o["calls"] for o in doc2["ops"].values()),
+                           sum(o["calls"] for o in doc["ops"].values()))
+
+
+if __name__ == "__main__":
+    kvfstest.main()
