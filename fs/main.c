@@ -21,6 +21,8 @@
 
 extern char **environ;
 
+#define MAX_READAHEAD_KB 1024
+
 /* Builds libfuse's argv: our program name, -o with our mount options, -d. */
 static int fuse_args_build(const struct kv_config *cfg, const char *user_opts,
 			   struct fuse_args *args)
@@ -36,6 +38,36 @@ static int fuse_args_build(const struct kv_config *cfg, const char *user_opts,
 		err = -ENOMEM;
 	free(opts);
 	return err;
+}
+
+/*
+ * Raises the kernel's readahead for this mount to the largest FUSE request
+ * (1 MiB; the kernel caps a new FUSE mount at 128 KiB): cold sequential
+ * reads through the page cache run about 40% faster (README, "Page cache").
+ * The mount's device number comes from /proc/self/mountinfo, not stat(2),
+ * which would wait on this very daemon. Best effort: needs root.
+ */
+static void tune_readahead(const char *mountpoint)
+{
+	char line[4096], mnt[4096], path[128];
+	unsigned maj, min;
+	FILE *f = fopen("/proc/self/mountinfo", "r");
+
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "%*u %*u %u:%u %*s %4095s", &maj, &min, mnt) != 3 ||
+		    strcmp(mnt, mountpoint) != 0)
+			continue;
+		snprintf(path, sizeof(path), "/sys/class/bdi/%u:%u/read_ahead_kb", maj, min);
+		FILE *ra = fopen(path, "w");
+
+		if (ra) {
+			fprintf(ra, "%u\n", MAX_READAHEAD_KB);
+			fclose(ra);
+		}
+	}
+	fclose(f);
 }
 
 static int serve(struct kv_fs *fs, struct fuse_args *args)
@@ -56,6 +88,7 @@ static int serve(struct kv_fs *fs, struct fuse_args *args)
 		fprintf(stderr, "kvfs: cannot mount at '%s'\n", cfg->kc_mountpoint);
 		goto out_signals;
 	}
+	tune_readahead(cfg->kc_mountpoint);
 	fprintf(stderr,
 		"kvfs: mounted at %s (data %s, pool %llu MiB); stop with fusermount3 -u %s or "
 		"Ctrl-C\n",

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs the Debian packages kvfs needs to build, run and test, when any
+# is missing. Sourced by run.sh and test.sh; runs apt-get only if needed.
+kvfs_install_deps() {
+	local pkgs=(build-essential cmake pkg-config fuse3 libfuse3-dev libnuma-dev
+		libxxhash-dev libaio-dev libcmocka-dev python3 fio attr)
+	local missing=()
+	for p in "${pkgs[@]}"; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+			missing+=("$p")
+	done
+	[ ${#missing[@]} -eq 0 ] && return 0
+	echo "kvfs: installing ${missing[*]}" >&2
+	local sudo=""
+	[ "$(id -u)" -eq 0 ] || sudo=sudo
+	$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+	$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+		"${missing[@]}" >/dev/null
+}

@@ -1,0 +1,243 @@
+# SPDX-License-Identifier: MIT
+"""The object model seen through file descriptors: unlink and rename-over
+keep old bytes for open fds, in-place overwrites are seen by every fd, the
+write-temp-then-rename publish is atomic, and every version gets a higher
+sequence number."""
+
+import errno
+import hashlib
+import os
+import sys
+import threading
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kvfstest  # noqa: E402
+from kvfstest import pattern, read_file, write_file  # noqa: E402
+
+MEM = "512M"
+
+
+def pread_all(fd, size, off=0):
+    out = bytearray()
+    while len(out) < size:
+        b = os.pread(fd, size - len(out), off + len(out))
+        if not b:
+            break
+        out += b
+    return bytes(out)
+
+
+def direct_read_all(fd, size):
+    """O_DIRECT read of a whole file through an aligned buffer."""
+    import mmap
+    n = (size + 4096 + 4095) // 4096 * 4096
+    buf = mmap.mmap(-1, n)
+    try:
+        got = os.preadv(fd, [buf], 0)
+        return bytes(buf[:got])
+    finally:
+        buf.close()
+
+
+class SemanticsTest(kvfstest.KvfsTestCase):
+    MOUNT_OPTS = ("--mem-size=" + MEM,)
+
+    def used(self):
+        return self.m.stats()["pool"]["used"]
+
+    def test_fd_survives_unlink(self):
+        m = self.m
+        p = m.path("k")
+        old = pattern("old", 3 << 20)
+        write_file(p, old)
+        base_keys = m.stats()["namespace"]["keys"]
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.unlink(p)
+            self.assertErrno(errno.ENOENT, os.stat, p)
+            self.assertNotIn("k", os.listdir(m.mnt))
+            self.assertEqual(m.stats()["namespace"]["keys"], base_keys - 1)
+            self.assertEqual(os.fstat(fd).st_size, len(old))
+            self.assertEqual(pread_all(fd, len(old) + 1), old)
+            # a new key of the same name is another object
+            new = pattern("new", 5000)
+            write_file(p, new)
+            self.assertEqual(read_file(p), new)
+            self.assertEqual(pread_all(fd, len(old) + 1), old)
+            used_open = self.used()
+        finally:
+            os.close(fd)
+        # the old value's memory goes back once the last handle is released
+        kvfstest.wait_until(lambda: self.used() <= used_open - (3 << 20), timeout=10,
+                            what="pool.used to drop after the last close")
+        self.assertEqual(read_file(p), new)
+
+    def test_fd_survives_rename_over(self):
+        m = self.m
+        key = m.path("key")
+        old = pattern("old", (1 << 20) + 17)
+        new = pattern("new", 70000)
+        write_file(key, old)
+        fd = os.open(key, os.O_RDONLY)
+        try:
+            self.assertEqual(os.read(fd, 10), old[:10])
+            write_file(m.path("tmp"), new)
+            os.rename(m.path("tmp"), key)
+            self.assertFalse(os.path.exists(m.path("tmp")))
+            # the held fd: old bytes, whole
+            self.assertEqual(os.fstat(fd).st_size, len(old))
+            self.assertEqual(pread_all(fd, len(old) + 100), old)
+            # new opens: new bytes
+            self.assertEqual(read_file(key), new)
+            self.assertEqual(os.stat(key).st_size, len(new))
+            # an O_DIRECT fd opened on the old version before would too
+        finally:
+            os.close(fd)
+        self.assertEqual(read_file(key), new)
+
+    def test_fd_survives_rename_over_direct(self):
+        m = self.m
+        key = m.path("key")
+        old = pattern("old", 20000)
+        write_file(key, old)
+        fd = os.open(key, os.O_RDONLY | os.O_DIRECT)
+        try:
+            write_file(m.path("tmp"), pattern("new", 30000))
+            os.rename(m.path("tmp"), key)
+            self.assertEqual(direct_read_all(fd, len(old)), old)
+        finally:
+            os.close(fd)
+
+    def test_fd_sees_in_place_overwrite(self):
+        m = self.m
+        p = m.path("k")
+        a = pattern("a", 100000)
+        b = pattern("b", 100000)
+        write_file(p, a)  # sealed
+        reader = os.open(p, os.O_RDONLY)
+        dreader = os.open(p, os.O_RDONLY | os.O_DIRECT)
+        try:
+            self.assertEqual(pread_all(reader, 200000), a)
+            self.assertEqual(direct_read_all(dreader, 100000), a)
+            w = os.open(p, os.O_WRONLY)
+            os.pwrite(w, b, 0)
+            # visible at once, before the writer closes
+            self.assertEqual(pread_all(reader, 200000), b)
+            self.assertEqual(direct_read_all(dreader, 100000), b)
+            os.close(w)
+            self.assertEqual(pread_all(reader, 200000), b)
+            self.assertEqual(direct_read_all(dreader, 100000), b)
+            # a truncate through another fd is seen too
+            w = os.open(p, os.O_WRONLY)
+            os.ftruncate(w, 1000)
+            self.assertEqual(os.fstat(reader).st_size, 1000)
+            self.assertEqual(pread_all(reader, 200000), b[:1000])
+            self.assertEqual(direct_read_all(dreader, 100000), b[:1000])
+            os.close(w)
+            # O_TRUNC through a third open
+            w = os.open(p, os.O_WRONLY | os.O_TRUNC)
+            os.write(w, b"short")
+            os.close(w)
+            self.assertEqual(pread_all(reader, 200000), b"short")
+            self.assertEqual(direct_read_all(dreader, 100000), b"short")
+        finally:
+            os.close(reader)
+            os.close(dreader)
+        self.assertEqual(read_file(p), b"short")
+
+    def test_read_your_writes_same_fd(self):
+        p = self.m.path("rw")
+        fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            data = pattern("rw", 300000)
+            os.write(fd, data)
+            self.assertEqual(pread_all(fd, 400000), data)
+            os.pwrite(fd, b"XYZ", 123456)
+            want = data[:123456] + b"XYZ" + data[123459:]
+            self.assertEqual(pread_all(fd, 400000), want)
+        finally:
+            os.close(fd)
+        self.assertEqual(read_file(p), want)
+
+    def test_publish_by_rename_is_atomic(self):
+        """A writer publishes versions by write-tmp + rename; readers must see
+        one whole version each time, never a partial or missing key."""
+        m = self.m
+        key = m.path("model", "block")
+        os.mkdir(m.path("model"))
+        size = 256 * 1024
+
+        def version(i):
+            body = pattern("v%d" % i, size - 40)
+            return b"%08d" % i + hashlib.sha256(body).digest() + body
+
+        write_file(key, version(0))
+        stop = threading.Event()
+        problems = []
+        reads = [0]
+
+        def reader():
+            try:
+                while not stop.is_set():
+                    data = read_file(key)
+                    i = int(data[:8])
+                    if len(data) != size or hashlib.sha256(data[40:]).digest() != data[8:40]:
+                        problems.append("torn read of version %d (%d bytes)" % (i, len(data)))
+                        return
+                    reads[0] += 1
+            except Exception as e:  # ENOENT would mean the name was missing
+                problems.append("reader: %r" % (e,))
+
+        threads = [threading.Thread(target=reader) for _ in range(3)]
+        for t in threads:
+            t.start()
+        try:
+            for i in range(1, 150):
+                tmp = m.path("model", ".tmp-%d" % i)
+                write_file(tmp, version(i))
+                os.rename(tmp, key)
+                if problems:
+                    break
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(60)
+        self.assertEqual(problems, [])
+        self.assertGreater(reads[0], 0)
+        self.assertEqual(read_file(key), version(149))
+        self.assertEqual(os.listdir(m.path("model")), ["block"])
+
+    def test_seq_per_version(self):
+        m = self.m
+        p = m.path("k")
+
+        def seq(path):
+            try:
+                return int(os.getxattr(path, "user.kvfs.seq"))
+            except OSError:
+                return None
+
+        def wait_above(path, prev):
+            return kvfstest.wait_until(lambda: (seq(path) or 0) > prev and seq(path),
+                                       timeout=10, what="a new seq on %s" % path)
+
+        seen = []
+        last = 0
+        for i in range(5):
+            write_file(p, pattern("v", 1000 + i))
+            last = wait_above(p, last)
+            seen.append(last)
+        self.assertEqual(seen, sorted(set(seen)), "seqs not strictly increasing")
+        # rename-publish: the key shows the seq of the version put under tmp
+        write_file(m.path("tmp"), b"published")
+        s_tmp = wait_above(m.path("tmp"), last)
+        os.rename(m.path("tmp"), p)
+        self.assertGreaterEqual(seq(p), s_tmp)
+        self.assertGreaterEqual(m.stats()["namespace"]["last_seq"], seq(p))
+        # other keys draw from the same counter
+        write_file(m.path("other"), b"o")
+        self.assertGreater(wait_above(m.path("other"), seq(p)), seen[-1])
+
+
+if __name__ == "__main__":
+    kvfstest.main()
