@@ -553,10 +553,10 @@ static int remove_name(struct kv_store *st, struct kv_inode *dir, const char *na
 		return -ENOTDIR;
 	pthread_rwlock_wrlock(&st->ks_ns_lock);
 	c = dir_find(dir, name);
-	if (!c)
-		err = -ENOENT;
-	else if (is_reserved(st, dir, name))
+	if (is_reserved(st, dir, name))
 		err = -EPERM;
+	else if (!c)
+		err = -ENOENT;
 	else if (want_dir && !S_ISDIR(c->ki_mode))
 		err = -ENOTDIR;
 	else if (!want_dir && S_ISDIR(c->ki_mode))
@@ -701,7 +701,7 @@ int kv_store_open(struct kv_store *st, struct kv_inode *ino, int flags)
 	if (S_ISDIR(ino->ki_mode))
 		return -EISDIR;
 	pthread_rwlock_wrlock(&ino->ki_lock);
-	if ((flags & O_TRUNC) && (flags & O_ACCMODE) != O_RDONLY) {
+	if (flags & O_TRUNC) {
 		err = set_size(ino, 0);
 		if (err)
 			goto out_unlock;

@@ -21,14 +21,40 @@ static pid_t read_holder(int fd)
 	return (pid_t)strtol(buf, NULL, 10);
 }
 
+/* mkdir -p: creates path and its missing parents. */
+static int mkdir_p(const char *path, mode_t mode)
+{
+	char *p = strdup(path);
+	int err = 0;
+
+	if (!p)
+		return -ENOMEM;
+	for (char *s = p + 1; *s; s++) {
+		if (*s != '/')
+			continue;
+		*s = '\0';
+		if (mkdir(p, mode) < 0 && errno != EEXIST)
+			err = -errno;
+		*s = '/';
+		if (err)
+			goto out_free;
+	}
+	if (mkdir(p, mode) < 0 && errno != EEXIST)
+		err = -errno;
+out_free:
+	free(p);
+	return err;
+}
+
 int kv_datadir_open(struct kv_datadir *dd, const char *path, pid_t *holder)
 {
 	char pid[32];
 	int err, len;
 
 	*holder = 0;
-	if (mkdir(path, 0700) < 0 && errno != EEXIST)
-		return -errno;
+	err = mkdir_p(path, 0700);
+	if (err)
+		return err;
 	dd->kd_dirfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dd->kd_dirfd < 0)
 		return -errno;

@@ -19,7 +19,7 @@ struct kv_datadir {
 };
 
 /*
- * Creates DATA_DIR (one level, mode 0700) if missing, opens and locks it.
+ * Creates DATA_DIR (and missing parents, mode 0700) if missing, opens and locks it.
  * Returns 0, -EBUSY when another process holds the lock (its pid, when
  * known, in *holder), or another -errno from mkdir/open.
  */

@@ -510,6 +510,11 @@ class _Result(unittest.TextTestResult):
         super().addError(test, err)
         self._print_logs(test)
 
+    def addSubTest(self, test, subtest, err):
+        super().addSubTest(test, subtest, err)
+        if err is not None:
+            self._print_logs(test)
+
 
 def _watchdog(deadline_s):
     """After deadline_s, dump stacks, kill every daemon (the kernel then fails

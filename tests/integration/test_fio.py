@@ -81,7 +81,7 @@ class FioTest(kvfstest.KvfsTestCase):
             text = ""
         if expect_ok:
             self.assertEqual(r.returncode, 0, "fio %s failed (%d):\n%s\n%s"
-                             % (jobfile, r.returncode, msgs, text[:4000]))
+                             % (jobfile, r.returncode, msgs[-3000:], text[:1500]))
         doc = parse_fio_json(text) if text.strip() else None
         return r.returncode, doc, msgs
 

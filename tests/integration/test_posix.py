@@ -140,9 +140,20 @@ class OpenFlagsTest(kvfstest.KvfsTestCase):
         os.write(fd, b"new")
         os.close(fd)
         self.assertEqual(read_file(p), b"new")
-        fd = os.open(p, os.O_RDONLY | os.O_TRUNC)  # O_TRUNC with O_RDONLY still truncates on Linux
+        fd = os.open(p, os.O_RDWR | os.O_TRUNC)
+        self.assertEqual(os.fstat(fd).st_size, 0)
+        os.close(fd)
+        self.assertEqual(read_file(p), b"")
+
+    def test_o_trunc_rdonly(self):
+        """Linux truncates on O_RDONLY|O_TRUNC too (POSIX leaves it open;
+        ext4, tmpfs and xfs all do)."""
+        p = self.m.path("f")
+        write_file(p, b"abc")
+        fd = os.open(p, os.O_RDONLY | os.O_TRUNC)
         os.close(fd)
         self.assertEqual(os.stat(p).st_size, 0)
+        self.assertEqual(read_file(p), b"")
 
     def test_o_append(self):
         p = self.m.path("log")
@@ -471,28 +482,40 @@ class ReservedTest(kvfstest.KvfsTestCase):
         kv = m.path(".kvfs")
         write_file(m.path("f"), b"f")
         os.mkdir(m.path("d"))
-        self.assertErrno(errno.EEXIST, os.mkdir, kv)
-        self.assertErrno(errno.EPERM, os.open, m.path(".kvfs/new"),
-                         os.O_WRONLY | os.O_CREAT, 0o644)
-        self.assertErrno(errno.EPERM, os.mkdir, m.path(".kvfs/newdir"))
-        self.assertErrno(errno.EPERM, os.unlink, m.path(".kvfs/stats"))
-        self.assertErrno(errno.EPERM, os.unlink, m.path(".kvfs/config"))
-        self.assertErrno(errno.EPERM, os.rmdir, kv)
-        self.assertErrno(errno.EPERM, os.rename, kv, m.path("renamed"))
-        self.assertErrno(errno.EPERM, os.rename, m.path(".kvfs/stats"), m.path("stolen"))
-        self.assertErrno(errno.EPERM, os.rename, m.path("f"), m.path(".kvfs/stats"))
-        self.assertErrno(errno.EPERM, os.rename, m.path("f"), m.path(".kvfs/f"))
-        self.assertErrno((errno.EPERM, errno.EISDIR), os.rename, m.path("f"), kv)
-        self.assertErrno((errno.EPERM, errno.ENOTEMPTY), os.rename, m.path("d"), kv)
-        self.assertErrno((errno.EPERM, errno.EACCES, errno.EROFS), os.open,
-                         m.path(".kvfs/stats"), os.O_WRONLY)
-        self.assertErrno((errno.EPERM, errno.EACCES, errno.EROFS), os.open,
-                         m.path(".kvfs/config"), os.O_RDWR | os.O_TRUNC)
+        EPERM = errno.EPERM
+        refused = (errno.EPERM, errno.EACCES, errno.EROFS)
+        cases = [
+            ("mkdir .kvfs", errno.EEXIST, os.mkdir, kv),
+            ("create .kvfs/new", EPERM, os.open, m.path(".kvfs/new"),
+             os.O_WRONLY | os.O_CREAT, 0o644),
+            ("mkdir .kvfs/newdir", EPERM, os.mkdir, m.path(".kvfs/newdir")),
+            ("unlink .kvfs/stats", EPERM, os.unlink, m.path(".kvfs/stats")),
+            ("unlink .kvfs/config", EPERM, os.unlink, m.path(".kvfs/config")),
+            ("rmdir .kvfs", EPERM, os.rmdir, kv),
+            ("rename .kvfs away", EPERM, os.rename, kv, m.path("renamed")),
+            ("rename .kvfs/stats out", EPERM, os.rename, m.path(".kvfs/stats"), m.path("stolen")),
+            ("rename a file over .kvfs/stats", EPERM, os.rename, m.path("f"),
+             m.path(".kvfs/stats")),
+            ("rename a file into .kvfs", EPERM, os.rename, m.path("f"), m.path(".kvfs/f")),
+            # the kernel itself answers EISDIR for a file over a directory
+            ("rename a file to .kvfs", (EPERM, errno.EISDIR), os.rename, m.path("f"), kv),
+            ("rename a dir over .kvfs", (EPERM, errno.ENOTEMPTY), os.rename, m.path("d"), kv),
+            ("open .kvfs/stats for writing", refused, os.open, m.path(".kvfs/stats"),
+             os.O_WRONLY),
+            ("open .kvfs/config O_RDWR|O_TRUNC", refused, os.open, m.path(".kvfs/config"),
+             os.O_RDWR | os.O_TRUNC),
+            ("truncate .kvfs/stats", refused, os.truncate, m.path(".kvfs/stats"), 0),
+        ]
+        for what, want, fn, *args in cases:
+            with self.subTest(what):
+                self.assertErrno(want, fn, *args)
         # everything is still there and works
         self.assertEqual(read_file(m.path("f")), b"f")
         self.assertTrue(os.path.isdir(m.path("d")))
+        self.assertTrue(os.path.isdir(kv))
         self.assertLessEqual({"stats", "config"}, set(os.listdir(kv)))
         self.assertFalse(os.path.exists(m.path("renamed")))
+        self.assertFalse(os.path.exists(m.path("stolen")))
         m.stats()
 
 
