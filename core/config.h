@@ -14,8 +14,8 @@
 #include <stdint.h>
 
 struct kv_config {
-	char *kc_data_dir;   /* DATA_DIR as given */
-	char *kc_mountpoint; /* MOUNTPOINT as given */
+	char *kc_data_dir;    /* DATA_DIR as given */
+	char *kc_mountpoint;  /* MOUNTPOINT as given */
 	uint64_t kc_mem_size; /* bytes in the DRAM staging pool */
 	unsigned kc_threads;  /* most FUSE worker threads */
 	int kc_numa_node;     /* node of the pool, -1: the node kvfs starts on */

@@ -68,9 +68,9 @@ static int obj_push_extent(struct kv_obj *obj, void *addr, uint32_t len)
 		obj->ko_maxext = n;
 	}
 	obj->ko_ext[obj->ko_next++] = (struct kv_extent){
-		.ke_off = obj->ko_cap,
-		.ke_addr = addr,
-		.ke_len = len,
+	    .ke_off = obj->ko_cap,
+	    .ke_addr = addr,
+	    .ke_len = len,
 	};
 	obj->ko_cap += len;
 	return 0;
@@ -253,8 +253,8 @@ out_put:
 	return err;
 }
 
-int kv_obj_iov(const struct kv_obj *obj, uint64_t off, uint64_t len, struct iovec *iov,
-	       int maxiov, uint64_t *bytes)
+int kv_obj_iov(const struct kv_obj *obj, uint64_t off, uint64_t len, struct iovec *iov, int maxiov,
+	       uint64_t *bytes)
 {
 	uint32_t i;
 	int n = 0;

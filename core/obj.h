@@ -35,18 +35,18 @@
 
 struct kv_extent {
 	uint64_t ke_off; /* logical offset of the extent's first byte */
-	void *ke_addr;   /* pool memory, page aligned */
+	void *ke_addr;	 /* pool memory, page aligned */
 	uint32_t ke_len; /* bytes, a multiple of KV_PAGE_SIZE */
 };
 
 struct kv_obj {
 	_Atomic uint32_t ko_ref;  /* references; the object is freed at 0 */
-	bool ko_sealed;           /* set once by kv_obj_seal, then immutable */
-	uint64_t ko_seq;          /* 0 while open; the put's sequence number once sealed */
-	uint64_t ko_size;         /* logical length in bytes */
-	uint64_t ko_cap;          /* sum of extent lengths */
-	uint32_t ko_next;         /* extents in use */
-	uint32_t ko_maxext;       /* slots in ko_ext */
+	bool ko_sealed;		  /* set once by kv_obj_seal, then immutable */
+	uint64_t ko_seq;	  /* 0 while open; the put's sequence number once sealed */
+	uint64_t ko_size;	  /* logical length in bytes */
+	uint64_t ko_cap;	  /* sum of extent lengths */
+	uint32_t ko_next;	  /* extents in use */
+	uint32_t ko_maxext;	  /* slots in ko_ext */
 	struct kv_extent *ko_ext; /* ko_next extents, contiguous in logical offset */
 	struct kv_pool *ko_pool;  /* immutable */
 };
@@ -97,8 +97,8 @@ void kv_obj_seal(struct kv_obj *obj, uint64_t seq);
  * into the object's memory; stops early when maxiov runs out. Returns the
  * number of iovecs filled and sets *bytes to the bytes they cover.
  */
-int kv_obj_iov(const struct kv_obj *obj, uint64_t off, uint64_t len, struct iovec *iov,
-	       int maxiov, uint64_t *bytes);
+int kv_obj_iov(const struct kv_obj *obj, uint64_t off, uint64_t len, struct iovec *iov, int maxiov,
+	       uint64_t *bytes);
 
 /* Copies up to len bytes from off into buf. Returns the bytes copied. */
 uint64_t kv_obj_read(const struct kv_obj *obj, uint64_t off, void *buf, uint64_t len);

@@ -37,7 +37,7 @@ struct kv_inode {
 };
 
 struct kv_store {
-	struct kv_pool *ks_pool; /* immutable */
+	struct kv_pool *ks_pool;  /* immutable */
 	struct kv_inode *ks_root; /* immutable */
 	pthread_rwlock_t ks_ns_lock;
 	_Atomic uint64_t ks_next_ino;
@@ -158,7 +158,7 @@ void kv_store_forget(struct kv_store *st, struct kv_inode *ino, uint64_t n)
 
 int kv_store_create(struct kv_store **out, const struct kv_config *cfg)
 {
-	struct kv_cred cred = { .kc_uid = getuid(), .kc_gid = getgid() };
+	struct kv_cred cred = {.kc_uid = getuid(), .kc_gid = getgid()};
 	struct kv_store *st = calloc(1, sizeof(*st));
 	int err;
 
@@ -526,9 +526,8 @@ int kv_store_mknod(struct kv_store *st, struct kv_inode *dir, const char *name, 
 	return new_node(st, dir, name, S_IFREG | (mode & 07777), cred, false, out, attr);
 }
 
-int kv_store_create_open(struct kv_store *st, struct kv_inode *dir, const char *name,
-			 mode_t mode, const struct kv_cred *cred, struct kv_inode **out,
-			 struct kv_attr *attr)
+int kv_store_create_open(struct kv_store *st, struct kv_inode *dir, const char *name, mode_t mode,
+			 const struct kv_cred *cred, struct kv_inode **out, struct kv_attr *attr)
 {
 	return new_node(st, dir, name, S_IFREG | (mode & 07777), cred, true, out, attr);
 }

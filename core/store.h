@@ -22,9 +22,9 @@
  *      namespace changes exclusive.
  *   2. ki_lock (rwlock, one per inode): the inode's contents. Guards
  *      ki_obj (which version is current, and the bytes of an open one),
- *      ki_mode, ki_uid, ki_gid, ki_atime, ki_mtime, ki_ctime and ki_nopen. Never held while taking ks_ns_lock.
- * ki_ino, the inode type bits of ki_mode and ki_store are immutable;
- * ki_ref and the store's counters are atomics.
+ *      ki_mode, ki_uid, ki_gid, ki_atime, ki_mtime, ki_ctime and ki_nopen. Never held while taking
+ * ks_ns_lock. ki_ino, the inode type bits of ki_mode and ki_store are immutable; ki_ref and the
+ * store's counters are atomics.
  *
  * A sealed value is immutable, so a reader that took a reference to it
  * (kv_store_read) reads without any lock; a reader of an open value holds
@@ -176,9 +176,8 @@ int kv_store_mknod(struct kv_store *st, struct kv_inode *dir, const char *name, 
  * Creates a regular file and opens it in one step (FUSE create): as
  * kv_store_mknod, and counts an open handle as kv_store_open does.
  */
-int kv_store_create_open(struct kv_store *st, struct kv_inode *dir, const char *name,
-			 mode_t mode, const struct kv_cred *cred, struct kv_inode **out,
-			 struct kv_attr *attr);
+int kv_store_create_open(struct kv_store *st, struct kv_inode *dir, const char *name, mode_t mode,
+			 const struct kv_cred *cred, struct kv_inode **out, struct kv_attr *attr);
 
 /* Removes a file's name. -ENOENT, -EISDIR, -EPERM for the reserved name. */
 int kv_store_unlink(struct kv_store *st, struct kv_inode *dir, const char *name);

@@ -19,7 +19,7 @@
 
 #include "gpu/dev.h"
 
-const char *const kv_ctl_names[] = { "stats", "config", NULL };
+const char *const kv_ctl_names[] = {"stats", "config", NULL};
 
 /* st_ino of control nodes: far from the store's inode numbers. */
 #define CTL_ST_INO_BASE (1ull << 62)
@@ -59,13 +59,13 @@ static int render_stats(struct kv_fs *fs, char **buf, size_t *len)
 
 	kv_store_usage(fs->kf_store, &u);
 	g = (struct kv_stats_gauges){
-		.kg_pool_size = kv_pool_size(pool),
-		.kg_pool_used = kv_pool_used(pool),
-		.kg_keys = u.ku_keys,
-		.kg_dirs = u.ku_dirs,
-		.kg_open = u.ku_open,
-		.kg_bytes = u.ku_bytes,
-		.kg_last_seq = u.ku_last_seq,
+	    .kg_pool_size = kv_pool_size(pool),
+	    .kg_pool_used = kv_pool_used(pool),
+	    .kg_keys = u.ku_keys,
+	    .kg_dirs = u.ku_dirs,
+	    .kg_open = u.ku_open,
+	    .kg_bytes = u.ku_bytes,
+	    .kg_last_seq = u.ku_last_seq,
 	};
 	return kv_stats_render(&fs->kf_stats, &g, buf, len);
 }

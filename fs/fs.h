@@ -37,8 +37,8 @@ extern const struct fuse_lowlevel_ops kv_fs_ops;
 /* Node ids of the control nodes: below any heap address. */
 enum {
 	KV_CTL_DIR = 2, /* MNT/.kvfs */
-	KV_CTL_STATS,   /* MNT/.kvfs/stats */
-	KV_CTL_CONFIG,  /* MNT/.kvfs/config */
+	KV_CTL_STATS,	/* MNT/.kvfs/stats */
+	KV_CTL_CONFIG,	/* MNT/.kvfs/config */
 	KV_CTL__END,
 };
 

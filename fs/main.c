@@ -120,7 +120,7 @@ int main(int argc, char **argv)
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	struct kv_config cfg;
 	struct kv_datadir dd;
-	struct kv_fs fs = { .kf_cfg = &cfg };
+	struct kv_fs fs = {.kf_cfg = &cfg};
 	char *fuse_opts = NULL, err[512];
 	char *abs_mnt;
 	pid_t holder;

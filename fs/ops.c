@@ -28,7 +28,7 @@
 
 #define MAX_IO (1u << 20)
 /* A 1 MiB read over pages of separate extents needs at most this many iovecs. */
-#define READ_IOV (MAX_IO / KV_PAGE_SIZE + 2)
+#define READ_IOV  (MAX_IO / KV_PAGE_SIZE + 2)
 #define SEQ_XATTR "user.kvfs.seq"
 
 struct dir_handle {
@@ -100,7 +100,7 @@ static struct kv_cred cred_of(fuse_req_t req)
 {
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
 
-	return (struct kv_cred){ .kc_uid = ctx->uid, .kc_gid = ctx->gid };
+	return (struct kv_cred){.kc_uid = ctx->uid, .kc_gid = ctx->gid};
 }
 
 static void kv_init(void *userdata, struct fuse_conn_info *conn)
@@ -129,7 +129,8 @@ static void kv_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		fuse_ino_t id = parent == KV_CTL_DIR ? kv_ctl_lookup(name) : 0;
 
 		if (!id)
-			return reply_err(req, KV_OP_LOOKUP, t0, parent == KV_CTL_DIR ? -ENOENT : -ENOTDIR);
+			return reply_err(req, KV_OP_LOOKUP, t0,
+					 parent == KV_CTL_DIR ? -ENOENT : -ENOTDIR);
 		kv_ctl_entry(fs, id, &e);
 		done(req, KV_OP_LOOKUP, t0, 0, 0);
 		fuse_reply_entry(req, &e);
@@ -195,7 +196,7 @@ static void kv_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 {
 	uint64_t t0 = kv_now_ns();
 	struct kv_fs *fs = fs_of(req);
-	struct kv_setattr sa = { 0 };
+	struct kv_setattr sa = {0};
 	struct kv_attr a;
 	struct stat st;
 	int err;
@@ -268,8 +269,7 @@ static void kv_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 	reply_new(req, KV_OP_MKDIR, t0, err, ino, &a);
 }
 
-static void kv_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
-		     dev_t rdev)
+static void kv_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
 {
 	uint64_t t0 = kv_now_ns();
 	struct kv_fs *fs = fs_of(req);
@@ -357,8 +357,8 @@ static void kv_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	int err = -EPERM;
 
 	if (!kv_ctl_is(parent))
-		err = kv_store_create_open(fs->kf_store, inode_of(fs, parent), name, mode, &c,
-					   &ino, &a);
+		err = kv_store_create_open(fs->kf_store, inode_of(fs, parent), name, mode, &c, &ino,
+					   &a);
 	if (err)
 		return reply_err(req, KV_OP_CREATE, t0, err);
 	to_entry(fs, ino, &a, &e);
@@ -414,16 +414,14 @@ static void kv_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		kv_store_release(fs->kf_store, inode, fi->flags);
 }
 
-static void ctl_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_info *fi,
-		     uint64_t t0)
+static void ctl_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_info *fi, uint64_t t0)
 {
 	struct ctl_handle *h = (struct ctl_handle *)(uintptr_t)fi->fh;
-	size_t n = 0;
+	size_t start = (size_t)off < h->ch_len ? (size_t)off : h->ch_len;
+	size_t n = h->ch_len - start < size ? h->ch_len - start : size;
 
-	if ((size_t)off < h->ch_len)
-		n = h->ch_len - (size_t)off < size ? h->ch_len - (size_t)off : size;
 	done(req, KV_OP_READ, t0, n, 0);
-	fuse_reply_buf(req, h->ch_buf + off * (n > 0), n);
+	fuse_reply_buf(req, h->ch_buf + start, n);
 }
 
 static void kv_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -527,7 +525,7 @@ static size_t add_entry(fuse_req_t req, fuse_ino_t dino, struct dir_handle *h, u
 			bool plus, char *buf, size_t rem, bool *skip)
 {
 	struct kv_fs *fs = fs_of(req);
-	struct fuse_entry_param e = { 0 };
+	struct fuse_entry_param e = {0};
 	unsigned fixed = dir_fixed(dino);
 	const char *name;
 	struct kv_inode *ino = NULL;
@@ -536,15 +534,12 @@ static size_t add_entry(fuse_req_t req, fuse_ino_t dino, struct dir_handle *h, u
 
 	*skip = false;
 	if (i < fixed) {
+		/* ".", ".." (no lookup: the kernel resolves them) and ".kvfs". */
 		name = i == 0 ? "." : i == 1 ? ".." : KV_RESERVED_NAME;
 		if (i == 2)
 			kv_ctl_entry(fs, KV_CTL_DIR, &e);
-		else if (dino == KV_CTL_DIR)
-			e.attr.st_mode = S_IFDIR;
 		else
-			e.attr.st_mode = S_IFDIR, e.attr.st_ino = 1;
-		if (i < 2)
-			e.ino = 0;
+			e.attr.st_mode = S_IFDIR;
 	} else if (dino == KV_CTL_DIR) {
 		name = kv_ctl_names[i - fixed];
 		kv_ctl_entry(fs, kv_ctl_lookup(name), &e);
@@ -640,7 +635,7 @@ static void kv_statfs(fuse_req_t req, fuse_ino_t ino)
 	struct kv_fs *fs = fs_of(req);
 	struct kv_pool *pool = kv_store_pool(fs->kf_store);
 	struct kv_store_usage u;
-	struct statvfs sv = { 0 };
+	struct statvfs sv = {0};
 	uint64_t size = kv_pool_size(pool), used = kv_pool_used(pool);
 
 	kv_store_usage(fs->kf_store, &u);
@@ -736,34 +731,34 @@ static void kv_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 }
 
 const struct fuse_lowlevel_ops kv_fs_ops = {
-	.init = kv_init,
-	.lookup = kv_lookup,
-	.forget = kv_forget,
-	.forget_multi = kv_forget_multi,
-	.getattr = kv_getattr,
-	.setattr = kv_setattr,
-	.mknod = kv_mknod,
-	.mkdir = kv_mkdir,
-	.symlink = kv_symlink,
-	.link = kv_link,
-	.unlink = kv_unlink,
-	.rmdir = kv_rmdir,
-	.rename = kv_rename,
-	.create = kv_create,
-	.open = kv_open,
-	.read = kv_read,
-	.write = kv_write,
-	.flush = kv_flush,
-	.release = kv_release,
-	.fsync = kv_fsync,
-	.opendir = kv_opendir,
-	.readdir = kv_readdir,
-	.readdirplus = kv_readdirplus,
-	.releasedir = kv_releasedir,
-	.statfs = kv_statfs,
-	.fallocate = kv_fallocate,
-	.getxattr = kv_getxattr,
-	.listxattr = kv_listxattr,
-	.setxattr = kv_setxattr,
-	.removexattr = kv_removexattr,
+    .init = kv_init,
+    .lookup = kv_lookup,
+    .forget = kv_forget,
+    .forget_multi = kv_forget_multi,
+    .getattr = kv_getattr,
+    .setattr = kv_setattr,
+    .mknod = kv_mknod,
+    .mkdir = kv_mkdir,
+    .symlink = kv_symlink,
+    .link = kv_link,
+    .unlink = kv_unlink,
+    .rmdir = kv_rmdir,
+    .rename = kv_rename,
+    .create = kv_create,
+    .open = kv_open,
+    .read = kv_read,
+    .write = kv_write,
+    .flush = kv_flush,
+    .release = kv_release,
+    .fsync = kv_fsync,
+    .opendir = kv_opendir,
+    .readdir = kv_readdir,
+    .readdirplus = kv_readdirplus,
+    .releasedir = kv_releasedir,
+    .statfs = kv_statfs,
+    .fallocate = kv_fallocate,
+    .getxattr = kv_getxattr,
+    .listxattr = kv_listxattr,
+    .setxattr = kv_setxattr,
+    .removexattr = kv_removexattr,
 };

@@ -9,22 +9,22 @@
 #include <string.h>
 
 const char kv_options_usage[] =
-	"usage: kvfs [options] DATA_DIR MOUNTPOINT\n"
-	"\n"
-	"A FUSE filesystem that is a KV-cache store: every file is a key, its bytes\n"
-	"the value, held in a NUMA-local DRAM staging pool.\n"
-	"\n"
-	"options (also as -o key=value with '_' for '-', and as KVFS_KEY=value):\n"
-	"  --mem-size=SIZE     DRAM pool size, K/M/G/T suffixes (default: 1/4 of RAM)\n"
-	"  --threads=N         most FUSE worker threads (default: 16)\n"
-	"  --numa-node=N       NUMA node of the pool, -1 for the local one (default: -1)\n"
-	"  -f                  stay in the foreground\n"
-	"  -d                  debug: log every FUSE request (implies -f)\n"
-	"  -o OPT[,OPT...]     kvfs settings or FUSE mount options (allow_other, ro, ...)\n"
-	"  -h, --help          print this help\n"
-	"  -V, --version       print the version\n"
-	"\n"
-	"stop: fusermount3 -u MOUNTPOINT, Ctrl-C or SIGTERM\n";
+    "usage: kvfs [options] DATA_DIR MOUNTPOINT\n"
+    "\n"
+    "A FUSE filesystem that is a KV-cache store: every file is a key, its bytes\n"
+    "the value, held in a NUMA-local DRAM staging pool.\n"
+    "\n"
+    "options (also as -o key=value with '_' for '-', and as KVFS_KEY=value):\n"
+    "  --mem-size=SIZE     DRAM pool size, K/M/G/T suffixes (default: 1/4 of RAM)\n"
+    "  --threads=N         most FUSE worker threads (default: 16)\n"
+    "  --numa-node=N       NUMA node of the pool, -1 for the local one (default: -1)\n"
+    "  -f                  stay in the foreground\n"
+    "  -d                  debug: log every FUSE request (implies -f)\n"
+    "  -o OPT[,OPT...]     kvfs settings or FUSE mount options (allow_other, ro, ...)\n"
+    "  -h, --help          print this help\n"
+    "  -V, --version       print the version\n"
+    "\n"
+    "stop: fusermount3 -u MOUNTPOINT, Ctrl-C or SIGTERM\n";
 
 /* A kvfs setting: --NAME=VALUE, -o KEY=VALUE (NAME with '_' for '-'), KVFS_KEY. */
 struct setting {
@@ -81,14 +81,14 @@ static int set_numa_node(struct kv_config *cfg, const char *val)
 }
 
 static const struct setting settings[] = {
-	{ "mem-size", set_mem_size },
-	{ "threads", set_threads },
-	{ "numa-node", set_numa_node },
+    {"mem-size", set_mem_size},
+    {"threads", set_threads},
+    {"numa-node", set_numa_node},
 };
 
 /* Words of an fstab line that mean nothing to a mount of kvfs. */
 static const char *const fstab_only[] = {
-	"defaults", "auto", "noauto", "user", "nouser", "users", "_netdev", "nofail",
+    "defaults", "auto", "noauto", "user", "nouser", "users", "_netdev", "nofail",
 };
 
 /* Compares a setting name with a key spelled with '_' or '-' (key is len bytes). */
@@ -224,7 +224,7 @@ static int parse_o(const char *list, struct kv_config *cfg, char **fuse_opts, ch
 
 static int set_positional(struct kv_config *cfg, const char *arg, char *err, size_t err_len)
 {
-	char **slot = !cfg->kc_data_dir ? &cfg->kc_data_dir
+	char **slot = !cfg->kc_data_dir	    ? &cfg->kc_data_dir
 		      : !cfg->kc_mountpoint ? &cfg->kc_mountpoint
 					    : NULL;
 

@@ -20,8 +20,8 @@
 
 /* What kv_options_parse found to do. */
 enum kv_opt_action {
-	KV_OPT_RUN,     /* mount */
-	KV_OPT_HELP,    /* print kv_options_usage, exit 0 */
+	KV_OPT_RUN,	/* mount */
+	KV_OPT_HELP,	/* print kv_options_usage, exit 0 */
 	KV_OPT_VERSION, /* print the version, exit 0 */
 };
 

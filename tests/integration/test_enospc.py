@@ -6,6 +6,7 @@ import errno
 import hashlib
 import os
 import sys
+import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kvfstest  # noqa: E402
@@ -142,6 +143,48 @@ class EnospcTest(kvfstest.KvfsTestCase):
         # the pool is usable in full afterwards
         complete, partial = fill(m, "c", limit=MEM // FILE // 2)
         self.assertIsNone(partial)
+
+    def test_concurrent_fill(self):
+        """Eight threads fill the pool at once: each stops at its first
+        ENOSPC, everything completed reads back, and emptying the pool gives
+        all the memory back."""
+        m = self.m
+        used0 = m.stats()["pool"]["used"]
+        results = {}
+
+        def worker(t):
+            done = {}
+            for i in range(4 * MEM // FILE):
+                name = "t%d-%03d" % (t, i)
+                data = pattern(name, FILE // 2 + 4096 * t + 1)
+                try:
+                    kvfstest.write_file(m.path(name), data, chunk=128 * 1024)
+                except OSError as e:
+                    results[t] = (done, e.errno, name)
+                    return
+                done[name] = hashlib.sha256(data).hexdigest()
+            results[t] = (done, None, None)
+
+        threads = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+        self.assertEqual(len(results), 8)
+        total = 0
+        for t, (done, err, name) in sorted(results.items()):
+            self.assertEqual(err, errno.ENOSPC, "thread %d ended with %s" % (t, err))
+            for n, digest in done.items():
+                got = kvfstest.read_file(m.path(n))
+                self.assertEqual(hashlib.sha256(got).hexdigest(), digest, n)
+                total += len(got)
+        self.assertGreaterEqual(total, MEM // 2)
+        for n in os.listdir(m.mnt):
+            if n.startswith("t"):
+                os.unlink(m.path(n))
+        kvfstest.wait_until(lambda: m.stats()["pool"]["used"] <= used0,
+                            what="pool.used back to %d after emptying" % used0)
+        self.assertEqual(m.stats()["namespace"]["keys"], 0)
 
     def test_enospc_repeatedly(self):
         """Filling and emptying the pool several times leaks nothing."""

@@ -74,6 +74,10 @@ class OptionsTest(kvfstest.KvfsTestCase):
         self.bad(["-f", "--numa-node=x"], ("numa-node", "numa_node"))
         self.bad(["-f", "-o", "mem_size=banana"], ("mem-size", "mem_size"))
 
+    def test_bad_fuse_option(self):
+        """An -o option neither kvfs nor FUSE knows is a bad option too."""
+        self.bad(["-f", "-o", "no_such_fuse_opt"], ("no_such_fuse_opt",))
+
     def test_bad_env(self):
         self.bad(["-f"], ("KVFS_MEM_SIZE", "mem-size", "mem_size"), env={"KVFS_MEM_SIZE": "lots"})
 
@@ -146,8 +150,18 @@ class LockTest(kvfstest.KvfsTestCase):
         c = self.mount(data=data, name="c")
         c.stats()
 
+    def test_two_daemons_side_by_side(self):
+        a = self.m
+        b = self.mount(name="second")
+        write_file(a.path("f"), b"in a")
+        write_file(b.path("f"), b"in b")
+        self.assertEqual(read_file(a.path("f")), b"in a")
+        self.assertEqual(read_file(b.path("f")), b"in b")
+        self.assertEqual(a.stats()["namespace"]["keys"], 1)
+        self.assertEqual(b.stats()["namespace"]["keys"], 1)
+
     def test_data_dir_created(self):
-        data = os.path.join(self.d_root(), "deep", "er", "data")
+        data = os.path.join(self.d_root(), "new-data")
         m = self.mount(data=data, name="mk")
         self.assertTrue(os.path.isdir(data))
         write_file(m.path("f"), b"f")

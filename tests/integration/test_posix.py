@@ -48,6 +48,39 @@ class FileSizeTest(kvfstest.KvfsTestCase):
         self.assertEqual(len(got), 3 << 20)
         self.assertEqual(got.count(0), 3 << 20)
 
+    def test_shrink_then_grow_reads_zeros(self):
+        """Bytes cut off by a truncate never come back."""
+        p = self.m.path("sg")
+        size = 3 << 20
+        write_file(p, b"A" * size)
+        cut = (1 << 20) + 5
+        os.truncate(p, cut)
+        os.truncate(p, size)
+        got = read_file(p)
+        self.assertEqual(got[:cut], b"A" * cut)
+        self.assertEqual(got[cut:].count(0), size - cut, "stale bytes after shrink + grow")
+        # shrink, then write past EOF: the hole reads as zeros
+        fd = os.open(p, os.O_RDWR)
+        try:
+            os.ftruncate(fd, 100)
+            os.pwrite(fd, b"Z", 2 << 20)
+            got = pread_all(fd, size)
+        finally:
+            os.close(fd)
+        self.assertEqual(len(got), (2 << 20) + 1)
+        self.assertEqual(got[:100], b"A" * 100)
+        self.assertEqual(got[100:2 << 20].count(0), (2 << 20) - 100)
+        self.assertEqual(got[-1:], b"Z")
+        # fallocate after a shrink: zeros too
+        write_file(p, b"B" * 10000)
+        os.truncate(p, 10)
+        fd = os.open(p, os.O_RDWR)
+        try:
+            kvfstest.fallocate(fd, 0, 0, 10000)
+        finally:
+            os.close(fd)
+        self.assertEqual(read_file(p), b"B" * 10 + b"\0" * 9990)
+
     def test_ftruncate(self):
         p = self.m.path("ft")
         fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o644)
@@ -231,6 +264,31 @@ class DirTest(kvfstest.KvfsTestCase):
         root = set(os.listdir(m.mnt))
         self.assertIn("d", root)
         self.assertLessEqual(root - {"d"}, {".kvfs"})
+
+    def test_odd_names_and_deep_paths(self):
+        m = self.m
+        root = os.fsencode(m.path("odd"))
+        os.mkdir(root)
+        names = [b"new\nline", b"back\\slash", b"\xff\xfe-not-utf8", b" space ", b"-dash",
+                 b"*", b"..dots..", b"tab\tname", "ünïcødé-名前".encode()]
+        for n in names:
+            write_file(os.path.join(root, n), n)
+        self.assertEqual(sorted(os.listdir(root)), sorted(names))
+        for n in names:
+            self.assertEqual(read_file(os.path.join(root, n)), n)
+        # 100 levels of directories, a key at the bottom (path ~ 400 bytes)
+        d = m.path("deep")
+        for _ in range(100):
+            d = os.path.join(d, "lvl")
+        os.makedirs(d)
+        write_file(os.path.join(d, "leaf"), b"bottom")
+        self.assertEqual(read_file(os.path.join(d, "leaf")), b"bottom")
+        os.rename(m.path("deep"), m.path("moved"))
+        self.assertEqual(read_file(os.path.join(d.replace("/deep/", "/moved/", 1), "leaf")),
+                         b"bottom")
+        import shutil
+        shutil.rmtree(m.path("moved"))
+        self.assertFalse(os.path.exists(m.path("moved")))
 
     def test_readdir_3000_entries(self):
         m = self.m
@@ -658,6 +716,13 @@ class OwnershipTest(kvfstest.KvfsTestCase):
                          ["err", errno.EPERM])
         self.assertEqual(read_file(mine), b"root data")
         self.assertFalse(os.path.exists(m.path("in-root")))
+        # the owner may chmod its own file; root may chown it
+        theirs = os.path.join(d, "theirs")
+        self.assertEqual(as_user(NOBODY, NOBODY, lambda: os.chmod(theirs, 0o600)), ["ok", None])
+        self.assertEqual(stat.S_IMODE(os.stat(theirs).st_mode), 0o600)
+        os.chown(theirs, 0, 0)
+        self.assertEqual(as_user(NOBODY, NOBODY, lambda: open(theirs, "rb").read().decode()),
+                         ["err", errno.EACCES])
 
 
 class NoAllowOtherTest(kvfstest.KvfsTestCase):

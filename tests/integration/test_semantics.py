@@ -159,6 +159,100 @@ class SemanticsTest(kvfstest.KvfsTestCase):
             os.close(fd)
         self.assertEqual(read_file(p), want)
 
+    def test_writer_fd_after_rename_over(self):
+        """A writer still holding the old object must not clobber the key
+        that replaced it when it finally closes."""
+        m = self.m
+        key = m.path("key")
+        w = os.open(key, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.write(w, b"A" * 10000)
+            write_file(m.path("tmp"), b"B" * 3000)
+            os.rename(m.path("tmp"), key)
+            os.write(w, b"C" * 10000)  # still writes to the replaced object
+            self.assertEqual(read_file(key), b"B" * 3000)
+        finally:
+            os.close(w)
+        kvfstest.wait_until(lambda: m.stats()["namespace"]["open_handles"] <= 1,
+                            what="the writer's handle to be released")
+        self.assertEqual(read_file(key), b"B" * 3000)
+        self.assertEqual(sorted(set(os.listdir(m.mnt)) - {".kvfs"}), ["key"])
+
+    def test_writer_fd_after_unlink(self):
+        """Closing a writer whose name was unlinked does not bring it back,
+        nor touch a new key of the same name."""
+        m = self.m
+        key = m.path("gone")
+        w = os.open(key, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            os.write(w, b"old" * 1000)
+            os.unlink(key)
+            os.write(w, b"more")
+            self.assertEqual(os.pread(w, 3, 0), b"old")
+            self.assertEqual(os.fstat(w).st_size, 3004)
+        finally:
+            os.close(w)
+        kvfstest.wait_until(lambda: m.stats()["namespace"]["open_handles"] <= 1,
+                            what="the writer's handle to be released")
+        self.assertFalse(os.path.exists(key))
+        self.assertEqual(m.stats()["namespace"]["keys"], 0)
+        # and with a new key under the name
+        w = os.open(key, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            os.write(w, b"first")
+            os.unlink(key)
+            write_file(key, b"second")
+            os.write(w, b"-more")
+        finally:
+            os.close(w)
+        kvfstest.wait_until(lambda: m.stats()["namespace"]["open_handles"] <= 1,
+                            what="the writer's handle to be released")
+        self.assertEqual(read_file(key), b"second")
+
+    def test_rename_while_open_for_writing(self):
+        """Writes through an fd follow the file to its new name (and to a
+        renamed parent directory)."""
+        m = self.m
+        os.mkdir(m.path("dir"))
+        w = os.open(m.path("dir", "a"), os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.write(w, b"1" * 5000)
+            os.rename(m.path("dir", "a"), m.path("dir", "b"))
+            os.write(w, b"2" * 5000)
+            os.rename(m.path("dir"), m.path("dir2"))
+            os.write(w, b"3" * 5000)
+        finally:
+            os.close(w)
+        want = b"1" * 5000 + b"2" * 5000 + b"3" * 5000
+        self.assertEqual(read_file(m.path("dir2", "b")), want)
+        self.assertEqual(os.listdir(m.path("dir2")), ["b"])
+        self.assertFalse(os.path.exists(m.path("dir")))
+
+    def test_versions_are_freed(self):
+        """Rewriting a sealed key in place many times (copy-on-write) keeps
+        one version's worth of memory, not one per version."""
+        m = self.m
+        p = m.path("cow")
+        size = 4 << 20
+        write_file(p, pattern("cow", size))
+        kvfstest.wait_until(lambda: m.stats()["namespace"]["open_handles"] <= 1,
+                            what="handles released")
+        used0 = m.stats()["pool"]["used"]
+        for i in range(25):
+            fd = os.open(p, os.O_WRONLY)
+            os.pwrite(fd, b"%08d" % i, (i * 65536) % size)
+            os.close(fd)
+        os.truncate(p, size // 2)
+        os.truncate(p, size)
+        kvfstest.wait_until(lambda: m.stats()["namespace"]["open_handles"] <= 1,
+                            what="handles released")
+        kvfstest.wait_until(lambda: m.stats()["pool"]["used"] <= used0 + (1 << 20),
+                            what="pool.used back to about one version (%d)" % used0)
+        got = read_file(p)
+        self.assertEqual(len(got), size)
+        self.assertEqual(got[size // 2:], b"\0" * (size // 2))
+        self.assertEqual(got[65536:65544], b"00000001")
+
     def test_publish_by_rename_is_atomic(self):
         """A writer publishes versions by write-tmp + rename; readers must see
         one whole version each time, never a partial or missing key."""
@@ -206,6 +300,9 @@ class SemanticsTest(kvfstest.KvfsTestCase):
         self.assertGreater(reads[0], 0)
         self.assertEqual(read_file(key), version(149))
         self.assertEqual(os.listdir(m.path("model")), ["block"])
+        # the replaced versions were freed
+        kvfstest.wait_until(lambda: m.stats()["pool"]["used"] <= 4 * size,
+                            what="pool.used to drop to about one version")
 
     def test_seq_per_version(self):
         m = self.m
