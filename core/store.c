@@ -14,6 +14,7 @@
 struct kv_inode {
 	_Atomic uint64_t ki_ref;
 	uint64_t ki_ino;
+	mode_t ki_type; /* S_IFDIR or S_IFREG */
 	struct kv_store *ki_store;
 
 	/* ks_ns_lock */
@@ -57,7 +58,7 @@ static uint64_t name_hash(const char *name, size_t len)
 
 bool kv_inode_is_dir(const struct kv_inode *ino)
 {
-	return S_ISDIR(ino->ki_mode);
+	return S_ISDIR(ino->ki_type);
 }
 
 uint64_t kv_inode_ino(const struct kv_inode *ino)
@@ -108,6 +109,7 @@ static int inode_new(struct kv_store *st, mode_t mode, const struct kv_cred *cre
 	atomic_init(&ino->ki_ref, 0);
 	ino->ki_ino = atomic_fetch_add(&st->ks_next_ino, 1);
 	ino->ki_store = st;
+	ino->ki_type = mode & S_IFMT;
 	ino->ki_mode = mode;
 	ino->ki_uid = cred->kc_uid;
 	ino->ki_gid = cred->kc_gid;
@@ -198,7 +200,7 @@ static void tree_free(struct kv_inode *dir)
 		while (c) {
 			struct kv_inode *next = c->ki_hnext;
 
-			if (S_ISDIR(c->ki_mode))
+			if (S_ISDIR(c->ki_type))
 				tree_free(c);
 			else
 				inode_free(c);
@@ -281,7 +283,7 @@ static void dir_insert(struct kv_inode *dir, struct kv_inode *ino)
 	*head = ino;
 	ino->ki_parent = dir;
 	dir->kd_count++;
-	if (S_ISDIR(ino->ki_mode))
+	if (S_ISDIR(ino->ki_type))
 		atomic_fetch_add(&dir->ki_nlink, 1);
 }
 
@@ -295,7 +297,7 @@ static void dir_remove(struct kv_inode *dir, struct kv_inode *ino)
 	ino->ki_hnext = NULL;
 	ino->ki_parent = NULL;
 	dir->kd_count--;
-	if (S_ISDIR(ino->ki_mode))
+	if (S_ISDIR(ino->ki_type))
 		atomic_fetch_sub(&dir->ki_nlink, 1);
 }
 
@@ -310,7 +312,7 @@ static void dir_touch(struct kv_inode *dir, const struct timespec *ts)
 /* A usable parent for a new name: a directory that still has its name. */
 static int dir_check(const struct kv_inode *dir)
 {
-	if (!S_ISDIR(dir->ki_mode))
+	if (!S_ISDIR(dir->ki_type))
 		return -ENOTDIR;
 	if (atomic_load(&dir->ki_nlink) == 0)
 		return -ENOENT;
@@ -356,7 +358,7 @@ int kv_store_lookup(struct kv_store *st, struct kv_inode *dir, const char *name,
 
 	if (err)
 		return err;
-	if (!S_ISDIR(dir->ki_mode))
+	if (!S_ISDIR(dir->ki_type))
 		return -ENOTDIR;
 	pthread_rwlock_rdlock(&st->ks_ns_lock);
 	c = dir_find(dir, name);
@@ -371,24 +373,45 @@ int kv_store_lookup(struct kv_store *st, struct kv_inode *dir, const char *name,
 }
 
 /*
- * Makes the current version of a regular file writable (ki_lock held
- * exclusive): a sealed version is replaced by a copy of its first `keep`
- * bytes. Returns 0 or -ENOSPC, leaving the file as it was.
+ * Returns in *out the version of a regular file to modify (ki_lock held
+ * exclusive): the current one while it is open, else a copy-on-write copy
+ * of its first `keep` bytes, not yet installed, so a change that fails
+ * leaves the file exactly as it was. Returns 0 or -ENOSPC.
  */
-static int cow(struct kv_inode *ino, uint64_t keep)
+static int writable(struct kv_inode *ino, uint64_t keep, struct kv_obj **out)
 {
-	struct kv_obj *old = ino->ki_obj, *nobj;
-	int err;
-
-	if (!old->ko_sealed)
+	if (!ino->ki_obj->ko_sealed) {
+		*out = ino->ki_obj;
 		return 0;
-	err = kv_obj_clone(old, keep, &nobj);
-	if (err)
-		return err;
-	ino->ki_obj = nobj;
-	atomic_fetch_sub(&ino->ki_store->ks_bytes, old->ko_size - nobj->ko_size);
-	kv_obj_put(old);
-	return 0;
+	}
+	return kv_obj_clone(ino->ki_obj, keep, out);
+}
+
+/*
+ * Makes obj (from writable(), now changed) the current version, accounts
+ * the size change, and stamps mtime and ctime (ki_lock held exclusive).
+ */
+static void install(struct kv_inode *ino, struct kv_obj *obj, uint64_t old_size)
+{
+	struct kv_store *st = ino->ki_store;
+
+	if (obj != ino->ki_obj) {
+		kv_obj_put(ino->ki_obj);
+		ino->ki_obj = obj;
+	}
+	if (obj->ko_size > old_size)
+		atomic_fetch_add(&st->ks_bytes, obj->ko_size - old_size);
+	else
+		atomic_fetch_sub(&st->ks_bytes, old_size - obj->ko_size);
+	now(&ino->ki_mtime);
+	ino->ki_ctime = ino->ki_mtime;
+}
+
+/* Drops a version writable() made when the change to it failed. */
+static void abandon(struct kv_inode *ino, struct kv_obj *obj)
+{
+	if (obj != ino->ki_obj)
+		kv_obj_put(obj);
 }
 
 /* Seals an open version nobody has open any more (ki_lock held exclusive). */
@@ -403,22 +426,21 @@ static void settle(struct kv_inode *ino)
 /* Sets the size of a regular file (ki_lock held exclusive). */
 static int set_size(struct kv_inode *ino, uint64_t size)
 {
-	struct kv_obj *obj = ino->ki_obj;
-	uint64_t old = obj->ko_size;
+	uint64_t old = ino->ki_obj->ko_size;
+	struct kv_obj *obj;
 	int err;
 
-	if (size == old && obj->ko_sealed)
+	if (size == old && ino->ki_obj->ko_sealed)
 		return 0;
-	err = cow(ino, size);
+	err = writable(ino, size, &obj);
 	if (err)
 		return err;
-	err = kv_obj_truncate(ino->ki_obj, size);
-	if (err)
+	err = kv_obj_truncate(obj, size);
+	if (err) {
+		abandon(ino, obj);
 		return err;
-	if (size > old)
-		atomic_fetch_add(&ino->ki_store->ks_bytes, size - old);
-	else if (ino->ki_obj == obj)
-		atomic_fetch_sub(&ino->ki_store->ks_bytes, old - size);
+	}
+	install(ino, obj, old);
 	return 0;
 }
 
@@ -429,7 +451,7 @@ int kv_store_setattr(struct kv_store *st, struct kv_inode *ino, const struct kv_
 	struct timespec ts;
 	int err = 0;
 
-	if ((v & KV_SET_SIZE) && S_ISDIR(ino->ki_mode))
+	if ((v & KV_SET_SIZE) && S_ISDIR(ino->ki_type))
 		return -EISDIR;
 	now(&ts);
 	pthread_rwlock_wrlock(&ino->ki_lock);
@@ -437,11 +459,10 @@ int kv_store_setattr(struct kv_store *st, struct kv_inode *ino, const struct kv_
 		err = set_size(ino, sa->ksa_size);
 		if (err)
 			goto out_unlock;
-		ino->ki_mtime = ts;
 		settle(ino);
 	}
 	if (v & KV_SET_MODE)
-		ino->ki_mode = (ino->ki_mode & S_IFMT) | (sa->ksa_mode & 07777);
+		ino->ki_mode = ino->ki_type | (sa->ksa_mode & 07777);
 	if (v & KV_SET_UID)
 		ino->ki_uid = sa->ksa_uid;
 	if (v & KV_SET_GID)
@@ -537,7 +558,7 @@ static void drop_name(struct kv_store *st, struct kv_inode *dir, struct kv_inode
 {
 	dir_remove(dir, ino);
 	atomic_store(&ino->ki_nlink, 0);
-	atomic_fetch_sub(S_ISDIR(ino->ki_mode) ? &st->ks_dirs : &st->ks_keys, 1);
+	atomic_fetch_sub(S_ISDIR(ino->ki_type) ? &st->ks_dirs : &st->ks_keys, 1);
 }
 
 static int remove_name(struct kv_store *st, struct kv_inode *dir, const char *name, bool want_dir)
@@ -548,7 +569,7 @@ static int remove_name(struct kv_store *st, struct kv_inode *dir, const char *na
 
 	if (err)
 		return err;
-	if (!S_ISDIR(dir->ki_mode))
+	if (!S_ISDIR(dir->ki_type))
 		return -ENOTDIR;
 	pthread_rwlock_wrlock(&st->ks_ns_lock);
 	c = dir_find(dir, name);
@@ -556,9 +577,9 @@ static int remove_name(struct kv_store *st, struct kv_inode *dir, const char *na
 		err = -EPERM;
 	else if (!c)
 		err = -ENOENT;
-	else if (want_dir && !S_ISDIR(c->ki_mode))
+	else if (want_dir && !S_ISDIR(c->ki_type))
 		err = -ENOTDIR;
-	else if (!want_dir && S_ISDIR(c->ki_mode))
+	else if (!want_dir && S_ISDIR(c->ki_type))
 		err = -EISDIR;
 	else if (want_dir && c->kd_count)
 		err = -ENOTEMPTY;
@@ -614,19 +635,19 @@ static int rename_checks(struct kv_store *st, struct kv_inode *odir, const char 
 	if (flags & RENAME_EXCHANGE) {
 		if (!*dst)
 			return -ENOENT;
-		if (S_ISDIR((*dst)->ki_mode) && is_within(odir, *dst))
+		if (S_ISDIR((*dst)->ki_type) && is_within(odir, *dst))
 			return -EINVAL;
 	} else if (*dst && (flags & RENAME_NOREPLACE)) {
 		return -EEXIST;
 	}
-	if (S_ISDIR((*src)->ki_mode) && is_within(ndir, *src))
+	if (S_ISDIR((*src)->ki_type) && is_within(ndir, *src))
 		return -EINVAL;
 	if (*dst && *dst != *src && !(flags & RENAME_EXCHANGE)) {
-		if (S_ISDIR((*src)->ki_mode) && !S_ISDIR((*dst)->ki_mode))
+		if (S_ISDIR((*src)->ki_type) && !S_ISDIR((*dst)->ki_type))
 			return -ENOTDIR;
-		if (!S_ISDIR((*src)->ki_mode) && S_ISDIR((*dst)->ki_mode))
+		if (!S_ISDIR((*src)->ki_type) && S_ISDIR((*dst)->ki_type))
 			return -EISDIR;
-		if (S_ISDIR((*dst)->ki_mode) && (*dst)->kd_count)
+		if (S_ISDIR((*dst)->ki_type) && (*dst)->kd_count)
 			return -ENOTEMPTY;
 	}
 	return 0;
@@ -697,15 +718,13 @@ int kv_store_open(struct kv_store *st, struct kv_inode *ino, int flags)
 {
 	int err = 0;
 
-	if (S_ISDIR(ino->ki_mode))
+	if (S_ISDIR(ino->ki_type))
 		return -EISDIR;
 	pthread_rwlock_wrlock(&ino->ki_lock);
 	if (flags & O_TRUNC) {
 		err = set_size(ino, 0);
 		if (err)
 			goto out_unlock;
-		now(&ino->ki_mtime);
-		ino->ki_ctime = ino->ki_mtime;
 	}
 	ino->ki_nopen++;
 	kv_inode_get(ino);
@@ -730,7 +749,7 @@ int kv_store_read(struct kv_store *st, struct kv_inode *ino, uint64_t off, uint6
 {
 	struct kv_obj *obj;
 
-	if (S_ISDIR(ino->ki_mode))
+	if (S_ISDIR(ino->ki_type))
 		return -EISDIR;
 	pthread_rwlock_rdlock(&ino->ki_lock);
 	obj = ino->ki_obj;
@@ -758,37 +777,20 @@ int kv_store_write(struct kv_store *st, struct kv_inode *ino, uint64_t off, cons
 	uint64_t old;
 	int err;
 
-	if (S_ISDIR(ino->ki_mode))
+	if (S_ISDIR(ino->ki_type))
 		return -EISDIR;
 	pthread_rwlock_wrlock(&ino->ki_lock);
-	obj = ino->ki_obj;
-	old = obj->ko_size;
-	if (obj->ko_sealed) {
-		/* A write that covers the whole value need not copy it. */
-		struct kv_obj *nobj;
-
-		err = kv_obj_clone(obj, off == 0 && len >= old ? 0 : old, &nobj);
-		if (err)
-			goto out_unlock;
-		err = kv_obj_write(nobj, off, buf, len);
-		if (err) {
-			kv_obj_put(nobj);
-			goto out_unlock;
-		}
-		ino->ki_obj = nobj;
-		kv_obj_put(obj);
-		obj = nobj;
-	} else {
-		err = kv_obj_write(obj, off, buf, len);
-		if (err)
-			goto out_unlock;
+	old = ino->ki_obj->ko_size;
+	/* A write that covers the whole value need not copy it. */
+	err = writable(ino, off == 0 && len >= old ? 0 : old, &obj);
+	if (err)
+		goto out_unlock;
+	err = kv_obj_write(obj, off, buf, len);
+	if (err) {
+		abandon(ino, obj);
+		goto out_unlock;
 	}
-	if (obj->ko_size > old)
-		atomic_fetch_add(&st->ks_bytes, obj->ko_size - old);
-	else if (obj->ko_size < old)
-		atomic_fetch_sub(&st->ks_bytes, old - obj->ko_size);
-	now(&ino->ki_mtime);
-	ino->ki_ctime = ino->ki_mtime;
+	install(ino, obj, old);
 	settle(ino);
 out_unlock:
 	pthread_rwlock_unlock(&ino->ki_lock);
@@ -800,31 +802,28 @@ int kv_store_fallocate(struct kv_store *st, struct kv_inode *ino, int mode, uint
 {
 	bool keep = mode & FALLOC_FL_KEEP_SIZE;
 	uint64_t end = off + len, old;
+	struct kv_obj *obj;
 	int err = 0;
 
 	if (mode & ~FALLOC_FL_KEEP_SIZE)
 		return -EOPNOTSUPP;
-	if (S_ISDIR(ino->ki_mode))
+	if (S_ISDIR(ino->ki_type))
 		return -EISDIR;
 	if (end < off)
 		return -EFBIG;
 	pthread_rwlock_wrlock(&ino->ki_lock);
 	old = ino->ki_obj->ko_size;
-	if (keep && end <= ino->ki_obj->ko_cap)
+	if ((keep && end <= ino->ki_obj->ko_cap) || (!keep && end <= old))
 		goto out_unlock;
-	if (!keep && end <= old)
-		goto out_unlock;
-	err = cow(ino, old);
+	err = writable(ino, old, &obj);
 	if (err)
 		goto out_unlock;
-	err = kv_obj_reserve(ino->ki_obj, end, keep);
-	if (err)
+	err = kv_obj_reserve(obj, end, keep);
+	if (err) {
+		abandon(ino, obj);
 		goto out_unlock;
-	if (ino->ki_obj->ko_size > old) {
-		atomic_fetch_add(&st->ks_bytes, ino->ki_obj->ko_size - old);
-		now(&ino->ki_mtime);
-		ino->ki_ctime = ino->ki_mtime;
 	}
+	install(ino, obj, old);
 	settle(ino);
 out_unlock:
 	pthread_rwlock_unlock(&ino->ki_lock);
@@ -838,7 +837,7 @@ int kv_store_readdir(struct kv_store *st, struct kv_inode *dir, struct kv_dir_sn
 
 	snap->kds_count = 0;
 	snap->kds_ent = NULL;
-	if (!S_ISDIR(dir->ki_mode))
+	if (!S_ISDIR(dir->ki_type))
 		return -ENOTDIR;
 	pthread_rwlock_rdlock(&st->ks_ns_lock);
 	if (dir->kd_count) {
@@ -858,7 +857,7 @@ int kv_store_readdir(struct kv_store *st, struct kv_inode *dir, struct kv_dir_sn
 				goto out_unlock;
 			}
 			e->kde_ino = c->ki_ino;
-			e->kde_type = c->ki_mode & S_IFMT;
+			e->kde_type = c->ki_type;
 			n++;
 		}
 	}

@@ -22,9 +22,10 @@
  *      namespace changes exclusive.
  *   2. ki_lock (rwlock, one per inode): the inode's contents. Guards
  *      ki_obj (which version is current, and the bytes of an open one),
- *      ki_mode, ki_uid, ki_gid, ki_atime, ki_mtime, ki_ctime and ki_nopen. Never held while taking
- * ks_ns_lock. ki_ino, the inode type bits of ki_mode and ki_store are immutable; ki_ref and the
- * store's counters are atomics.
+ *      ki_mode, ki_uid, ki_gid, ki_atime, ki_mtime, ki_ctime and
+ *      ki_nopen. Never held while taking ks_ns_lock.
+ * ki_ino, ki_type (the S_IFMT bits) and ki_store are immutable; ki_nlink,
+ * ki_ref and the store's counters are atomics.
  *
  * A sealed value is immutable, so a reader that took a reference to it
  * (kv_store_read) reads without any lock; a reader of an open value holds

@@ -234,41 +234,41 @@ static int set_positional(struct kv_config *cfg, const char *arg, char *err, siz
 	return *slot ? 0 : -ENOMEM;
 }
 
-/* Parses "--name=value" or "--name value"; *i advances past what it used. */
-static int parse_long_opt(int argc, char **argv, int *i, struct kv_config *cfg, char *err,
+/*
+ * Parses "--name=value" or "--name value"; *i advances past what it used.
+ * Only checks the name unless `set`, so long options can be applied after
+ * every -o option (they are stronger).
+ */
+static int parse_long_opt(int argc, char **argv, int *i, bool set, struct kv_config *cfg, char *err,
 			  size_t err_len)
 {
 	const char *arg = argv[*i] + 2, *eq = strchr(arg, '=');
 	size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
 	const struct setting *s = find_setting(arg, len);
+	const char *val;
 	char spelled[80];
 
 	snprintf(spelled, sizeof(spelled), "--%.*s", (int)len, arg);
 	if (!s || memchr(arg, '_', len))
 		return fail(err, err_len, "kvfs: unknown option '%s'", spelled);
-	if (eq)
-		return apply(s, cfg, eq + 1, spelled, err, err_len);
-	if (*i + 1 >= argc)
+	if (!eq && *i + 1 >= argc)
 		return fail(err, err_len, "kvfs: option '%s' needs a value", spelled);
-	return apply(s, cfg, argv[++*i], spelled, err, err_len);
+	val = eq ? eq + 1 : argv[++*i];
+	return set ? apply(s, cfg, val, spelled, err, err_len) : 0;
 }
 
-int kv_options_parse(int argc, char **argv, char **environ_, struct kv_config *cfg,
-		     char **fuse_opts, char *err, size_t err_len)
+/* One pass over argv: pass 0 takes everything but long settings, pass 1 only those. */
+static int parse_pass(int argc, char **argv, int pass, struct kv_config *cfg, char **fuse_opts,
+		      char *err, size_t err_len)
 {
-	bool positional_only = false;
-	int rc;
+	bool positional_only = false, first = pass == 0;
+	int rc = 0;
 
-	*fuse_opts = NULL;
-	rc = add_fuse_opt(fuse_opts, "", 0);
-	if (rc)
-		return rc;
-	rc = apply_env(environ_, cfg, err, err_len);
 	for (int i = 1; !rc && i < argc; i++) {
 		const char *a = argv[i];
 
 		if (positional_only || a[0] != '-' || a[1] == '\0')
-			rc = set_positional(cfg, a, err, err_len);
+			rc = first ? set_positional(cfg, a, err, err_len) : 0;
 		else if (!strcmp(a, "--"))
 			positional_only = true;
 		else if (!strcmp(a, "-h") || !strcmp(a, "--help"))
@@ -279,15 +279,29 @@ int kv_options_parse(int argc, char **argv, char **environ_, struct kv_config *c
 			cfg->kc_foreground = true;
 		else if (!strcmp(a, "-d"))
 			cfg->kc_debug = cfg->kc_foreground = true;
-		else if (!strcmp(a, "-o") && i + 1 < argc)
-			rc = parse_o(argv[++i], cfg, fuse_opts, err, err_len);
-		else if (!strncmp(a, "-o", 2) && a[2])
-			rc = parse_o(a + 2, cfg, fuse_opts, err, err_len);
-		else if (!strncmp(a, "--", 2))
-			rc = parse_long_opt(argc, argv, &i, cfg, err, err_len);
+		else if (!strncmp(a, "-o", 2) && (a[2] || i + 1 < argc)) {
+			const char *list = a[2] ? a + 2 : argv[++i];
+
+			rc = first ? parse_o(list, cfg, fuse_opts, err, err_len) : 0;
+		} else if (!strncmp(a, "--", 2))
+			rc = parse_long_opt(argc, argv, &i, !first, cfg, err, err_len);
 		else
 			rc = fail(err, err_len, "kvfs: unknown option '%s'", a);
 	}
+	return rc;
+}
+
+int kv_options_parse(int argc, char **argv, char **environ_, struct kv_config *cfg,
+		     char **fuse_opts, char *err, size_t err_len)
+{
+	int rc;
+
+	*fuse_opts = NULL;
+	rc = add_fuse_opt(fuse_opts, "", 0);
+	if (!rc)
+		rc = apply_env(environ_, cfg, err, err_len);
+	for (int pass = 0; !rc && pass < 2; pass++)
+		rc = parse_pass(argc, argv, pass, cfg, fuse_opts, err, err_len);
 	if (rc)
 		return rc;
 	if (!cfg->kc_mountpoint)

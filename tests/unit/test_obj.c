@@ -142,8 +142,7 @@ static void check_extents(const struct kv_obj *obj)
 }
 
 /* Reads [off, off + len) and compares it with the model. */
-static void check_range(const struct kv_obj *obj, const struct model *m, uint64_t off,
-			uint64_t len)
+static void check_range(const struct kv_obj *obj, const struct model *m, uint64_t off, uint64_t len)
 {
 	uint64_t want = off >= m->m_size ? 0 : (len < m->m_size - off ? len : m->m_size - off);
 	uint8_t *buf = malloc(len ? len : 1);
@@ -225,17 +224,17 @@ static void test_write_read_shapes(void **state)
 	static const struct {
 		uint64_t off, len;
 	} shapes[] = {
-		{0, 1},
-		{1, 1},
-		{4095, 1},
-		{4095, 2},
-		{4096, 4096},
-		{0, 4097},
-		{5000, 70000},
-		{0, 2 * MIB},
-		{2 * MIB - 3, 10},
-		{0, 3 * MIB + 17},
-		{123456, 5 * MIB + 789},
+	    {0, 1},
+	    {1, 1},
+	    {4095, 1},
+	    {4095, 2},
+	    {4096, 4096},
+	    {0, 4097},
+	    {5000, 70000},
+	    {0, 2 * MIB},
+	    {2 * MIB - 3, 10},
+	    {0, 3 * MIB + 17},
+	    {123456, 5 * MIB + 789},
 	};
 	struct kv_pool *pool = pool_new(32 * MIB);
 
@@ -481,8 +480,8 @@ static void test_reserve(void **state)
 /* Sealing trims to the size rounded up to a page: less than a page of waste. */
 static void test_seal_trims(void **state)
 {
-	static const uint64_t sizes[] = {0,	 1,	 10,	  4095,		4096,
-					 4097,	 65536,	 65537,	  100000,	MIB - 1,
+	static const uint64_t sizes[] = {0,	  1,	   10,		4095,	      4096,
+					 4097,	  65536,   65537,	100000,	      MIB - 1,
 					 MIB + 1, 2 * MIB, 2 * MIB + 1, 5 * MIB + 123};
 	struct kv_pool *pool = pool_new(32 * MIB);
 
@@ -495,7 +494,8 @@ static void test_seal_trims(void **state)
 
 			if (chunked) {
 				for (uint64_t off = 0; off < size; off += 10000)
-					write_pat(obj, &m, off, size - off < 10000 ? size - off : 10000,
+					write_pat(obj, &m, off,
+						  size - off < 10000 ? size - off : 10000,
 						  (unsigned)i);
 			} else if (size) {
 				write_pat(obj, &m, 0, size, (unsigned)i);
@@ -716,7 +716,11 @@ static void test_enospc(void **state)
 	kv_pool_destroy(pool);
 }
 
-/* Checks iovecs against the extent list: each lies in one extent, in order. */
+/*
+ * Checks iovecs against the extent list: each lies in one extent, in order,
+ * one per extent (kv_obj_iov does not merge extents that happen to be
+ * adjacent in memory, so maxiov counts extents).
+ */
 static void check_iov(const struct kv_obj *obj, const struct model *m, uint64_t off, uint64_t len,
 		      int maxiov)
 {
@@ -886,19 +890,19 @@ static void test_read_many_extents(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_new_empty),
-		cmocka_unit_test(test_write_read_shapes),
-		cmocka_unit_test(test_write_sequential_and_overwrite),
-		cmocka_unit_test(test_write_past_end_zero_fills),
-		cmocka_unit_test(test_truncate_down_up),
-		cmocka_unit_test(test_reserve),
-		cmocka_unit_test(test_seal_trims),
-		cmocka_unit_test(test_seal_small_value_pins_one_page),
-		cmocka_unit_test(test_clone),
-		cmocka_unit_test(test_refcount),
-		cmocka_unit_test(test_enospc),
-		cmocka_unit_test(test_iov),
-		cmocka_unit_test(test_read_many_extents),
+	    cmocka_unit_test(test_new_empty),
+	    cmocka_unit_test(test_write_read_shapes),
+	    cmocka_unit_test(test_write_sequential_and_overwrite),
+	    cmocka_unit_test(test_write_past_end_zero_fills),
+	    cmocka_unit_test(test_truncate_down_up),
+	    cmocka_unit_test(test_reserve),
+	    cmocka_unit_test(test_seal_trims),
+	    cmocka_unit_test(test_seal_small_value_pins_one_page),
+	    cmocka_unit_test(test_clone),
+	    cmocka_unit_test(test_refcount),
+	    cmocka_unit_test(test_enospc),
+	    cmocka_unit_test(test_iov),
+	    cmocka_unit_test(test_read_many_extents),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
