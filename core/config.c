@@ -18,6 +18,12 @@ void kv_config_defaults(struct kv_config *cfg)
 	cfg->kc_mem_size = ram / 4;
 	cfg->kc_threads = 16;
 	cfg->kc_numa_node = -1;
+	cfg->kc_ssd_size_auto = true;
+	cfg->kc_ssd_size = UINT64_MAX;
+	cfg->kc_bucket_size = 64ull << 20;
+	cfg->kc_bucket_keys = 16384;
+	cfg->kc_flush_delay_ns = 20ull * 1000 * 1000;
+	cfg->kc_backpressure_ns = 30ull * 1000 * 1000 * 1000;
 }
 
 void kv_config_free(struct kv_config *cfg)
@@ -73,6 +79,32 @@ int kv_parse_size(const char *s, uint64_t *out)
 	return 0;
 }
 
+int kv_parse_duration(const char *s, uint64_t *ns)
+{
+	static const struct {
+		const char *u;
+		uint64_t mul;
+	} units[] = { { "ns", 1 }, { "us", 1000 }, { "ms", 1000000 }, { "s", 1000000000 }, { "", 1000000 } };
+	unsigned long long v;
+	char *end;
+
+	if (!s || !isdigit((unsigned char)*s))
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno)
+		return -ERANGE;
+	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+		if (strcmp(end, units[i].u) == 0) {
+			if (v > UINT64_MAX / units[i].mul)
+				return -ERANGE;
+			*ns = v * units[i].mul;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
 int kv_config_render(const struct kv_config *cfg, char **buf, size_t *len)
 {
 	FILE *f = open_memstream(buf, len);
@@ -85,6 +117,11 @@ int kv_config_render(const struct kv_config *cfg, char **buf, size_t *len)
 	fprintf(f, "mem_size = %llu\n", (unsigned long long)cfg->kc_mem_size);
 	fprintf(f, "threads = %u\n", cfg->kc_threads);
 	fprintf(f, "numa_node = %d\n", cfg->kc_numa_node);
+	fprintf(f, "ssd_size = %llu\n", (unsigned long long)cfg->kc_ssd_size);
+	fprintf(f, "bucket_size = %llu\n", (unsigned long long)cfg->kc_bucket_size);
+	fprintf(f, "bucket_keys = %u\n", cfg->kc_bucket_keys);
+	fprintf(f, "flush_delay_ms = %.3f\n", cfg->kc_flush_delay_ns / 1e6);
+	fprintf(f, "promote = %s\n", cfg->kc_promote ? "on" : "off");
 	fprintf(f, "allow_other = %d\n", cfg->kc_allow_other);
 	fprintf(f, "debug = %d\n", cfg->kc_debug);
 	if (fclose(f) != 0)

@@ -266,8 +266,9 @@ int kv_stats_render(const struct kv_stats *st, const struct kv_stats_gauges *g, 
 	fprintf(f,
 		" \"namespace\": {\"keys\": %" PRIu64 ", \"dirs\": %" PRIu64
 		", \"open_handles\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"last_seq\": %" PRIu64
-		"}}\n",
-		g->kg_keys, g->kg_dirs, g->kg_open, g->kg_bytes, g->kg_last_seq);
+		"}%s%s}\n",
+		g->kg_keys, g->kg_dirs, g->kg_open, g->kg_bytes, g->kg_last_seq,
+		g->kg_extra ? ",\n " : "", g->kg_extra ? g->kg_extra : "");
 
 	bad = ferror(f);
 	if (fclose(f) != 0 || bad)

@@ -85,6 +85,7 @@ struct kv_stats_gauges {
 	uint64_t kg_open;    /* open file handles */
 	uint64_t kg_bytes;   /* sum of the logical sizes of all keys */
 	uint64_t kg_last_seq; /* the newest sequence number handed out */
+	const char *kg_extra; /* more members of the top-level object ("a": {...}, ...), or NULL */
 };
 
 /* Zeroes every counter and records the start time. */
@@ -125,7 +126,8 @@ const char *kv_op_name(enum kv_op op);
  *                   "lat_ns": {"p50": N, "p90": N, "p99": N}}, ...},
  *  "errors": {"ENOSPC": N, ...},          (only kinds seen)
  *  "pool": {"size": N, "used": N, "free": N},
- *  "namespace": {"keys": N, "dirs": N, "open_handles": N, "bytes": N, "last_seq": N}}
+ *  "namespace": {"keys": N, "dirs": N, "open_handles": N, "bytes": N, "last_seq": N},
+ *  ...kg_extra}
  *
  * Every op appears in "ops", even with zero calls.
  * Returns 0 and sets *buf and *len, or -ENOMEM.

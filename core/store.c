@@ -1,55 +1,23 @@
 /* SPDX-License-Identifier: MIT */
 #include "core/store.h"
+#include "core/store_int.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/falloc.h>
 #include <linux/fs.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <xxhash.h>
 
-/* Lock order and ownership of every field: see the comment in store.h. */
-struct kv_inode {
-	_Atomic uint64_t ki_ref;
-	uint64_t ki_ino;
-	mode_t ki_type; /* S_IFDIR or S_IFREG */
-	struct kv_store *ki_store;
-
-	/* ks_ns_lock */
-	struct kv_inode *ki_parent; /* NULL for the root and once unlinked */
-	char *ki_name;
-	uint64_t ki_hash;
-	struct kv_inode *ki_hnext;  /* chain in the parent's kd_table */
-	_Atomic uint32_t ki_nlink;  /* written under ks_ns_lock, read anywhere */
-	struct kv_inode **kd_table; /* directories: children by name hash */
-	uint32_t kd_nbuckets;
-	uint32_t kd_count;
-
-	/* ki_lock */
-	pthread_rwlock_t ki_lock;
-	mode_t ki_mode;
-	uid_t ki_uid;
-	gid_t ki_gid;
-	struct timespec ki_atime, ki_mtime, ki_ctime;
-	struct kv_obj *ki_obj; /* regular files: the current version */
-	uint32_t ki_nopen;
-};
-
-struct kv_store {
-	struct kv_pool *ks_pool;  /* immutable */
-	struct kv_inode *ks_root; /* immutable */
-	pthread_rwlock_t ks_ns_lock;
-	_Atomic uint64_t ks_next_ino;
-	_Atomic uint64_t ks_seq; /* the last sequence number handed out */
-	_Atomic uint64_t ks_keys, ks_dirs, ks_open, ks_bytes, ks_inodes;
-};
-
-static void now(struct timespec *ts)
+void kv_store_now(struct timespec *ts)
 {
 	clock_gettime(CLOCK_REALTIME, ts);
 }
+
+#define now kv_store_now
 
 static uint64_t name_hash(const char *name, size_t len)
 {
@@ -78,6 +46,9 @@ struct kv_pool *kv_store_pool(struct kv_store *st)
 
 void kv_store_usage(struct kv_store *st, struct kv_store_usage *u)
 {
+	memset(u, 0, sizeof(*u));
+	if (st->ks_tier)
+		kv_tier_usage(st->ks_tier, u);
 	u->ku_keys = atomic_load(&st->ks_keys);
 	u->ku_dirs = atomic_load(&st->ks_dirs);
 	u->ku_open = atomic_load(&st->ks_open);
@@ -126,14 +97,23 @@ out_free:
 	return err;
 }
 
+/* The size of a regular file's current value (ki_lock held). */
+static uint64_t cur_size(const struct kv_inode *ino)
+{
+	return ino->ki_obj ? ino->ki_obj->ko_size : ino->ki_loc.kl_len;
+}
+
 static void inode_free(struct kv_inode *ino)
 {
 	struct kv_store *st = ino->ki_store;
 
-	if (ino->ki_obj) {
-		atomic_fetch_sub(&st->ks_bytes, ino->ki_obj->ko_size);
+	if (st->ks_tier)
+		kv_tier_forget(st->ks_tier, ino);
+	if (atomic_load(&ino->ki_nlink) && !S_ISDIR(ino->ki_type))
+		atomic_fetch_sub(&st->ks_bytes, cur_size(ino));
+	if (ino->ki_obj)
 		kv_obj_put(ino->ki_obj);
-	}
+	free(ino->ki_csums);
 	atomic_fetch_sub(&st->ks_inodes, 1);
 	pthread_rwlock_destroy(&ino->ki_lock);
 	free(ino->kd_table);
@@ -158,7 +138,9 @@ void kv_store_forget(struct kv_store *st, struct kv_inode *ino, uint64_t n)
 		inode_free(ino);
 }
 
-int kv_store_create(struct kv_store **out, const struct kv_config *cfg)
+static void tree_free(struct kv_inode *dir);
+
+int kv_store_create(struct kv_store **out, const struct kv_config *cfg, int datadir_fd)
 {
 	struct kv_cred cred = {.kc_uid = getuid(), .kc_gid = getgid()};
 	struct kv_store *st = calloc(1, sizeof(*st));
@@ -179,9 +161,27 @@ int kv_store_create(struct kv_store **out, const struct kv_config *cfg)
 	atomic_init(&st->ks_root->ki_ref, 1);
 	atomic_init(&st->ks_root->ki_nlink, 2);
 	atomic_init(&st->ks_dirs, 1);
+	st->ks_cfg = cfg;
+	st->ks_datadir_fd = datadir_fd;
+	if (datadir_fd >= 0 && cfg->kc_ssd_size > 0) {
+		err = kv_tier_create(st, datadir_fd, &st->ks_tier);
+		if (err)
+			goto out_root;
+		err = kv_persist_recover(st, kv_tier_buckets(st->ks_tier), datadir_fd);
+		if (err)
+			goto out_tier;
+		kv_tier_start(st->ks_tier);
+	}
 	*out = st;
 	return 0;
 
+out_tier:
+	if (st->ks_journal)
+		kv_journal_close(st->ks_journal);
+	kv_tier_destroy(st->ks_tier);
+	st->ks_tier = NULL;
+out_root:
+	tree_free(st->ks_root);
 out_lock:
 	pthread_rwlock_destroy(&st->ks_ns_lock);
 out_pool:
@@ -212,6 +212,13 @@ static void tree_free(struct kv_inode *dir)
 
 void kv_store_destroy(struct kv_store *st)
 {
+	if (st->ks_tier) {
+		kv_tier_flush_stop(st->ks_tier);
+		kv_persist_checkpoint(st);
+		kv_journal_close(st->ks_journal);
+		kv_tier_destroy(st->ks_tier);
+		st->ks_tier = NULL;
+	}
 	tree_free(st->ks_root);
 	pthread_rwlock_destroy(&st->ks_ns_lock);
 	kv_pool_destroy(st->ks_pool);
@@ -319,6 +326,38 @@ static int dir_check(const struct kv_inode *dir)
 	return 0;
 }
 
+/* Appends "/name" (or "name" at the root) to a path of len bytes. Returns the new length or -ENAMETOOLONG. */
+static int join(char *buf, int len, const char *name, size_t size)
+{
+	int n = snprintf(buf + len, size - (size_t)len, "%s%s", len ? "/" : "", name);
+
+	return n < 0 || (size_t)(len + n) >= size ? -ENAMETOOLONG : len + n;
+}
+
+int kv_store_path(const struct kv_inode *ino, char *buf, size_t len)
+{
+	const struct kv_inode *chain[KV_JPATH_MAX / 2];
+	int depth = 0, n = 0;
+
+	for (; ino && ino->ki_parent; ino = ino->ki_parent) {
+		if (depth == (int)(sizeof(chain) / sizeof(chain[0])))
+			return -ENAMETOOLONG;
+		chain[depth++] = ino;
+	}
+	buf[0] = '\0';
+	while (depth-- > 0) {
+		n = join(buf, n, chain[depth]->ki_name, len);
+		if (n < 0)
+			return n;
+	}
+	return n;
+}
+
+struct kv_inode *kv_store_child(const struct kv_inode *dir, const char *name)
+{
+	return dir_find(dir, name);
+}
+
 /* --- attributes --- */
 
 static void fill_attr(struct kv_inode *ino, struct kv_attr *a)
@@ -332,14 +371,24 @@ static void fill_attr(struct kv_inode *ino, struct kv_attr *a)
 	a->ka_atime = ino->ki_atime;
 	a->ka_mtime = ino->ki_mtime;
 	a->ka_ctime = ino->ki_ctime;
-	if (ino->ki_obj) {
-		a->ka_size = ino->ki_obj->ko_size;
-		a->ka_alloc = ino->ki_obj->ko_cap;
-		a->ka_seq = ino->ki_obj->ko_sealed ? ino->ki_obj->ko_seq : 0;
-	} else {
+	a->ka_tier = KV_TIER_NONE;
+	if (S_ISDIR(ino->ki_type)) {
 		a->ka_size = 4096;
 		a->ka_alloc = 0;
 		a->ka_seq = 0;
+	} else if (ino->ki_obj) {
+		const struct kv_obj *o = ino->ki_obj;
+
+		a->ka_size = o->ko_size;
+		a->ka_alloc = o->ko_cap;
+		a->ka_seq = o->ko_sealed ? o->ko_seq : 0;
+		a->ka_tier = o->ko_sealed && ino->ki_loc.kl_seq == o->ko_seq ? KV_TIER_BOTH
+										: KV_TIER_DRAM;
+	} else {
+		a->ka_size = ino->ki_loc.kl_len;
+		a->ka_alloc = (a->ka_size + KV_PAGE_SIZE - 1) / KV_PAGE_SIZE * KV_PAGE_SIZE;
+		a->ka_seq = ino->ki_loc.kl_seq;
+		a->ka_tier = KV_TIER_SSD;
 	}
 	pthread_rwlock_unlock(&ino->ki_lock);
 }
@@ -373,18 +422,72 @@ int kv_store_lookup(struct kv_store *st, struct kv_inode *dir, const char *name,
 }
 
 /*
+ * Copies the first `keep` bytes of a value that is only on SSD into a new
+ * open object (ki_lock held exclusive). Returns 0, -ENOSPC or -EIO.
+ */
+static int load_prefix(struct kv_inode *ino, uint64_t keep, struct kv_obj **out)
+{
+	struct kv_store *st = ino->ki_store;
+	struct kv_obj *obj;
+	struct iovec *iov;
+	uint64_t bytes;
+	int err, n;
+
+	err = kv_obj_new(st->ks_pool, &obj);
+	if (err)
+		return err;
+	err = kv_obj_truncate(obj, ino->ki_loc.kl_len);
+	if (err)
+		goto out_put;
+	iov = calloc(obj->ko_next + 1, sizeof(*iov));
+	err = iov ? 0 : -ENOMEM;
+	if (!err && !ino->ki_csums) {
+		uint32_t nchunks;
+
+		err = kv_bucket_load_csums(kv_tier_buckets(st->ks_tier), &ino->ki_loc,
+					   &ino->ki_csums, &nchunks);
+	}
+	if (!err) {
+		/* Whole pages: the extents cover the value rounded up to 4 KiB. */
+		n = kv_obj_iov(obj, 0, obj->ko_size, iov, (int)obj->ko_next, &bytes);
+		iov[n - 1].iov_len = (iov[n - 1].iov_len + KV_PAGE_SIZE - 1) / KV_PAGE_SIZE *
+				     KV_PAGE_SIZE;
+		err = kv_bucket_read_iov(kv_tier_buckets(st->ks_tier), &ino->ki_loc, ino->ki_csums,
+					 iov, n);
+	}
+	free(iov);
+	if (!err)
+		err = kv_obj_truncate(obj, keep);
+	if (err)
+		goto out_put;
+	*out = obj;
+	return 0;
+
+out_put:
+	kv_obj_put(obj);
+	return err;
+}
+
+/*
  * Returns in *out the version of a regular file to modify (ki_lock held
  * exclusive): the current one while it is open, else a copy-on-write copy
- * of its first `keep` bytes, not yet installed, so a change that fails
- * leaves the file exactly as it was. Returns 0 or -ENOSPC.
+ * of its first `keep` bytes (from DRAM, or from the SSD when the value is
+ * only there), not yet installed, so a change that fails leaves the file
+ * exactly as it was. Returns 0, -ENOSPC or -EIO.
  */
 static int writable(struct kv_inode *ino, uint64_t keep, struct kv_obj **out)
 {
-	if (!ino->ki_obj->ko_sealed) {
-		*out = ino->ki_obj;
+	struct kv_obj *cur = ino->ki_obj;
+
+	if (cur && !cur->ko_sealed) {
+		*out = cur;
 		return 0;
 	}
-	return kv_obj_clone(ino->ki_obj, keep, out);
+	if (cur)
+		return kv_obj_clone(cur, keep, out);
+	if (keep == 0 || ino->ki_loc.kl_len == 0)
+		return kv_obj_new(ino->ki_store->ks_pool, out);
+	return load_prefix(ino, keep < ino->ki_loc.kl_len ? keep : ino->ki_loc.kl_len, out);
 }
 
 /*
@@ -396,12 +499,15 @@ static void install(struct kv_inode *ino, struct kv_obj *obj, uint64_t old_size)
 	struct kv_store *st = ino->ki_store;
 
 	if (obj != ino->ki_obj) {
-		kv_obj_put(ino->ki_obj);
+		if (ino->ki_obj)
+			kv_obj_put(ino->ki_obj);
 		ino->ki_obj = obj;
 	}
-	if (obj->ko_size > old_size)
+	ino->ki_offload_err = 0;
+	/* namespace.bytes counts keys with a name only. */
+	if (atomic_load(&ino->ki_nlink) && obj->ko_size > old_size)
 		atomic_fetch_add(&st->ks_bytes, obj->ko_size - old_size);
-	else
+	else if (atomic_load(&ino->ki_nlink))
 		atomic_fetch_sub(&st->ks_bytes, old_size - obj->ko_size);
 	now(&ino->ki_mtime);
 	ino->ki_ctime = ino->ki_mtime;
@@ -414,23 +520,34 @@ static void abandon(struct kv_inode *ino, struct kv_obj *obj)
 		kv_obj_put(obj);
 }
 
-/* Seals an open version nobody has open any more (ki_lock held exclusive). */
-static void settle(struct kv_inode *ino)
+/* Seals the open version (ki_lock held exclusive) and queues it for the SSD. */
+static void seal(struct kv_inode *ino)
+{
+	struct kv_store *st = ino->ki_store;
+
+	kv_obj_seal(ino->ki_obj, atomic_fetch_add(&st->ks_seq, 1) + 1);
+	if (st->ks_tier)
+		kv_tier_enqueue(st->ks_tier, ino);
+}
+
+void kv_store_settle(struct kv_inode *ino)
 {
 	struct kv_obj *obj = ino->ki_obj;
 
-	if (ino->ki_nopen == 0 && !obj->ko_sealed)
-		kv_obj_seal(obj, atomic_fetch_add(&ino->ki_store->ks_seq, 1) + 1);
+	if (ino->ki_nopen == 0 && obj && !obj->ko_sealed)
+		seal(ino);
 }
+
+#define settle kv_store_settle
 
 /* Sets the size of a regular file (ki_lock held exclusive). */
 static int set_size(struct kv_inode *ino, uint64_t size)
 {
-	uint64_t old = ino->ki_obj->ko_size;
+	uint64_t old = cur_size(ino);
 	struct kv_obj *obj;
 	int err;
 
-	if (size == old && ino->ki_obj->ko_sealed)
+	if (size == old && (!ino->ki_obj || ino->ki_obj->ko_sealed))
 		return 0;
 	err = writable(ino, size, &obj);
 	if (err)
@@ -444,21 +561,27 @@ static int set_size(struct kv_inode *ino, uint64_t size)
 	return 0;
 }
 
-int kv_store_setattr(struct kv_store *st, struct kv_inode *ino, const struct kv_setattr *sa,
-		     struct kv_attr *attr)
+/*
+ * True when a change that failed with err should be tried again: the pool
+ * was full and the tier made room (evicted clean values, or waited for
+ * the offloader to make some clean). Call without ki_lock.
+ */
+static bool retry_for_room(struct kv_store *st, int err, uint64_t bytes)
+{
+	return err == -ENOSPC && st->ks_tier && kv_tier_make_room(st->ks_tier, bytes) == 0;
+}
+
+static int setattr_locked(struct kv_inode *ino, const struct kv_setattr *sa)
 {
 	unsigned v = sa->ksa_valid;
 	struct timespec ts;
-	int err = 0;
+	int err;
 
-	if ((v & KV_SET_SIZE) && S_ISDIR(ino->ki_type))
-		return -EISDIR;
 	now(&ts);
-	pthread_rwlock_wrlock(&ino->ki_lock);
 	if (v & KV_SET_SIZE) {
 		err = set_size(ino, sa->ksa_size);
 		if (err)
-			goto out_unlock;
+			return err;
 		settle(ino);
 	}
 	if (v & KV_SET_MODE)
@@ -472,11 +595,30 @@ int kv_store_setattr(struct kv_store *st, struct kv_inode *ino, const struct kv_
 	if (v & KV_SET_MTIME)
 		ino->ki_mtime = (v & KV_SET_MTIME_NOW) ? ts : sa->ksa_mtime;
 	ino->ki_ctime = ts;
-out_unlock:
-	pthread_rwlock_unlock(&ino->ki_lock);
-	if (!err)
-		fill_attr(ino, attr);
-	return err;
+	return 0;
+}
+
+int kv_store_setattr(struct kv_store *st, struct kv_inode *ino, const struct kv_setattr *sa,
+		     struct kv_attr *attr)
+{
+	int err;
+
+	if ((sa->ksa_valid & KV_SET_SIZE) && S_ISDIR(ino->ki_type))
+		return -EISDIR;
+	do {
+		pthread_rwlock_wrlock(&ino->ki_lock);
+		err = setattr_locked(ino, sa);
+		pthread_rwlock_unlock(&ino->ki_lock);
+	} while (retry_for_room(st, err, sa->ksa_size));
+	if (err)
+		return err;
+	if (st->ks_journal && (sa->ksa_valid & ~KV_SET_SIZE)) {
+		pthread_rwlock_rdlock(&st->ks_ns_lock);
+		kv_persist_setattr(st, ino);
+		pthread_rwlock_unlock(&st->ks_ns_lock);
+	}
+	fill_attr(ino, attr);
+	return 0;
 }
 
 /*
@@ -508,8 +650,6 @@ static int new_node(struct kv_store *st, struct kv_inode *dir, const char *name,
 		ino->ki_nopen = 1;
 		atomic_fetch_add(&ino->ki_ref, 1);
 		atomic_fetch_add(&st->ks_open, 1);
-	} else if (ino->ki_obj) {
-		settle(ino);
 	}
 
 	pthread_rwlock_wrlock(&st->ks_ns_lock);
@@ -529,7 +669,14 @@ static int new_node(struct kv_store *st, struct kv_inode *dir, const char *name,
 	atomic_fetch_add(S_ISDIR(mode) ? &st->ks_dirs : &st->ks_keys, 1);
 	ts = ino->ki_ctime;
 	dir_touch(dir, &ts);
+	if (S_ISDIR(mode))
+		kv_persist_mkdir(st, ino);
 	pthread_rwlock_unlock(&st->ks_ns_lock);
+	if (!opened && ino->ki_obj) {
+		pthread_rwlock_wrlock(&ino->ki_lock);
+		settle(ino);
+		pthread_rwlock_unlock(&ino->ki_lock);
+	}
 	fill_attr(ino, attr);
 	*out = ino;
 	return 0;
@@ -553,12 +700,80 @@ int kv_store_create_open(struct kv_store *st, struct kv_inode *dir, const char *
 	return new_node(st, dir, name, S_IFREG | (mode & 07777), cred, true, out, attr);
 }
 
+int kv_store_make(struct kv_store *st, struct kv_inode *dir, const char *name, mode_t mode,
+		  struct kv_inode **out)
+{
+	struct kv_cred root = { 0 };
+	struct kv_inode *ino;
+	int err = check_name(name);
+
+	if (!err)
+		err = inode_new(st, (mode & S_IFMT) | (S_ISDIR(mode) ? 0755 : 0644), &root, &ino);
+	if (err)
+		return err;
+	ino->ki_name = strdup(name);
+	if (!ino->ki_name) {
+		inode_free(ino);
+		return -ENOMEM;
+	}
+	if (ino->ki_obj) {
+		/* A recovered key's value is on the SSD only. */
+		kv_obj_put(ino->ki_obj);
+		ino->ki_obj = NULL;
+	}
+	atomic_init(&ino->ki_ref, 1); /* the name's */
+	atomic_init(&ino->ki_nlink, S_ISDIR(mode) ? 2 : 1);
+	dir_insert(dir, ino);
+	atomic_fetch_add(S_ISDIR(mode) ? &st->ks_dirs : &st->ks_keys, 1);
+	*out = ino;
+	return 0;
+}
+
 /* Takes a name away from ino (ks_ns_lock held exclusive). */
 static void drop_name(struct kv_store *st, struct kv_inode *dir, struct kv_inode *ino)
 {
+	if (!S_ISDIR(ino->ki_type)) {
+		pthread_rwlock_rdlock(&ino->ki_lock);
+		atomic_fetch_sub(&st->ks_bytes, cur_size(ino));
+		pthread_rwlock_unlock(&ino->ki_lock);
+	}
 	dir_remove(dir, ino);
 	atomic_store(&ino->ki_nlink, 0);
 	atomic_fetch_sub(S_ISDIR(ino->ki_type) ? &st->ks_dirs : &st->ks_keys, 1);
+}
+
+/*
+ * A file lost its name for good (unlink, replaced by rename): its durable
+ * record, if any, is dead space in its bucket. Open handles may still read
+ * it. ks_ns_lock held.
+ */
+static void name_gone(struct kv_store *st, struct kv_inode *ino)
+{
+	if (!st->ks_tier || S_ISDIR(ino->ki_type))
+		return;
+	pthread_rwlock_rdlock(&ino->ki_lock);
+	if (ino->ki_loc.kl_bucket)
+		kv_bucket_dead(kv_tier_buckets(st->ks_tier), &ino->ki_loc);
+	pthread_rwlock_unlock(&ino->ki_lock);
+}
+
+/* Journals the removal of ino's name (ks_ns_lock held). */
+static void journal_del(struct kv_store *st, struct kv_inode *ino)
+{
+	char path[KV_JPATH_MAX];
+	int len;
+
+	if (!st->ks_journal)
+		return;
+	len = kv_store_path(ino, path, sizeof(path));
+	if (len > 0)
+		kv_persist_del(st, path, len);
+}
+
+void kv_store_unname(struct kv_store *st, struct kv_inode *dir, struct kv_inode *ino)
+{
+	drop_name(st, dir, ino);
+	kv_inode_put(ino);
 }
 
 static int remove_name(struct kv_store *st, struct kv_inode *dir, const char *name, bool want_dir)
@@ -587,6 +802,8 @@ static int remove_name(struct kv_store *st, struct kv_inode *dir, const char *na
 		pthread_rwlock_unlock(&st->ks_ns_lock);
 		return err;
 	}
+	journal_del(st, c);
+	name_gone(st, c);
 	drop_name(st, dir, c);
 	now(&ts);
 	dir_touch(dir, &ts);
@@ -653,29 +870,30 @@ static int rename_checks(struct kv_store *st, struct kv_inode *odir, const char 
 	return 0;
 }
 
-int kv_store_rename(struct kv_store *st, struct kv_inode *odir, const char *oname,
-		    struct kv_inode *ndir, const char *nname, unsigned flags)
+/*
+ * Renames (ks_ns_lock held exclusive). Sets *victim to a file or directory
+ * the rename took the name from (the caller drops its name reference after
+ * unlocking), or NULL.
+ */
+static int do_rename(struct kv_store *st, struct kv_inode *odir, const char *oname,
+		     struct kv_inode *ndir, const char *nname, unsigned flags,
+		     struct kv_inode **victim)
 {
-	struct kv_inode *src, *dst, *victim = NULL;
+	struct kv_inode *src, *dst;
 	struct timespec ts;
 	int err;
 
-	if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE))
-		return -EINVAL;
-	if ((err = check_name(oname)) || (err = check_name(nname)))
-		return err;
-	pthread_rwlock_wrlock(&st->ks_ns_lock);
+	*victim = NULL;
 	err = rename_checks(st, odir, oname, ndir, nname, flags, &src, &dst);
 	if (err || src == dst)
-		goto out_unlock;
+		return err;
 	if (flags & RENAME_EXCHANGE) {
 		char *sname = strdup(nname), *dname = strdup(oname);
 
 		if (!sname || !dname) {
 			free(sname);
 			free(dname);
-			err = -ENOMEM;
-			goto out_unlock;
+			return -ENOMEM;
 		}
 		dir_remove(odir, src);
 		dir_remove(ndir, dst);
@@ -688,13 +906,11 @@ int kv_store_rename(struct kv_store *st, struct kv_inode *odir, const char *onam
 	} else {
 		char *name = strdup(nname);
 
-		if (!name) {
-			err = -ENOMEM;
-			goto out_unlock;
-		}
+		if (!name)
+			return -ENOMEM;
 		if (dst) {
 			drop_name(st, ndir, dst);
-			victim = dst;
+			*victim = dst;
 		}
 		dir_remove(odir, src);
 		free(src->ki_name);
@@ -705,7 +921,46 @@ int kv_store_rename(struct kv_store *st, struct kv_inode *odir, const char *onam
 	dir_touch(odir, &ts);
 	if (ndir != odir)
 		dir_touch(ndir, &ts);
-out_unlock:
+	return 0;
+}
+
+int kv_store_rename_locked(struct kv_store *st, struct kv_inode *odir, const char *oname,
+			   struct kv_inode *ndir, const char *nname, unsigned flags)
+{
+	struct kv_inode *victim;
+	int err = do_rename(st, odir, oname, ndir, nname, flags, &victim);
+
+	if (victim)
+		kv_inode_put(victim);
+	return err;
+}
+
+int kv_store_rename(struct kv_store *st, struct kv_inode *odir, const char *oname,
+		    struct kv_inode *ndir, const char *nname, unsigned flags)
+{
+	char from[KV_JPATH_MAX], to[KV_JPATH_MAX];
+	struct kv_inode *victim, *dst;
+	int flen = 0, tlen = 0, err;
+
+	if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE))
+		return -EINVAL;
+	if ((err = check_name(oname)) || (err = check_name(nname)))
+		return err;
+	pthread_rwlock_wrlock(&st->ks_ns_lock);
+	if (st->ks_journal && !dir_check(odir) && !dir_check(ndir)) {
+		flen = kv_store_path(odir, from, sizeof(from));
+		tlen = kv_store_path(ndir, to, sizeof(to));
+	}
+	dst = S_ISDIR(ndir->ki_type) ? dir_find(ndir, nname) : NULL;
+	err = do_rename(st, odir, oname, ndir, nname, flags, &victim);
+	if (!err && flen >= 0 && tlen >= 0 && st->ks_journal) {
+		flen = join(from, flen, oname, sizeof(from));
+		tlen = join(to, tlen, nname, sizeof(to));
+		if (flen > 0 && tlen > 0)
+			kv_persist_rename(st, from, flen, to, tlen, flags);
+	}
+	if (victim && victim == dst)
+		name_gone(st, victim);
 	pthread_rwlock_unlock(&st->ks_ns_lock);
 	if (victim)
 		kv_inode_put(victim); /* its name's reference */
@@ -716,21 +971,20 @@ out_unlock:
 
 int kv_store_open(struct kv_store *st, struct kv_inode *ino, int flags)
 {
-	int err = 0;
+	int err;
 
 	if (S_ISDIR(ino->ki_type))
 		return -EISDIR;
-	pthread_rwlock_wrlock(&ino->ki_lock);
-	if (flags & O_TRUNC) {
-		err = set_size(ino, 0);
-		if (err)
-			goto out_unlock;
-	}
-	ino->ki_nopen++;
-	kv_inode_get(ino);
-	atomic_fetch_add(&st->ks_open, 1);
-out_unlock:
-	pthread_rwlock_unlock(&ino->ki_lock);
+	do {
+		pthread_rwlock_wrlock(&ino->ki_lock);
+		err = (flags & O_TRUNC) ? set_size(ino, 0) : 0;
+		if (!err) {
+			ino->ki_nopen++;
+			kv_inode_get(ino);
+			atomic_fetch_add(&st->ks_open, 1);
+		}
+		pthread_rwlock_unlock(&ino->ki_lock);
+	} while (retry_for_room(st, err, KV_PAGE_SIZE));
 	return err;
 }
 
@@ -751,11 +1005,21 @@ int kv_store_read(struct kv_store *st, struct kv_inode *ino, uint64_t off, uint6
 
 	if (S_ISDIR(ino->ki_type))
 		return -EISDIR;
+	guard->krg_buf = NULL;
+	guard->krg_locked = NULL;
+	guard->krg_obj = NULL;
 	pthread_rwlock_rdlock(&ino->ki_lock);
 	obj = ino->ki_obj;
+	if (!obj) {
+		pthread_rwlock_unlock(&ino->ki_lock);
+		return kv_tier_read(st->ks_tier, ino, off, len, iov, maxiov, bytes, guard);
+	}
 	kv_obj_get(obj);
+	atomic_store_explicit(&ino->ki_referenced, true, memory_order_relaxed);
+	if (st->ks_tier)
+		kv_tier_hit(st->ks_tier);
 	guard->krg_obj = obj;
-	guard->krg_locked = NULL;
+	guard->krg_dram = true;
 	if (obj->ko_sealed)
 		pthread_rwlock_unlock(&ino->ki_lock);
 	else
@@ -767,67 +1031,104 @@ void kv_read_done(struct kv_read_guard *guard)
 {
 	if (guard->krg_locked)
 		pthread_rwlock_unlock(&guard->krg_locked->ki_lock);
-	kv_obj_put(guard->krg_obj);
+	if (guard->krg_obj)
+		kv_obj_put(guard->krg_obj);
+	free(guard->krg_buf);
+}
+
+static int write_locked(struct kv_inode *ino, uint64_t off, const void *buf, size_t len)
+{
+	uint64_t old = cur_size(ino);
+	struct kv_obj *obj;
+	int err;
+
+	/* A write that covers the whole value need not copy it. */
+	err = writable(ino, off == 0 && len >= old ? 0 : old, &obj);
+	if (err)
+		return err;
+	err = kv_obj_write(obj, off, buf, len);
+	if (err) {
+		abandon(ino, obj);
+		return err;
+	}
+	install(ino, obj, old);
+	settle(ino);
+	return 0;
 }
 
 int kv_store_write(struct kv_store *st, struct kv_inode *ino, uint64_t off, const void *buf,
 		   size_t len)
 {
-	struct kv_obj *obj;
-	uint64_t old;
 	int err;
 
 	if (S_ISDIR(ino->ki_type))
 		return -EISDIR;
-	pthread_rwlock_wrlock(&ino->ki_lock);
-	old = ino->ki_obj->ko_size;
-	/* A write that covers the whole value need not copy it. */
-	err = writable(ino, off == 0 && len >= old ? 0 : old, &obj);
+	do {
+		pthread_rwlock_wrlock(&ino->ki_lock);
+		err = write_locked(ino, off, buf, len);
+		pthread_rwlock_unlock(&ino->ki_lock);
+	} while (retry_for_room(st, err, len));
+	return err;
+}
+
+static int fallocate_locked(struct kv_inode *ino, bool keep, uint64_t end)
+{
+	uint64_t old = cur_size(ino);
+	struct kv_obj *obj;
+	int err;
+
+	if (!keep && end <= old)
+		return 0;
+	if (keep && ino->ki_obj && end <= ino->ki_obj->ko_cap)
+		return 0;
+	err = writable(ino, old, &obj);
 	if (err)
-		goto out_unlock;
-	err = kv_obj_write(obj, off, buf, len);
+		return err;
+	err = kv_obj_reserve(obj, end, keep);
 	if (err) {
 		abandon(ino, obj);
-		goto out_unlock;
+		return err;
 	}
 	install(ino, obj, old);
 	settle(ino);
-out_unlock:
-	pthread_rwlock_unlock(&ino->ki_lock);
-	return err;
+	return 0;
 }
 
 int kv_store_fallocate(struct kv_store *st, struct kv_inode *ino, int mode, uint64_t off,
 		       uint64_t len)
 {
 	bool keep = mode & FALLOC_FL_KEEP_SIZE;
-	uint64_t end = off + len, old;
-	struct kv_obj *obj;
-	int err = 0;
+	int err;
 
 	if (mode & ~FALLOC_FL_KEEP_SIZE)
 		return -EOPNOTSUPP;
 	if (S_ISDIR(ino->ki_type))
 		return -EISDIR;
-	if (end < off)
+	if (off + len < off)
 		return -EFBIG;
-	pthread_rwlock_wrlock(&ino->ki_lock);
-	old = ino->ki_obj->ko_size;
-	if ((keep && end <= ino->ki_obj->ko_cap) || (!keep && end <= old))
-		goto out_unlock;
-	err = writable(ino, old, &obj);
-	if (err)
-		goto out_unlock;
-	err = kv_obj_reserve(obj, end, keep);
-	if (err) {
-		abandon(ino, obj);
-		goto out_unlock;
-	}
-	install(ino, obj, old);
-	settle(ino);
-out_unlock:
-	pthread_rwlock_unlock(&ino->ki_lock);
+	do {
+		pthread_rwlock_wrlock(&ino->ki_lock);
+		err = fallocate_locked(ino, keep, off + len);
+		pthread_rwlock_unlock(&ino->ki_lock);
+	} while (retry_for_room(st, err, len));
 	return err;
+}
+
+int kv_store_fsync(struct kv_store *st, struct kv_inode *ino)
+{
+	uint64_t seq = 0;
+
+	if (!st->ks_tier)
+		return 0;
+	if (!S_ISDIR(ino->ki_type)) {
+		pthread_rwlock_wrlock(&ino->ki_lock);
+		/* fsync is a put: the bytes written so far become a sealed version. */
+		if (ino->ki_obj && !ino->ki_obj->ko_sealed)
+			seal(ino);
+		seq = ino->ki_obj ? ino->ki_obj->ko_seq : 0;
+		pthread_rwlock_unlock(&ino->ki_lock);
+	}
+	return kv_tier_wait_durable(st->ks_tier, ino, seq);
 }
 
 int kv_store_readdir(struct kv_store *st, struct kv_inode *dir, struct kv_dir_snap *snap)

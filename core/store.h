@@ -40,6 +40,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/uio.h>
@@ -56,6 +57,14 @@
 struct kv_store;
 struct kv_inode;
 
+/* Where a value lives (xattr user.kvfs.tier). */
+enum kv_tier_kind {
+	KV_TIER_NONE, /* a directory */
+	KV_TIER_DRAM, /* only in DRAM: open, or not yet offloaded */
+	KV_TIER_SSD,  /* only on SSD */
+	KV_TIER_BOTH, /* durable on SSD, and a clean copy in DRAM */
+};
+
 /* What getattr reports. */
 struct kv_attr {
 	uint64_t ka_ino;
@@ -66,6 +75,7 @@ struct kv_attr {
 	uint64_t ka_size;
 	uint64_t ka_alloc; /* bytes of pool memory the value holds */
 	uint64_t ka_seq;   /* sequence number of the sealed value, 0 while open */
+	enum kv_tier_kind ka_tier;
 	struct timespec ka_atime, ka_mtime, ka_ctime;
 };
 
@@ -114,8 +124,10 @@ struct kv_dir_snap {
  * inode's ki_lock shared.
  */
 struct kv_read_guard {
-	struct kv_obj *krg_obj;
+	struct kv_obj *krg_obj;      /* the DRAM version read, or NULL */
 	struct kv_inode *krg_locked; /* NULL when the version was sealed */
+	void *krg_buf;               /* bytes read from the SSD, or NULL */
+	bool krg_dram;               /* served from DRAM (a hit) */
 };
 
 /* The store's counters, sampled for statistics. */
@@ -126,17 +138,49 @@ struct kv_store_usage {
 	uint64_t ku_bytes;
 	uint64_t ku_last_seq;
 	uint64_t ku_inodes;
+	/* the SSD tier (all 0 without one) */
+	bool ku_ssd;
+	uint64_t ku_ssd_used, ku_ssd_cap, ku_ssd_dead, ku_buckets;
+	uint64_t ku_ssd_written, ku_ssd_read, ku_csum_errors;
+	uint64_t ku_backlog_keys, ku_backlog_bytes;
+	uint64_t ku_dram_hits, ku_ssd_hits, ku_evictions, ku_promotions;
+	uint64_t ku_offload_errors;
+	uint64_t ku_recovery_ns, ku_recovered_keys, ku_torn_buckets;
 };
 
-/* Creates a store with its pool. Returns 0, -ENOMEM, or the pool's error. */
-int kv_store_create(struct kv_store **out, const struct kv_config *cfg);
+/*
+ * Creates a store with its pool. With a data directory (datadir_fd >= 0)
+ * and cfg->kc_ssd_size > 0 it also opens the SSD tier there and recovers
+ * what it holds: checkpoint, journal, bucket tails. cfg must outlive the
+ * store. Returns 0, -ENOMEM, the pool's error, or the recovery's.
+ */
+int kv_store_create(struct kv_store **out, const struct kv_config *cfg, int datadir_fd);
 
-/* Frees everything. No other call may run concurrently or after. */
+/*
+ * Offloads every dirty value, writes a checkpoint, and frees everything.
+ * No other call may run concurrently or after.
+ */
 void kv_store_destroy(struct kv_store *st);
 
 struct kv_inode *kv_store_root(struct kv_store *st);
 struct kv_pool *kv_store_pool(struct kv_store *st);
 void kv_store_usage(struct kv_store *st, struct kv_store_usage *u);
+
+/*
+ * --fsck: recovers DATA_DIR as a start would (cutting torn tails, removing
+ * orphan buckets), then reads and checks every record and every key's
+ * value, and reports to `out`. Returns 0 when nothing is damaged, 1 when
+ * something is, or -errno when it could not look.
+ */
+int kv_store_fsck(const struct kv_config *cfg, int datadir_fd, FILE *out);
+
+/*
+ * --salvage: rebuilds the metadata from the bucket records alone (the
+ * newest record of each key wins; deletes since the records were written
+ * are lost, so deleted keys may come back) and replaces checkpoint and
+ * journal. Returns 0 or -errno.
+ */
+int kv_store_salvage(const struct kv_config *cfg, int datadir_fd, FILE *out);
 
 /* Takes and drops a reference on an inode (one unit of nlookup, or transient). */
 void kv_inode_get(struct kv_inode *ino);
@@ -222,6 +266,17 @@ void kv_read_done(struct kv_read_guard *guard);
  */
 int kv_store_write(struct kv_store *st, struct kv_inode *ino, uint64_t off, const void *buf,
 		   size_t len);
+
+/*
+ * Makes the file durable: its bytes so far become a sealed version (a put),
+ * and the call returns once that version and the metadata that finds it
+ * are on the SSD. A directory: waits for the journal. Returns 0 at once
+ * without an SSD tier; -ENOSPC when the SSD is full; -EIO.
+ */
+int kv_store_fsync(struct kv_store *st, struct kv_inode *ino);
+
+/* Durably commits every change so far (syncfs). */
+int kv_store_sync(struct kv_store *st);
 
 /* fallocate mode 0 or FALLOC_FL_KEEP_SIZE. -EOPNOTSUPP for other modes, -ENOSPC. */
 int kv_store_fallocate(struct kv_store *st, struct kv_inode *ino, int mode, uint64_t off,

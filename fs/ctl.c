@@ -11,6 +11,7 @@
 #include "fs/fs.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,8 +57,27 @@ static int render_stats(struct kv_fs *fs, char **buf, size_t *len)
 	struct kv_pool *pool = kv_store_pool(fs->kf_store);
 	struct kv_store_usage u;
 	struct kv_stats_gauges g;
+	char *extra = NULL;
+	int err;
 
 	kv_store_usage(fs->kf_store, &u);
+	if (u.ku_ssd && asprintf(&extra,
+				 "\"ssd\": {\"used\": %" PRIu64 ", \"cap\": %" PRIu64
+				 ", \"dead\": %" PRIu64 ", \"buckets\": %" PRIu64
+				 ", \"bytes_written\": %" PRIu64 ", \"bytes_read\": %" PRIu64
+				 ", \"checksum_errors\": %" PRIu64 "},\n"
+				 " \"tier\": {\"offload_backlog_keys\": %" PRIu64
+				 ", \"offload_backlog_bytes\": %" PRIu64 ", \"offload_errors\": %" PRIu64
+				 ", \"dram_hits\": %" PRIu64 ", \"ssd_hits\": %" PRIu64
+				 ", \"evictions\": %" PRIu64 ", \"promotions\": %" PRIu64 "},\n"
+				 " \"recovery\": {\"seconds\": %.3f, \"keys\": %" PRIu64
+				 ", \"open_buckets_cut\": %" PRIu64 "}",
+				 u.ku_ssd_used, u.ku_ssd_cap, u.ku_ssd_dead, u.ku_buckets,
+				 u.ku_ssd_written, u.ku_ssd_read, u.ku_csum_errors, u.ku_backlog_keys,
+				 u.ku_backlog_bytes, u.ku_offload_errors, u.ku_dram_hits, u.ku_ssd_hits,
+				 u.ku_evictions, u.ku_promotions, u.ku_recovery_ns / 1e9,
+				 u.ku_recovered_keys, u.ku_torn_buckets) < 0)
+		return -ENOMEM;
 	g = (struct kv_stats_gauges){
 	    .kg_pool_size = kv_pool_size(pool),
 	    .kg_pool_used = kv_pool_used(pool),
@@ -66,8 +86,11 @@ static int render_stats(struct kv_fs *fs, char **buf, size_t *len)
 	    .kg_open = u.ku_open,
 	    .kg_bytes = u.ku_bytes,
 	    .kg_last_seq = u.ku_last_seq,
+	    .kg_extra = extra,
 	};
-	return kv_stats_render(&fs->kf_stats, &g, buf, len);
+	err = kv_stats_render(&fs->kf_stats, &g, buf, len);
+	free(extra);
+	return err;
 }
 
 static int render_config(struct kv_fs *fs, char **buf, size_t *len)

@@ -5,6 +5,8 @@
  * Exit status: 0 after a clean unmount (fusermount3 -u, SIGINT, SIGTERM,
  * SIGHUP), --help or --version; 2 for a bad command line; 1 for anything
  * else that stops it from serving (DATA_DIR in use, mount refused, ...).
+ * --fsck exits 0 when the data directory is sound and 1 when it found
+ * damage; --salvage 0 when it rebuilt the metadata.
  */
 #include <errno.h>
 #include <signal.h>
@@ -124,7 +126,7 @@ int main(int argc, char **argv)
 	char *fuse_opts = NULL, err[512];
 	char *abs_mnt;
 	pid_t holder;
-	int rc, ret = 1;
+	int rc, mode, ret = 1;
 
 	kv_config_defaults(&cfg);
 	rc = kv_options_parse(argc, argv, environ, &cfg, &fuse_opts, err, sizeof(err));
@@ -142,14 +144,17 @@ int main(int argc, char **argv)
 		ret = 0;
 		goto out_cfg;
 	}
+	mode = rc;
 	/* libfuse changes to / when it starts serving: keep absolute paths. */
-	abs_mnt = realpath(cfg.kc_mountpoint, NULL);
-	if (!abs_mnt) {
+	abs_mnt = mode == KV_OPT_RUN ? realpath(cfg.kc_mountpoint, NULL) : NULL;
+	if (mode == KV_OPT_RUN && !abs_mnt) {
 		fprintf(stderr, "kvfs: mountpoint '%s': %s\n", cfg.kc_mountpoint, strerror(errno));
 		goto out_cfg;
 	}
-	free(cfg.kc_mountpoint);
-	cfg.kc_mountpoint = abs_mnt;
+	if (abs_mnt) {
+		free(cfg.kc_mountpoint);
+		cfg.kc_mountpoint = abs_mnt;
+	}
 	rc = kv_datadir_open(&dd, cfg.kc_data_dir, &holder);
 	if (rc == -EBUSY) {
 		fprintf(stderr, "kvfs: data directory '%s' is in use by another kvfs (pid %d)\n",
@@ -161,10 +166,17 @@ int main(int argc, char **argv)
 			strerror(-rc));
 		goto out_cfg;
 	}
-	rc = kv_store_create(&fs.kf_store, &cfg);
+	if (cfg.kc_ssd_size_auto && kv_datadir_default_quota(&dd, &cfg.kc_ssd_size))
+		cfg.kc_ssd_size = 0;
+	if (mode != KV_OPT_RUN) {
+		ret = mode == KV_OPT_FSCK ? kv_store_fsck(&cfg, dd.kd_dirfd, stdout)
+					  : kv_store_salvage(&cfg, dd.kd_dirfd, stdout);
+		goto out_datadir;
+	}
+	rc = kv_store_create(&fs.kf_store, &cfg, dd.kd_dirfd);
 	if (rc) {
-		fprintf(stderr, "kvfs: cannot create a %llu-byte pool: %s\n",
-			(unsigned long long)cfg.kc_mem_size, strerror(-rc));
+		fprintf(stderr, "kvfs: cannot start on '%s' (pool %llu bytes): %s\n",
+			cfg.kc_data_dir, (unsigned long long)cfg.kc_mem_size, strerror(-rc));
 		goto out_datadir;
 	}
 	kv_stats_init(&fs.kf_stats);

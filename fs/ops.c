@@ -30,6 +30,7 @@
 /* A 1 MiB read over pages of separate extents needs at most this many iovecs. */
 #define READ_IOV  (MAX_IO / KV_PAGE_SIZE + 2)
 #define SEQ_XATTR "user.kvfs.seq"
+#define TIER_XATTR "user.kvfs.tier"
 
 struct dir_handle {
 	struct kv_dir_snap dh_snap;
@@ -485,16 +486,24 @@ static void kv_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	fuse_reply_err(req, 0);
 }
 
-/*
- * Values live in DRAM only (no SSD tier yet): there is nothing more durable
- * to reach, so fsync has nothing to wait for.
- */
+/* Returns when the file's bytes so far, and the metadata that finds them, are on the SSD. */
 static void kv_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
 	uint64_t t0 = kv_now_ns();
+	struct kv_fs *fs = fs_of(req);
+	int err = 0;
 
+	if (!kv_ctl_is(ino))
+		err = kv_store_fsync(fs->kf_store, inode_of(fs, ino));
+	if (err)
+		return reply_err(req, KV_OP_FSYNC, t0, err);
 	done(req, KV_OP_FSYNC, t0, 0, 0);
 	fuse_reply_err(req, 0);
+}
+
+static void kv_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	kv_fsync(req, ino, datasync, fi);
 }
 
 static void kv_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -639,6 +648,11 @@ static void kv_statfs(fuse_req_t req, fuse_ino_t ino)
 	uint64_t size = kv_pool_size(pool), used = kv_pool_used(pool);
 
 	kv_store_usage(fs->kf_store, &u);
+	/* DRAM and SSD together: the pool, plus the SSD quota and what is used of it. */
+	if (u.ku_ssd) {
+		size += u.ku_ssd_cap;
+		used += u.ku_ssd_used < u.ku_ssd_cap ? u.ku_ssd_used : u.ku_ssd_cap;
+	}
 	sv.f_bsize = KV_PAGE_SIZE;
 	sv.f_frsize = KV_PAGE_SIZE;
 	sv.f_blocks = size / KV_PAGE_SIZE;
@@ -671,17 +685,28 @@ static void kv_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
 	fuse_reply_err(req, 0);
 }
 
-/* The value of user.kvfs.seq, or -ENODATA (not a sealed regular file). */
-static int seq_value(struct kv_fs *fs, fuse_ino_t ino, char *buf, size_t len)
+/*
+ * The value of one of kvfs's attributes of a regular file: user.kvfs.seq
+ * (its sealed value's sequence number) or user.kvfs.tier (dram, ssd or
+ * dram+ssd). Returns its length, or -ENODATA.
+ */
+static int xattr_value(struct kv_fs *fs, fuse_ino_t ino, const char *name, char *buf, size_t len)
 {
+	static const char *const tiers[] = {
+		[KV_TIER_DRAM] = "dram", [KV_TIER_SSD] = "ssd", [KV_TIER_BOTH] = "dram+ssd"
+	};
 	struct kv_attr a;
 
 	if (kv_ctl_is(ino))
 		return -ENODATA;
 	kv_store_getattr(fs->kf_store, inode_of(fs, ino), &a);
-	if (!S_ISREG(a.ka_mode) || a.ka_seq == 0)
+	if (!S_ISREG(a.ka_mode))
 		return -ENODATA;
-	return snprintf(buf, len, "%llu", (unsigned long long)a.ka_seq);
+	if (!strcmp(name, SEQ_XATTR) && a.ka_seq)
+		return snprintf(buf, len, "%llu", (unsigned long long)a.ka_seq);
+	if (!strcmp(name, TIER_XATTR) && a.ka_tier != KV_TIER_NONE)
+		return snprintf(buf, len, "%s", tiers[a.ka_tier]);
+	return -ENODATA;
 }
 
 static void kv_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
@@ -690,8 +715,7 @@ static void kv_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 	char val[32];
 	int n = -ENODATA;
 
-	if (!strcmp(name, SEQ_XATTR))
-		n = seq_value(fs_of(req), ino, val, sizeof(val));
+	n = xattr_value(fs_of(req), ino, name, val, sizeof(val));
 	if (n < 0)
 		return reply_err(req, KV_OP_GETXATTR, t0, n);
 	if (size && size < (size_t)n)
@@ -703,17 +727,25 @@ static void kv_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 		fuse_reply_xattr(req, (size_t)n);
 }
 
+/* Lists those of user.kvfs.seq and user.kvfs.tier that the node has. */
 static void kv_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
+	static const char *const names[] = { SEQ_XATTR, TIER_XATTR };
 	uint64_t t0 = kv_now_ns();
-	char val[32];
-	size_t n = seq_value(fs_of(req), ino, val, sizeof(val)) > 0 ? sizeof(SEQ_XATTR) : 0;
+	char list[64], val[32];
+	size_t n = 0;
 
+	for (unsigned i = 0; i < 2; i++) {
+		if (xattr_value(fs_of(req), ino, names[i], val, sizeof(val)) < 0)
+			continue;
+		memcpy(list + n, names[i], strlen(names[i]) + 1);
+		n += strlen(names[i]) + 1;
+	}
 	if (size && size < n)
 		return reply_err(req, KV_OP_LISTXATTR, t0, -ERANGE);
 	done(req, KV_OP_LISTXATTR, t0, 0, 0);
 	if (size)
-		fuse_reply_buf(req, SEQ_XATTR, n);
+		fuse_reply_buf(req, list, n);
 	else
 		fuse_reply_xattr(req, n);
 }
@@ -727,7 +759,7 @@ static void kv_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 
 static void kv_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
-	reply_err(req, KV_OP_SETXATTR, kv_now_ns(), strcmp(name, SEQ_XATTR) ? -ENODATA : -ENOTSUP);
+	reply_err(req, KV_OP_SETXATTR, kv_now_ns(), strcmp(name, SEQ_XATTR) && strcmp(name, TIER_XATTR) ? -ENODATA : -ENOTSUP);
 }
 
 const struct fuse_lowlevel_ops kv_fs_ops = {
@@ -751,6 +783,7 @@ const struct fuse_lowlevel_ops kv_fs_ops = {
     .flush = kv_flush,
     .release = kv_release,
     .fsync = kv_fsync,
+    .fsyncdir = kv_fsyncdir,
     .opendir = kv_opendir,
     .readdir = kv_readdir,
     .readdirplus = kv_readdirplus,

@@ -10,6 +10,7 @@
 
 const char kv_options_usage[] =
     "usage: kvfs [options] DATA_DIR MOUNTPOINT\n"
+    "       kvfs --fsck|--salvage DATA_DIR\n"
     "\n"
     "A FUSE filesystem that is a KV-cache store: every file is a key, its bytes\n"
     "the value, held in a NUMA-local DRAM staging pool.\n"
@@ -18,6 +19,15 @@ const char kv_options_usage[] =
     "  --mem-size=SIZE     DRAM pool size, K/M/G/T suffixes (default: 1/4 of RAM)\n"
     "  --threads=N         most FUSE worker threads (default: 16)\n"
     "  --numa-node=N       NUMA node of the pool, -1 for the local one (default: -1)\n"
+    "  --ssd-size=SIZE     bytes kvfs may use in DATA_DIR; 0 = DRAM only\n"
+    "                      (default: 90% of its filesystem's free space at start)\n"
+    "  --bucket-size=SIZE  seal a bucket file at this size (default: 64M)\n"
+    "  --bucket-keys=N     or at this many keys (default: 16384)\n"
+    "  --flush-delay=TIME  most a sealed value waits before it is written, e.g. 20ms\n"
+    "                      (default: 20ms)\n"
+    "  --promote=on|off    reads of SSD-only values bring them into DRAM (default: off)\n"
+    "  --fsck              kvfs --fsck DATA_DIR: check a data directory, report, exit\n"
+    "  --salvage           kvfs --salvage DATA_DIR: rebuild the metadata from the buckets\n"
     "  -f                  stay in the foreground\n"
     "  -d                  debug: log every FUSE request (implies -f)\n"
     "  -o OPT[,OPT...]     kvfs settings or FUSE mount options (allow_other, ro, ...)\n"
@@ -277,6 +287,10 @@ static int parse_pass(int argc, char **argv, int pass, struct kv_config *cfg, ch
 			return KV_OPT_VERSION;
 		else if (!strcmp(a, "-f"))
 			cfg->kc_foreground = true;
+		else if (!strcmp(a, "--fsck"))
+			cfg->kc_fsck = true;
+		else if (!strcmp(a, "--salvage"))
+			cfg->kc_salvage = true;
 		else if (!strcmp(a, "-d"))
 			cfg->kc_debug = cfg->kc_foreground = true;
 		else if (!strncmp(a, "-o", 2) && (a[2] || i + 1 < argc)) {
@@ -304,6 +318,14 @@ int kv_options_parse(int argc, char **argv, char **environ_, struct kv_config *c
 		rc = parse_pass(argc, argv, pass, cfg, fuse_opts, err, err_len);
 	if (rc)
 		return rc;
+	if (cfg->kc_fsck && cfg->kc_salvage)
+		return fail(err, err_len, "kvfs: --fsck and --salvage exclude each other");
+	if (cfg->kc_fsck || cfg->kc_salvage) {
+		if (!cfg->kc_data_dir || cfg->kc_mountpoint)
+			return fail(err, err_len, "kvfs: --%s takes DATA_DIR only",
+				    cfg->kc_fsck ? "fsck" : "salvage");
+		return cfg->kc_fsck ? KV_OPT_FSCK : KV_OPT_SALVAGE;
+	}
 	if (!cfg->kc_mountpoint)
 		return fail(err, err_len, "kvfs: need DATA_DIR and MOUNTPOINT (see --help)");
 	return KV_OPT_RUN;

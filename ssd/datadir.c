@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/file.h>
+#include <sys/statvfs.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -81,6 +83,41 @@ out_close_lock:
 out_close_dir:
 	close(dd->kd_dirfd);
 	return err;
+}
+
+/* Bytes held by the files of DATA_DIR/buckets. */
+static uint64_t buckets_bytes(int dirfd)
+{
+	int fd = openat(dirfd, "buckets", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	uint64_t total = 0;
+	struct dirent *de;
+	DIR *d;
+
+	if (fd < 0)
+		return 0;
+	d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return 0;
+	}
+	while ((de = readdir(d))) {
+		struct stat st;
+
+		if (fstatat(fd, de->d_name, &st, 0) == 0 && S_ISREG(st.st_mode))
+			total += (uint64_t)st.st_blocks * 512;
+	}
+	closedir(d);
+	return total;
+}
+
+int kv_datadir_default_quota(const struct kv_datadir *dd, uint64_t *quota)
+{
+	struct statvfs sv;
+
+	if (fstatvfs(dd->kd_dirfd, &sv) < 0)
+		return -errno;
+	*quota = (uint64_t)sv.f_bavail * sv.f_frsize / 10 * 9 + buckets_bytes(dd->kd_dirfd);
+	return 0;
 }
 
 void kv_datadir_close(struct kv_datadir *dd)

@@ -11,6 +11,7 @@
 #ifndef KVFS_SSD_DATADIR_H
 #define KVFS_SSD_DATADIR_H
 
+#include <stdint.h>
 #include <sys/types.h>
 
 struct kv_datadir {
@@ -24,6 +25,13 @@ struct kv_datadir {
  * known, in *holder), or another -errno from mkdir/open.
  */
 int kv_datadir_open(struct kv_datadir *dd, const char *path, pid_t *holder);
+
+/*
+ * The default SSD quota: 90% of the free space of DATA_DIR's filesystem,
+ * plus what kvfs's bucket files already hold there (so a restart keeps its
+ * data). Returns 0 or -errno.
+ */
+int kv_datadir_default_quota(const struct kv_datadir *dd, uint64_t *quota);
 
 /* Releases the lock and closes the directory. */
 void kv_datadir_close(struct kv_datadir *dd);

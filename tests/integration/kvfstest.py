@@ -433,6 +433,14 @@ def abort_all():
         m.abort()
 
 
+def cleanup_all():
+    """abort_all() plus removal of the temporary directories."""
+    with _MOUNTS_LOCK:
+        ms = list(_MOUNTS)
+    for m in ms:
+        m.cleanup()
+
+
 def leaked_mounts():
     """Mount points this process created that are still in /proc/mounts."""
     with _MOUNTS_LOCK:
@@ -553,14 +561,14 @@ def main(argv=None, skip_reason=None):
         sys.exit(1)
 
     def on_signal(signum, frame):
-        abort_all()
+        cleanup_all()
         sys.stderr.write("kvfstest: killed by signal %d\n" % signum)
         os._exit(1)
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGHUP, on_signal)
     import atexit
-    atexit.register(abort_all)
+    atexit.register(cleanup_all)
     threading.Thread(target=_watchdog, args=(GLOBAL_TIMEOUT,), daemon=True).start()
 
     main_mod = sys.modules["__main__"]
@@ -577,7 +585,7 @@ def main(argv=None, skip_reason=None):
     try:
         result = runner.run(suite)
     finally:
-        abort_all()
+        cleanup_all()
     leaks = leaked_mounts()
     if leaks:
         print("FAIL: mounts left behind: %s" % leaks)

@@ -290,6 +290,26 @@ class DirTest(kvfstest.KvfsTestCase):
         shutil.rmtree(m.path("moved"))
         self.assertFalse(os.path.exists(m.path("moved")))
 
+    def test_readdir_while_deleting(self):
+        """Entries that stay are returned exactly once while others are
+        deleted during the listing (what rm -rf relies on)."""
+        m = self.m
+        d = m.path("it")
+        os.mkdir(d)
+        for i in range(2000):
+            fd = os.open(os.path.join(d, "e%04d" % i), os.O_WRONLY | os.O_CREAT, 0o644)
+            os.close(fd)
+        seen = []
+        with os.scandir(d) as it:
+            for e in it:
+                seen.append(e.name)
+                if int(e.name[1:]) % 2 == 0:
+                    os.unlink(e.path)
+        kept = {"e%04d" % i for i in range(2000) if i % 2}
+        self.assertEqual(len(seen), len(set(seen)), "an entry was returned twice")
+        self.assertEqual(kept - set(seen), set(), "entries skipped")
+        self.assertEqual(sorted(os.listdir(d)), sorted(kept))
+
     def test_readdir_3000_entries(self):
         m = self.m
         d = m.path("big")
@@ -498,6 +518,7 @@ class AttrTest(kvfstest.KvfsTestCase):
         m = self.m
         n255 = "n" * 255
         n256 = "n" * 256
+        self.assertEqual(os.statvfs(m.mnt).f_namemax, 255)
         write_file(m.path(n255), b"255")
         self.assertEqual(read_file(m.path(n255)), b"255")
         self.assertIn(n255, os.listdir(m.mnt))

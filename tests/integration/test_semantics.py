@@ -253,6 +253,56 @@ class SemanticsTest(kvfstest.KvfsTestCase):
         self.assertEqual(got[size // 2:], b"\0" * (size // 2))
         self.assertEqual(got[65536:65544], b"00000001")
 
+    def test_rename_exchange_with_open_fds(self):
+        m = self.m
+        write_file(m.path("a"), b"A" * 7000)
+        write_file(m.path("b"), b"B" * 9000)
+        fa = os.open(m.path("a"), os.O_RDONLY)
+        try:
+            kvfstest.renameat2(m.path("a"), m.path("b"), kvfstest.RENAME_EXCHANGE)
+            self.assertEqual(pread_all(fa, 20000), b"A" * 7000)  # the same file, now "b"
+            self.assertEqual(read_file(m.path("a")), b"B" * 9000)
+            self.assertEqual(read_file(m.path("b")), b"A" * 7000)
+        finally:
+            os.close(fa)
+
+    def test_sealed_at_last_close(self):
+        """A version is sealed (gets its seq) when the last fd closes, not
+        the first."""
+        m = self.m
+        p = m.path("k")
+
+        def seq():
+            try:
+                return int(os.getxattr(p, "user.kvfs.seq"))
+            except OSError:
+                return None
+
+        def handles():
+            return m.stats()["namespace"]["open_handles"]
+
+        write_file(p, b"v1")
+        s1 = kvfstest.wait_until(seq, what="the first version to be sealed")
+        kvfstest.wait_until(lambda: handles() == 0, what="handles released")
+        f1 = os.open(p, os.O_WRONLY)
+        f2 = os.open(p, os.O_WRONLY)
+        try:
+            os.pwrite(f1, b"V2", 0)
+            os.close(f1)
+            f1 = None
+            kvfstest.wait_until(lambda: handles() == 1, what="the first close to be released")
+            s = seq()
+            self.assertTrue(s is None or s == s1,
+                            "sealed (seq %s) while another fd is still open" % s)
+        finally:
+            if f1 is not None:
+                os.close(f1)
+            os.close(f2)
+        s2 = kvfstest.wait_until(lambda: (seq() or 0) > s1 and seq(),
+                                 what="the new version to be sealed at the last close")
+        self.assertGreater(s2, s1)
+        self.assertEqual(read_file(p), b"V2")
+
     def test_publish_by_rename_is_atomic(self):
         """A writer publishes versions by write-tmp + rename; readers must see
         one whole version each time, never a partial or missing key."""

@@ -107,6 +107,89 @@ class ShellTest(kvfstest.KvfsTestCase):
         st = m.stats()
         self.assertEqual(st["namespace"]["keys"], 0)
 
+    def test_find_cp_a_tar_dd_touch(self):
+        m = self.m
+        # find walks a nested tree completely (it trusts st_nlink of dirs)
+        for d in ("tree/a/b/c", "tree/a/d", "tree/e"):
+            os.makedirs(m.path(d))
+        files = ["tree/f", "tree/a/g", "tree/a/b/h", "tree/a/b/c/i", "tree/a/d/j", "tree/e/k"]
+        for f in files:
+            kvfstest.write_file(m.path(f), f.encode())
+        out = sh("find", ".", cwd=m.path("tree")).split()
+        want = {"."} | {"./" + p[len("tree/"):] for p in files} | {
+            "./a", "./a/b", "./a/b/c", "./a/d", "./e"}
+        self.assertEqual(sorted(out), sorted(want))
+        self.assertEqual(sorted(sh("find", ".", "-type", "f", cwd=m.path("tree")).split()),
+                         sorted("./" + p[len("tree/"):] for p in files))
+        nl = os.stat(m.path("tree/a")).st_nlink
+        self.assertIn(nl, (1, 4), "st_nlink of a directory with 2 subdirectories")
+
+        # cp -a and tar keep modes and times
+        src = tempfile.mkdtemp(prefix="kvfs-it-cpa-", dir="/tmp")
+        try:
+            os.mkdir(os.path.join(src, "s"))
+            kvfstest.write_file(os.path.join(src, "s", "f"), b"hello\n")
+            os.chmod(os.path.join(src, "s", "f"), 0o600)
+            os.utime(os.path.join(src, "s", "f"), (978307200, 978307200))
+            sh("cp", "-a", os.path.join(src, "s"), m.path("cpa"))
+            st = os.stat(m.path("cpa", "f"))
+            self.assertEqual((st.st_mode & 0o7777, int(st.st_mtime), st.st_size),
+                             (0o600, 978307200, 6))
+            sh("tar", "-C", src, "-cf", os.path.join(src, "x.tar"), "s")
+            sh("tar", "-C", m.mnt, "-xf", os.path.join(src, "x.tar"))
+            st = os.stat(m.path("s", "f"))
+            self.assertEqual((st.st_mode & 0o7777, int(st.st_mtime)), (0o600, 978307200))
+            self.assertEqual(kvfstest.read_file(m.path("s", "f")), b"hello\n")
+            # and back out of the mount
+            sh("cp", "-a", m.path("tree"), os.path.join(src, "tree-out"))
+            sh("diff", "-r", m.path("tree"), os.path.join(src, "tree-out"))
+        finally:
+            subprocess.run(["rm", "-rf", src])
+
+        # dd with O_DIRECT and fsync, in and out
+        sh("dd", "if=/dev/urandom", "of=" + m.path("dd.bin"), "bs=1M", "count=8",
+           "oflag=direct", "conv=fsync", "status=none")
+        self.assertEqual(os.stat(m.path("dd.bin")).st_size, 8 << 20)
+        self.assertEqual(sha256sum(m.path("dd.bin")),
+                         hashlib.sha256(kvfstest.read_file(m.path("dd.bin"))).hexdigest())
+        sh("dd", "if=" + m.path("dd.bin"), "of=/dev/null", "bs=1M", "iflag=direct", "status=none")
+
+        # touch creates and sets times; truncate(1) and fallocate(1)
+        sh("touch", m.path("t"))
+        self.assertEqual(os.stat(m.path("t")).st_size, 0)
+        sh("touch", "-d", "2020-02-02 02:02:02 UTC", m.path("t"))
+        self.assertEqual(int(os.stat(m.path("t")).st_mtime), 1580608922)
+        sh("truncate", "-s", "5M", m.path("tr"))
+        self.assertEqual(os.stat(m.path("tr")).st_size, 5 << 20)
+        sh("fallocate", "-l", "10M", m.path("fa"))
+        self.assertEqual(os.stat(m.path("fa")).st_size, 10 << 20)
+        self.assertGreaterEqual(os.stat(m.path("fa")).st_blocks * 512, 10 << 20)
+        sh("sync")
+
+        # what the tools refuse, they say so
+        for cmd in (["ln", "-s", "t", m.path("sym")], ["ln", m.path("t"), m.path("hard")],
+                    ["mkfifo", m.path("fifo")]):
+            r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            self.assertNotEqual(r.returncode, 0, cmd)
+            self.assertIn(b"Operation not permitted", r.stderr, cmd)
+
+    def test_rm_rf_big_directory(self):
+        m = self.m
+        os.makedirs(m.path("big", "sub"))
+        for i in range(5000):
+            fd = os.open(m.path("big", "file-with-a-longish-name-%05d" % i),
+                         os.O_WRONLY | os.O_CREAT, 0o644)
+            if i % 10 == 0:
+                os.write(fd, b"x" * 5000)
+            os.close(fd)
+        for i in range(300):
+            kvfstest.write_file(m.path("big", "sub", "s%d" % i), b"s")
+        self.assertEqual(len(sh("ls", "-A", m.path("big")).split()), 5001)
+        sh("rm", "-rf", m.path("big"))
+        self.assertFalse(os.path.exists(m.path("big")))
+        st = m.stats()
+        self.assertEqual(st["namespace"]["keys"], 0)
+
     def test_du_reports_allocated(self):
         m = self.m
         os.mkdir(m.path("d"))

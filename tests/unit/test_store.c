@@ -50,7 +50,7 @@ static struct kv_store *store_new(uint64_t mem)
 	kv_config_defaults(&cfg);
 	cfg.kc_mem_size = mem;
 	cfg.kc_numa_node = -1;
-	assert_int_equal(kv_store_create(&st, &cfg), 0);
+	assert_int_equal(kv_store_create(&st, &cfg, -1), 0);
 	assert_non_null(st);
 	assert_int_equal(kv_pool_used(kv_store_pool(st)), 0);
 	kv_store_usage(st, &u);

@@ -1,0 +1,650 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * core/persist.c — the store's metadata on disk: what goes in the journal,
+ * checkpoints of the whole namespace, recovery at start, and the offline
+ * --fsck and --salvage modes.
+ *
+ * Journal entries are appended while the namespace lock is held (shared
+ * or exclusive, as the change itself holds it), so their order is the
+ * order of the changes. Paths are resolved at append time: a PUT names the
+ * key where it lives *when its value became durable*, after any rename.
+ *
+ * Replay applies entries by path, forgivingly: an entry about a name that
+ * is not there (its value never became durable) changes nothing. A key's
+ * value is only ever replaced by one with a higher sequence number.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/stats.h"
+#include "core/store_int.h"
+
+static int64_t ns_of(const struct timespec *ts)
+{
+	return ts->tv_sec * 1000000000ll + ts->tv_nsec;
+}
+
+static struct timespec ts_of(int64_t ns)
+{
+	return (struct timespec){ .tv_sec = ns / 1000000000, .tv_nsec = ns % 1000000000 };
+}
+
+/* Fills the attribute fields of e from ino (ki_lock held). */
+static void attrs_to(const struct kv_inode *ino, struct kv_jent *e)
+{
+	e->je_mode = ino->ki_mode;
+	e->je_uid = ino->ki_uid;
+	e->je_gid = ino->ki_gid;
+	e->je_atime_ns = ns_of(&ino->ki_atime);
+	e->je_mtime_ns = ns_of(&ino->ki_mtime);
+	e->je_ctime_ns = ns_of(&ino->ki_ctime);
+}
+
+static void attrs_from(struct kv_inode *ino, const struct kv_jent *e)
+{
+	ino->ki_mode = ino->ki_type | (e->je_mode & 07777);
+	ino->ki_uid = e->je_uid;
+	ino->ki_gid = e->je_gid;
+	ino->ki_atime = ts_of(e->je_atime_ns);
+	ino->ki_mtime = ts_of(e->je_mtime_ns);
+	ino->ki_ctime = ts_of(e->je_ctime_ns);
+}
+
+static uint64_t append(struct kv_store *st, const struct kv_jent *e)
+{
+	uint64_t lsn = 0;
+
+	if (kv_journal_append(st->ks_journal, e, &lsn))
+		return 0;
+	return lsn;
+}
+
+void kv_persist_mkdir(struct kv_store *st, struct kv_inode *dir)
+{
+	char path[KV_JPATH_MAX];
+	struct kv_jent e = { .je_type = KV_J_MKDIR };
+	int len;
+
+	if (!st->ks_journal)
+		return;
+	len = kv_store_path(dir, path, sizeof(path));
+	if (len <= 0)
+		return;
+	pthread_rwlock_rdlock(&dir->ki_lock);
+	attrs_to(dir, &e);
+	pthread_rwlock_unlock(&dir->ki_lock);
+	e.je_path = path;
+	e.je_path_len = (uint32_t)len;
+	append(st, &e);
+}
+
+void kv_persist_del(struct kv_store *st, const char *path, int len)
+{
+	struct kv_jent e = { .je_type = KV_J_DEL, .je_path = path, .je_path_len = (uint32_t)len };
+
+	if (st->ks_journal)
+		append(st, &e);
+}
+
+void kv_persist_rename(struct kv_store *st, const char *from, int flen, const char *to, int tlen,
+		       unsigned flags)
+{
+	struct kv_jent e = {
+		.je_type = KV_J_RENAME,
+		.je_flags = flags,
+		.je_path = from,
+		.je_path_len = (uint32_t)flen,
+		.je_path2 = to,
+		.je_path2_len = (uint32_t)tlen,
+	};
+
+	if (st->ks_journal)
+		append(st, &e);
+}
+
+void kv_persist_setattr(struct kv_store *st, struct kv_inode *ino)
+{
+	char path[KV_JPATH_MAX];
+	struct kv_jent e = { .je_type = KV_J_SETATTR };
+	int len;
+
+	if (!st->ks_journal)
+		return;
+	len = kv_store_path(ino, path, sizeof(path));
+	if (len <= 0)
+		return;
+	pthread_rwlock_rdlock(&ino->ki_lock);
+	attrs_to(ino, &e);
+	pthread_rwlock_unlock(&ino->ki_lock);
+	e.je_path = path;
+	e.je_path_len = (uint32_t)len;
+	append(st, &e);
+}
+
+/* A PUT entry for ino's durable value (ks_ns_lock and ki_lock held). */
+static int put_entry(const struct kv_inode *ino, char *path, size_t size, struct kv_jent *e)
+{
+	int len = kv_store_path(ino, path, size);
+
+	if (len <= 0)
+		return -ENOENT;
+	memset(e, 0, sizeof(*e));
+	e->je_type = KV_J_PUT;
+	attrs_to(ino, e);
+	e->je_seq = ino->ki_loc.kl_seq;
+	e->je_bucket = ino->ki_loc.kl_bucket;
+	e->je_off = ino->ki_loc.kl_off;
+	e->je_len = ino->ki_loc.kl_len;
+	e->je_head_len = ino->ki_loc.kl_head_len;
+	e->je_path = path;
+	e->je_path_len = (uint32_t)len;
+	return 0;
+}
+
+uint64_t kv_persist_put(struct kv_store *st, struct kv_inode *ino)
+{
+	char path[KV_JPATH_MAX];
+	struct kv_jent e;
+
+	if (!st->ks_journal || put_entry(ino, path, sizeof(path), &e))
+		return 0;
+	return append(st, &e);
+}
+
+/* --- replay --- */
+
+/*
+ * Resolves the directory holding the last component of `path` (len bytes),
+ * making missing directories when `make`. Sets *name to the last
+ * component (NUL-terminated copy in buf). ks_ns_lock held exclusive.
+ */
+static struct kv_inode *walk_to_parent(struct kv_store *st, const char *path, uint32_t len,
+				       bool make, char *buf, const char **name)
+{
+	struct kv_inode *dir = st->ks_root;
+	char *p, *slash;
+
+	memcpy(buf, path, len);
+	buf[len] = '\0';
+	p = buf;
+	while ((slash = strchr(p, '/'))) {
+		struct kv_inode *c;
+
+		*slash = '\0';
+		c = kv_store_child(dir, p);
+		if (!c && make && kv_store_make(st, dir, p, S_IFDIR | 0755, &c))
+			return NULL;
+		if (!c || !S_ISDIR(c->ki_type))
+			return NULL;
+		dir = c;
+		p = slash + 1;
+	}
+	*name = p;
+	return *p ? dir : NULL;
+}
+
+/* Sets where a replayed key's value lives, if newer than what it has. */
+static void apply_put(struct kv_store *st, struct kv_inode *f, const struct kv_jent *e)
+{
+	if (e->je_seq <= f->ki_loc.kl_seq)
+		return;
+	atomic_fetch_sub(&st->ks_bytes, f->ki_loc.kl_len);
+	atomic_fetch_add(&st->ks_bytes, e->je_len);
+	f->ki_loc = (struct kv_loc){
+		.kl_bucket = e->je_bucket,
+		.kl_off = e->je_off,
+		.kl_len = e->je_len,
+		.kl_seq = e->je_seq,
+		.kl_head_len = e->je_head_len,
+	};
+	attrs_from(f, e);
+	if (e->je_seq > atomic_load(&st->ks_seq))
+		atomic_store(&st->ks_seq, e->je_seq);
+}
+
+/* Removes a replayed name, a directory with whatever it still holds. */
+static void apply_del(struct kv_store *st, struct kv_inode *dir, struct kv_inode *c)
+{
+	while (S_ISDIR(c->ki_type) && c->kd_count) {
+		for (uint32_t b = 0; b < c->kd_nbuckets; b++)
+			if (c->kd_table[b]) {
+				apply_del(st, c, c->kd_table[b]);
+				break;
+			}
+	}
+	kv_store_unname(st, dir, c);
+}
+
+/* Applies one journal or checkpoint entry (recovery: ks_ns_lock held exclusive). */
+static int apply(const struct kv_jent *e, uint64_t lsn, void *arg)
+{
+	struct kv_store *st = arg;
+	char buf[KV_JPATH_MAX + 1], buf2[KV_JPATH_MAX + 1];
+	const char *name, *name2;
+	struct kv_inode *dir, *dir2, *c;
+
+	switch (e->je_type) {
+	case KV_J_MKDIR:
+	case KV_J_PUT:
+		dir = walk_to_parent(st, e->je_path, e->je_path_len, true, buf, &name);
+		if (!dir)
+			return 0;
+		c = kv_store_child(dir, name);
+		if (!c && kv_store_make(st, dir, name,
+					e->je_type == KV_J_MKDIR ? S_IFDIR : S_IFREG, &c))
+			return 0;
+		if (e->je_type == KV_J_MKDIR && S_ISDIR(c->ki_type))
+			attrs_from(c, e);
+		else if (e->je_type == KV_J_PUT && !S_ISDIR(c->ki_type))
+			apply_put(st, c, e);
+		return 0;
+	case KV_J_DEL:
+		dir = walk_to_parent(st, e->je_path, e->je_path_len, false, buf, &name);
+		c = dir ? kv_store_child(dir, name) : NULL;
+		if (c)
+			apply_del(st, dir, c);
+		return 0;
+	case KV_J_RENAME:
+		dir = walk_to_parent(st, e->je_path, e->je_path_len, false, buf, &name);
+		dir2 = walk_to_parent(st, e->je_path2, e->je_path2_len, true, buf2, &name2);
+		if (dir && dir2)
+			kv_store_rename_locked(st, dir, name, dir2, name2, e->je_flags);
+		return 0;
+	case KV_J_SETATTR:
+		dir = walk_to_parent(st, e->je_path, e->je_path_len, false, buf, &name);
+		c = dir ? kv_store_child(dir, name) : NULL;
+		if (c)
+			attrs_from(c, e);
+		return 0;
+	default:
+		return 0;
+	}
+}
+
+/* --- walking the tree (ks_ns_lock held) --- */
+
+typedef void (*visit_fn)(struct kv_store *st, struct kv_inode *dir, struct kv_inode *ino,
+			 void *arg);
+
+/* Calls fn for every node below dir, parents before children. */
+static void visit(struct kv_store *st, struct kv_inode *dir, visit_fn fn, void *arg)
+{
+	for (uint32_t b = 0; b < dir->kd_nbuckets; b++) {
+		struct kv_inode *c = dir->kd_table[b];
+
+		while (c) {
+			/* fn may take c's name away: step first. */
+			struct kv_inode *next = c->ki_hnext;
+
+			fn(st, dir, c, arg);
+			if (S_ISDIR(c->ki_type) && c->ki_parent == dir)
+				visit(st, c, fn, arg);
+			c = next;
+		}
+	}
+}
+
+/* Live bytes per bucket, gathered from the keys (recovery). */
+struct live {
+	uint64_t *lv_id, *lv_bytes;
+	size_t lv_n, lv_max;
+	uint64_t lv_keys, lv_lost;
+	struct kv_bucket_set *lv_bs;
+};
+
+static void live_add(struct live *lv, uint64_t id, uint64_t bytes)
+{
+	for (size_t i = 0; i < lv->lv_n; i++)
+		if (lv->lv_id[i] == id) {
+			lv->lv_bytes[i] += bytes;
+			return;
+		}
+	if (lv->lv_n == lv->lv_max) {
+		size_t n = lv->lv_max ? lv->lv_max * 2 : 64;
+		uint64_t *a = realloc(lv->lv_id, n * 8), *b;
+
+		if (!a)
+			return;
+		lv->lv_id = a;
+		b = realloc(lv->lv_bytes, n * 8);
+		if (!b)
+			return;
+		lv->lv_bytes = b;
+		lv->lv_max = n;
+	}
+	lv->lv_id[lv->lv_n] = id;
+	lv->lv_bytes[lv->lv_n++] = bytes;
+}
+
+/* Drops keys whose record is not on disk; sums the live bytes of the rest. */
+static void check_key(struct kv_store *st, struct kv_inode *dir, struct kv_inode *ino, void *arg)
+{
+	struct live *lv = arg;
+
+	if (S_ISDIR(ino->ki_type))
+		return;
+	if (!ino->ki_loc.kl_bucket || !kv_bucket_valid(lv->lv_bs, &ino->ki_loc)) {
+		lv->lv_lost++;
+		kv_store_unname(st, dir, ino);
+		return;
+	}
+	lv->lv_keys++;
+	live_add(lv, ino->ki_loc.kl_bucket, kv_loc_size(&ino->ki_loc));
+}
+
+static void drop_orphan(uint64_t id, void *arg)
+{
+	struct live *lv = arg;
+
+	for (size_t i = 0; i < lv->lv_n; i++)
+		if (lv->lv_id[i] == id) {
+			kv_bucket_set_live(lv->lv_bs, id, lv->lv_bytes[i]);
+			return;
+		}
+	kv_bucket_drop(lv->lv_bs, id);
+}
+
+int kv_persist_recover(struct kv_store *st, struct kv_bucket_set *bs, int datadir_fd)
+{
+	uint64_t t0 = kv_now_ns(), next_seq = 1, next_bucket = 1, gen = 0, last_gen, last_lsn;
+	struct live lv = { .lv_bs = bs };
+	int err;
+
+	pthread_rwlock_wrlock(&st->ks_ns_lock);
+	err = kv_ckpt_load(datadir_fd, apply, st, &next_seq, &next_bucket, &gen);
+	if (err == -ENOENT)
+		err = 0;
+	if (!err)
+		err = kv_journal_replay(datadir_fd, gen, apply, st, &last_gen, &last_lsn);
+	if (!err) {
+		visit(st, st->ks_root, check_key, &lv);
+		kv_bucket_each(bs, drop_orphan, &lv);
+		kv_bucket_min_id(bs, next_bucket);
+		if (next_seq > atomic_load(&st->ks_seq) + 1)
+			atomic_store(&st->ks_seq, next_seq - 1);
+	}
+	pthread_rwlock_unlock(&st->ks_ns_lock);
+	free(lv.lv_id);
+	free(lv.lv_bytes);
+	if (err)
+		return err;
+	err = kv_journal_open(&st->ks_journal, datadir_fd, last_gen, last_lsn,
+			      st->ks_cfg->kc_flush_delay_ns);
+	if (err)
+		return err;
+	/* Start from a fresh checkpoint: the next start replays nothing. */
+	err = kv_persist_checkpoint(st);
+	kv_tier_recovered(st->ks_tier, kv_now_ns() - t0, lv.lv_keys);
+	return err;
+}
+
+/* --- checkpoints --- */
+
+/* The namespace as entries, with their paths, taken under ks_ns_lock. */
+struct snap {
+	struct kv_jent *sn_ent;
+	size_t sn_n, sn_max, sn_next;
+	bool sn_failed;
+};
+
+static void snap_add(struct kv_store *st, struct kv_inode *dir, struct kv_inode *ino, void *arg)
+{
+	struct snap *sn = arg;
+	char path[KV_JPATH_MAX];
+	struct kv_jent e = { 0 };
+	int len;
+
+	pthread_rwlock_rdlock(&ino->ki_lock);
+	if (S_ISDIR(ino->ki_type)) {
+		len = kv_store_path(ino, path, sizeof(path));
+		e.je_type = KV_J_MKDIR;
+		attrs_to(ino, &e);
+		e.je_path = path;
+		e.je_path_len = (uint32_t)len;
+	} else if (ino->ki_loc.kl_bucket && !put_entry(ino, path, sizeof(path), &e)) {
+		len = (int)e.je_path_len;
+	} else {
+		len = -1;
+	}
+	pthread_rwlock_unlock(&ino->ki_lock);
+	if (len <= 0)
+		return;
+	if (sn->sn_n == sn->sn_max) {
+		size_t n = sn->sn_max ? sn->sn_max * 2 : 1024;
+		struct kv_jent *a = realloc(sn->sn_ent, n * sizeof(*a));
+
+		if (!a) {
+			sn->sn_failed = true;
+			return;
+		}
+		sn->sn_ent = a;
+		sn->sn_max = n;
+	}
+	e.je_path = strndup(path, (size_t)len);
+	if (!e.je_path) {
+		sn->sn_failed = true;
+		return;
+	}
+	sn->sn_ent[sn->sn_n++] = e;
+}
+
+static int snap_next(struct kv_jent *e, void *arg)
+{
+	struct snap *sn = arg;
+
+	if (sn->sn_next == sn->sn_n)
+		return 0;
+	*e = sn->sn_ent[sn->sn_next++];
+	return 1;
+}
+
+int kv_persist_checkpoint(struct kv_store *st)
+{
+	struct snap sn = { 0 };
+	uint64_t gen, next_seq, next_bucket;
+	int err;
+
+	if (!st->ks_journal)
+		return 0;
+	/* Frozen: no namespace change and no PUT can slip between rotation and snapshot. */
+	pthread_rwlock_wrlock(&st->ks_ns_lock);
+	err = kv_journal_rotate(st->ks_journal, &gen);
+	if (!err)
+		visit(st, st->ks_root, snap_add, &sn);
+	next_seq = atomic_load(&st->ks_seq) + 1;
+	next_bucket = kv_bucket_next_id(kv_tier_buckets(st->ks_tier));
+	pthread_rwlock_unlock(&st->ks_ns_lock);
+	if (!err && sn.sn_failed)
+		err = -ENOMEM;
+	if (!err)
+		err = kv_ckpt_write(st->ks_datadir_fd, next_seq, next_bucket, gen, snap_next, &sn);
+	if (!err)
+		kv_journal_drop_before(st->ks_datadir_fd, gen);
+	for (size_t i = 0; i < sn.sn_n; i++)
+		free((char *)sn.sn_ent[i].je_path);
+	free(sn.sn_ent);
+	return err;
+}
+
+/* --- offline: fsck and salvage --- */
+
+struct fsck {
+	struct kv_bucket_set *fk_bs;
+	FILE *fk_out;
+	uint64_t fk_keys, fk_bad_keys, fk_bytes;
+};
+
+/* Reads and checks one key's whole value. */
+static void fsck_key(struct kv_store *st, struct kv_inode *dir, struct kv_inode *ino, void *arg)
+{
+	struct fsck *fk = arg;
+	uint64_t *csums = NULL;
+	uint32_t nchunks;
+	int err;
+
+	if (S_ISDIR(ino->ki_type))
+		return;
+	fk->fk_keys++;
+	err = kv_bucket_load_csums(fk->fk_bs, &ino->ki_loc, &csums, &nchunks);
+	for (uint64_t off = 0; !err && off < ino->ki_loc.kl_len; off += 4u << 20) {
+		void *buf;
+		char *data;
+		uint64_t n;
+
+		err = kv_bucket_read(fk->fk_bs, &ino->ki_loc, csums, off, 4u << 20, &buf, &data, &n);
+		if (!err)
+			free(buf);
+	}
+	free(csums);
+	if (err) {
+		char path[KV_JPATH_MAX];
+
+		fk->fk_bad_keys++;
+		if (kv_store_path(ino, path, sizeof(path)) > 0)
+			fprintf(fk->fk_out, "damaged: %s (%s)\n", path, strerror(-err));
+	} else {
+		fk->fk_bytes += ino->ki_loc.kl_len;
+	}
+}
+
+static int count_rec(const struct kv_bucket_rec *r, void *arg)
+{
+	(*(uint64_t *)arg)++;
+	return 0;
+}
+
+int kv_store_fsck(const struct kv_config *cfg, int datadir_fd, FILE *out)
+{
+	struct kv_config c = *cfg;
+	struct kv_store_usage u;
+	struct kv_store *st;
+	struct fsck fk = { .fk_out = out };
+	uint64_t records = 0, bad = 0;
+	int err;
+
+	c.kc_mem_size = 16u << 20;
+	c.kc_ssd_size = UINT64_MAX;
+	err = kv_store_create(&st, &c, datadir_fd);
+	if (err) {
+		fprintf(out, "fsck: cannot recover the data directory: %s\n", strerror(-err));
+		return err;
+	}
+	kv_store_usage(st, &u);
+	fk.fk_bs = kv_tier_buckets(st->ks_tier);
+	kv_bucket_scan(fk.fk_bs, true, count_rec, &records, &bad);
+	pthread_rwlock_rdlock(&st->ks_ns_lock);
+	visit(st, st->ks_root, fsck_key, &fk);
+	pthread_rwlock_unlock(&st->ks_ns_lock);
+	fprintf(out,
+		"fsck: recovery %.3f s, %" PRIu64 " keys, %" PRIu64 " directories\n"
+		"fsck: %" PRIu64 " buckets, %" PRIu64 " bytes, %" PRIu64 " dead; %" PRIu64
+		" open buckets cut at their last good record\n"
+		"fsck: %" PRIu64 " records checked, %" PRIu64 " damaged\n"
+		"fsck: %" PRIu64 " keys read back (%" PRIu64 " bytes), %" PRIu64 " damaged\n",
+		u.ku_recovery_ns / 1e9, u.ku_keys, u.ku_dirs - 1, u.ku_buckets, u.ku_ssd_used,
+		u.ku_ssd_dead, u.ku_torn_buckets, records, bad, fk.fk_keys, fk.fk_bytes,
+		fk.fk_bad_keys);
+	kv_store_destroy(st);
+	fprintf(out, "fsck: %s\n", bad || fk.fk_bad_keys ? "DAMAGED" : "clean");
+	return bad || fk.fk_bad_keys ? 1 : 0;
+}
+
+/* Salvage: every record becomes a PUT of its key, the newest winning. */
+static int salvage_rec(const struct kv_bucket_rec *r, void *arg)
+{
+	struct kv_store *st = arg;
+	struct timespec now_ts;
+	struct kv_jent e = { .je_type = KV_J_PUT, .je_mode = 0644 };
+
+	if (r->br_key_len == 0 || r->br_key_len > KV_JPATH_MAX)
+		return 0;
+	kv_store_now(&now_ts);
+	e.je_atime_ns = e.je_mtime_ns = e.je_ctime_ns = ns_of(&now_ts);
+	e.je_seq = r->br_loc.kl_seq;
+	e.je_bucket = r->br_loc.kl_bucket;
+	e.je_off = r->br_loc.kl_off;
+	e.je_len = r->br_loc.kl_len;
+	e.je_head_len = r->br_loc.kl_head_len;
+	e.je_path = r->br_key;
+	e.je_path_len = r->br_key_len;
+	return apply(&e, 0, st);
+}
+
+/* The highest journal generation in DATA_DIR, or 0. */
+static uint64_t max_gen(int dirfd)
+{
+	DIR *d = fdopendir(dup(dirfd));
+	struct dirent *de;
+	uint64_t max = 0;
+
+	if (!d)
+		return 0;
+	while ((de = readdir(d))) {
+		char *end;
+		uint64_t g;
+
+		if (strncmp(de->d_name, "journal.", 8))
+			continue;
+		g = strtoull(de->d_name + 8, &end, 10);
+		if (!*end && g > max)
+			max = g;
+	}
+	closedir(d);
+	return max;
+}
+
+int kv_store_salvage(const struct kv_config *cfg, int datadir_fd, FILE *out)
+{
+	struct kv_config c = *cfg;
+	struct kv_bucket_opts bo = { .bo_bucket_size = cfg->kc_bucket_size,
+				     .bo_bucket_keys = cfg->kc_bucket_keys,
+				     .bo_cap = UINT64_MAX };
+	struct kv_bucket_set *bs;
+	struct kv_store *st;
+	struct kv_aio *aio;
+	struct snap sn = { 0 };
+	uint64_t bad = 0, gen;
+	int err;
+
+	c.kc_mem_size = 16u << 20;
+	err = kv_store_create(&st, &c, -1);
+	if (err)
+		return err;
+	err = kv_aio_create(&aio, 64);
+	if (err)
+		goto out_store;
+	err = kv_bucket_open(&bs, datadir_fd, &bo, aio);
+	if (err)
+		goto out_aio;
+	pthread_rwlock_wrlock(&st->ks_ns_lock);
+	err = kv_bucket_scan(bs, true, salvage_rec, st, &bad);
+	if (!err)
+		visit(st, st->ks_root, snap_add, &sn);
+	pthread_rwlock_unlock(&st->ks_ns_lock);
+	gen = max_gen(datadir_fd) + 1;
+	if (!err && sn.sn_failed)
+		err = -ENOMEM;
+	if (!err)
+		err = kv_ckpt_write(datadir_fd, atomic_load(&st->ks_seq) + 1, kv_bucket_next_id(bs),
+				    gen, snap_next, &sn);
+	if (!err)
+		kv_journal_drop_before(datadir_fd, gen);
+	fprintf(out, "salvage: %" PRIu64 " keys rebuilt from the buckets, %" PRIu64
+		     " damaged records skipped%s\n",
+		atomic_load(&st->ks_keys), bad, err ? "; FAILED" : "");
+	for (size_t i = 0; i < sn.sn_n; i++)
+		free((char *)sn.sn_ent[i].je_path);
+	free(sn.sn_ent);
+	kv_bucket_close(bs);
+out_aio:
+	kv_aio_destroy(aio);
+out_store:
+	kv_store_destroy(st);
+	return err;
+}

@@ -1,0 +1,146 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * core/store_int.h — the store's insides, shared by its parts:
+ * store.c (namespace and values in DRAM), tier.c (offload to the SSD,
+ * eviction from DRAM, reads from the SSD, fsync) and persist.c (journal,
+ * checkpoint, recovery, fsck and salvage). Not for use outside core/.
+ *
+ * Lock order (see also core/store.h), outermost first:
+ *   ks_ns_lock  >  ki_lock  >  kt_lock (tier queue)  >  kt_clock_lock
+ * kt_clock_lock may also be taken while holding ki_lock; while holding
+ * kt_clock_lock, a ki_lock is only ever *tried* (never waited for), so
+ * eviction cannot deadlock with a writer.
+ */
+#ifndef KVFS_CORE_STORE_INT_H
+#define KVFS_CORE_STORE_INT_H
+
+#include "core/store.h"
+#include "ssd/bucket.h"
+#include "ssd/journal.h"
+
+struct kv_tier;
+
+/* Lock order and ownership of every field: see the comment in store.h. */
+struct kv_inode {
+	_Atomic uint64_t ki_ref;
+	uint64_t ki_ino;
+	mode_t ki_type; /* S_IFDIR or S_IFREG */
+	struct kv_store *ki_store;
+
+	/* ks_ns_lock */
+	struct kv_inode *ki_parent; /* NULL for the root and once unlinked */
+	char *ki_name;
+	uint64_t ki_hash;
+	struct kv_inode *ki_hnext;  /* chain in the parent's kd_table */
+	_Atomic uint32_t ki_nlink;  /* written under ks_ns_lock, read anywhere */
+	struct kv_inode **kd_table; /* directories: children by name hash */
+	uint32_t kd_nbuckets;
+	uint32_t kd_count;
+
+	/* ki_lock */
+	pthread_rwlock_t ki_lock;
+	mode_t ki_mode;
+	uid_t ki_uid;
+	gid_t ki_gid;
+	struct timespec ki_atime, ki_mtime, ki_ctime;
+	struct kv_obj *ki_obj; /* regular files: the version in DRAM; NULL when only on SSD */
+	uint32_t ki_nopen;
+	struct kv_loc ki_loc;  /* the newest durable version on SSD (kl_bucket 0: none) */
+	uint64_t *ki_csums;    /* ki_loc's chunk checksums, loaded on first SSD read */
+	uint64_t ki_put_lsn;   /* journal LSN of ki_loc's KV_J_PUT (fsync waits for it) */
+	int ki_offload_err;    /* why the newest version could not be offloaded, or 0 */
+
+	/* kt_lock */
+	bool ki_queued;        /* on the offload queue */
+	uint64_t ki_qbytes;    /* what it counts in the backlog */
+	struct kv_inode *ki_qnext;
+
+	/* kt_clock_lock */
+	struct kv_inode *ki_cprev, *ki_cnext; /* the clock of clean values (NULL: not on it) */
+	bool ki_on_clock;
+	_Atomic bool ki_referenced; /* read since the clock hand last passed */
+};
+
+struct kv_store {
+	struct kv_pool *ks_pool;  /* immutable */
+	struct kv_inode *ks_root; /* immutable */
+	pthread_rwlock_t ks_ns_lock;
+	_Atomic uint64_t ks_next_ino;
+	_Atomic uint64_t ks_seq; /* the last sequence number handed out */
+	_Atomic uint64_t ks_keys, ks_dirs, ks_open, ks_bytes, ks_inodes;
+	struct kv_tier *ks_tier;       /* NULL: DRAM only (no data directory, or --ssd-size=0) */
+	struct kv_journal *ks_journal; /* NULL with ks_tier */
+	const struct kv_config *ks_cfg; /* immutable */
+	int ks_datadir_fd;              /* immutable: DATA_DIR, or -1 */
+};
+
+
+/* --- store.c --- */
+
+void kv_store_now(struct timespec *ts);
+/* Seals an open version nobody has open any more (ki_lock held exclusive). */
+void kv_store_settle(struct kv_inode *ino);
+/* Writes ino's path (relative to the root) into buf; returns its length or -ENAMETOOLONG. ks_ns_lock held. */
+int kv_store_path(const struct kv_inode *ino, char *buf, size_t len);
+/* Finds a child by name (ks_ns_lock held). */
+struct kv_inode *kv_store_child(const struct kv_inode *dir, const char *name);
+/* Makes a node under dir without journaling (recovery; ks_ns_lock held exclusive). */
+int kv_store_make(struct kv_store *st, struct kv_inode *dir, const char *name, mode_t mode,
+		  struct kv_inode **out);
+/* Takes a name away, without journaling (recovery; ks_ns_lock held exclusive). */
+void kv_store_unname(struct kv_store *st, struct kv_inode *dir, struct kv_inode *ino);
+/* Renames without journaling (recovery; ks_ns_lock held exclusive). */
+int kv_store_rename_locked(struct kv_store *st, struct kv_inode *odir, const char *oname,
+			   struct kv_inode *ndir, const char *nname, unsigned flags);
+
+/* --- tier.c --- */
+
+int kv_tier_create(struct kv_store *st, int datadir_fd, struct kv_tier **out);
+/* Offloads everything still dirty, then stops the offloader. */
+void kv_tier_flush_stop(struct kv_tier *t);
+/* Starts the offloader thread (after recovery). */
+void kv_tier_start(struct kv_tier *t);
+void kv_tier_destroy(struct kv_tier *t);
+struct kv_bucket_set *kv_tier_buckets(struct kv_tier *t);
+/* Queues ino's sealed, dirty version for offload (ki_lock held). */
+void kv_tier_enqueue(struct kv_tier *t, struct kv_inode *ino);
+/* ino is being freed: takes it off the clock and the queue. */
+void kv_tier_forget(struct kv_tier *t, struct kv_inode *ino);
+/* ino's value became clean and resident (ki_lock held): puts it on the clock. */
+void kv_tier_clean(struct kv_tier *t, struct kv_inode *ino);
+/*
+ * The pool had no room for `bytes`: evicts clean values, or waits for the
+ * offloader to make some clean, up to a bound. Call without any ki_lock.
+ * Returns 0 when it freed something (retry), -ENOSPC when nothing can be.
+ */
+int kv_tier_make_room(struct kv_tier *t, uint64_t bytes);
+/*
+ * Reads [off, off + len) of a value that is only on SSD (ki_lock not held;
+ * loc copied under it). Fills iov/guard like kv_store_read.
+ */
+int kv_tier_read(struct kv_tier *t, struct kv_inode *ino, uint64_t off, uint64_t len,
+		 struct iovec *iov, int maxiov, uint64_t *bytes, struct kv_read_guard *guard);
+/* Waits until ino's version with sequence number seq is durable (or failed). */
+int kv_tier_wait_durable(struct kv_tier *t, struct kv_inode *ino, uint64_t seq);
+void kv_tier_usage(struct kv_tier *t, struct kv_store_usage *u);
+/* Counts a read served from DRAM. */
+void kv_tier_hit(struct kv_tier *t);
+/* Records how long recovery took and how many keys it brought back. */
+void kv_tier_recovered(struct kv_tier *t, uint64_t ns, uint64_t keys);
+
+/* --- persist.c --- */
+
+/* Journals a namespace change (ks_ns_lock held). No-op without a journal. */
+void kv_persist_mkdir(struct kv_store *st, struct kv_inode *dir);
+void kv_persist_del(struct kv_store *st, const char *path, int len);
+void kv_persist_rename(struct kv_store *st, const char *from, int flen, const char *to, int tlen,
+		       unsigned flags);
+void kv_persist_setattr(struct kv_store *st, struct kv_inode *ino);
+/* Journals where ino's value now lives (ks_ns_lock and ki_lock held). Returns the LSN or 0. */
+uint64_t kv_persist_put(struct kv_store *st, struct kv_inode *ino);
+/* Loads checkpoint + journal into the (empty) store. */
+int kv_persist_recover(struct kv_store *st, struct kv_bucket_set *bs, int datadir_fd);
+/* Writes a checkpoint of the whole store and drops the journal before it. */
+int kv_persist_checkpoint(struct kv_store *st);
+
+#endif

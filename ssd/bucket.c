@@ -1,0 +1,1086 @@
+/* SPDX-License-Identifier: MIT */
+#include "ssd/bucket.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
+#include <xxhash.h>
+
+#include "ssd/format.h"
+
+#define CHUNK (1ull << KV_CHUNK_SHIFT)
+#define ROUND_UP(x) (((x) + KV_BLOCK - 1) / KV_BLOCK * KV_BLOCK)
+/* Values are read from disk in pieces of at most this many bytes. */
+#define READ_PIECE (4u << 20)
+
+/* One record of the active bucket, kept to write its index block at seal. */
+struct idx_rec {
+	struct kv_idx_ent ir_ent;
+	char *ir_key;
+};
+
+struct kv_bucket {
+	uint64_t kb_id;  /* immutable */
+	int kb_fd;       /* immutable: O_RDWR | O_DIRECT */
+	/* bs_lock, and bs_append_lock for the active bucket */
+	uint64_t kb_end;     /* end of the last record (sealed: of the trailer) */
+	uint64_t kb_rec_end; /* sealed: end of the last record, where the index starts */
+	uint64_t kb_count; /* records */
+	uint64_t kb_dead;  /* bytes of dead records */
+	bool kb_sealed;
+	bool kb_broken; /* unreadable header: kept for fsck, never read */
+	struct idx_rec *kb_idx; /* active bucket only */
+	uint64_t kb_nidx, kb_maxidx;
+};
+
+struct kv_bucket_set {
+	int bs_dirfd;                  /* immutable: DATA_DIR/buckets */
+	struct kv_bucket_opts bs_opts; /* immutable */
+	struct kv_aio *bs_aio;         /* immutable */
+	pthread_mutex_t bs_append_lock; /* one appender: guards bs_active's writing */
+	pthread_mutex_t bs_lock;        /* guards bs_tab, bs_n, bs_next_id, bs_used, kb_* */
+	struct kv_bucket **bs_tab;      /* sorted by id */
+	uint32_t bs_n, bs_max;
+	struct kv_bucket *bs_active;
+	uint64_t bs_next_id;
+	uint64_t bs_used;
+	_Atomic uint64_t bs_written, bs_read, bs_csum_errors, bs_truncated;
+};
+
+uint64_t kv_loc_size(const struct kv_loc *loc)
+{
+	return loc->kl_head_len + ROUND_UP(loc->kl_len);
+}
+
+static void name_of(uint64_t id, char *buf, size_t len)
+{
+	snprintf(buf, len, "%016" PRIx64 ".kvb", id);
+}
+
+static void *aligned(size_t len)
+{
+	void *p;
+
+	if (posix_memalign(&p, KV_BLOCK, len ? len : KV_BLOCK))
+		return NULL;
+	memset(p, 0, len);
+	return p;
+}
+
+/* Runs one synchronous O_DIRECT read or write of an aligned buffer. */
+static int rw(struct kv_bucket_set *bs, int fd, bool write, void *buf, uint64_t len, uint64_t off)
+{
+	struct iovec iov = { .iov_base = buf, .iov_len = len };
+	struct kv_aio_op op = {
+		.kao_fd = fd, .kao_write = write, .kao_off = off, .kao_iov = &iov, .kao_iovcnt = 1
+	};
+
+	return kv_aio_run(bs->bs_aio, &op, 1);
+}
+
+/* --- the bucket table (bs_lock held) --- */
+
+static struct kv_bucket *find(struct kv_bucket_set *bs, uint64_t id)
+{
+	uint32_t lo = 0, hi = bs->bs_n;
+
+	while (lo < hi) {
+		uint32_t mid = (lo + hi) / 2;
+
+		if (bs->bs_tab[mid]->kb_id < id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < bs->bs_n && bs->bs_tab[lo]->kb_id == id ? bs->bs_tab[lo] : NULL;
+}
+
+static int insert(struct kv_bucket_set *bs, struct kv_bucket *b)
+{
+	uint32_t i;
+
+	if (bs->bs_n == bs->bs_max) {
+		uint32_t n = bs->bs_max ? bs->bs_max * 2 : 16;
+		struct kv_bucket **t = realloc(bs->bs_tab, n * sizeof(*t));
+
+		if (!t)
+			return -ENOMEM;
+		bs->bs_tab = t;
+		bs->bs_max = n;
+	}
+	for (i = bs->bs_n; i > 0 && bs->bs_tab[i - 1]->kb_id > b->kb_id; i--)
+		bs->bs_tab[i] = bs->bs_tab[i - 1];
+	bs->bs_tab[i] = b;
+	bs->bs_n++;
+	if (b->kb_id >= bs->bs_next_id)
+		bs->bs_next_id = b->kb_id + 1;
+	return 0;
+}
+
+static void bucket_free(struct kv_bucket *b)
+{
+	for (uint64_t i = 0; i < b->kb_nidx; i++)
+		free(b->kb_idx[i].ir_key);
+	free(b->kb_idx);
+	close(b->kb_fd);
+	free(b);
+}
+
+/* --- checksums --- */
+
+/* XXH3 of `len` bytes spread over iov starting at byte `skip`. */
+static uint64_t hash_iov(XXH3_state_t *st, const struct iovec *iov, int cnt, uint64_t skip,
+			 uint64_t len)
+{
+	XXH3_64bits_reset(st);
+	for (int i = 0; i < cnt && len; i++) {
+		uint64_t n = iov[i].iov_len;
+
+		if (skip >= n) {
+			skip -= n;
+			continue;
+		}
+		n -= skip;
+		if (n > len)
+			n = len;
+		XXH3_64bits_update(st, (const char *)iov[i].iov_base + skip, n);
+		len -= n;
+		skip = 0;
+	}
+	return XXH3_64bits_digest(st);
+}
+
+/* Checksums of the chunks of a `len`-byte value held in iov. */
+static int chunk_csums(const struct iovec *iov, int cnt, uint64_t len, uint64_t *out)
+{
+	XXH3_state_t *st = XXH3_createState();
+
+	if (!st)
+		return -ENOMEM;
+	for (uint64_t c = 0; c * CHUNK < len; c++) {
+		uint64_t n = len - c * CHUNK < CHUNK ? len - c * CHUNK : CHUNK;
+
+		out[c] = hash_iov(st, iov, cnt, c * CHUNK, n);
+	}
+	XXH3_freeState(st);
+	return 0;
+}
+
+/* The head checksum: this struct with the field zeroed, the key, the chunk checksums. */
+static uint64_t head_csum(const struct kv_rec_head *h, const void *key, const void *csums)
+{
+	struct kv_rec_head c = *h;
+	XXH3_state_t st;
+
+	c.rh_head_csum = 0;
+	XXH3_64bits_reset(&st);
+	XXH3_64bits_update(&st, &c, sizeof(c));
+	XXH3_64bits_update(&st, key, c.rh_key_len);
+	XXH3_64bits_update(&st, csums, (size_t)c.rh_nchunks * 8);
+	return XXH3_64bits_digest(&st);
+}
+
+/*
+ * Checks a record head at the start of buf (buf_len bytes of it present).
+ * Returns 0, -EAGAIN when the head is longer than buf_len (read more), or
+ * -EIO when it is not a valid head.
+ */
+static int head_check(const void *buf, uint64_t buf_len)
+{
+	struct kv_rec_head h;
+	const char *key = (const char *)buf + sizeof(h);
+
+	memcpy(&h, buf, sizeof(h));
+	if (h.rh_magic != KV_REC_MAGIC || h.rh_version != KV_FORMAT_VERSION ||
+	    h.rh_chunk_shift != KV_CHUNK_SHIFT || h.rh_key_len > 4096 ||
+	    h.rh_nchunks != (h.rh_value_len + CHUNK - 1) / CHUNK ||
+	    h.rh_head_len != kv_rec_head_len(h.rh_key_len, h.rh_value_len))
+		return -EIO;
+	if (h.rh_head_len > buf_len)
+		return -EAGAIN;
+	if (head_csum(&h, key, key + h.rh_key_len) != h.rh_head_csum ||
+	    XXH3_64bits(key + h.rh_key_len, (size_t)h.rh_nchunks * 8) != h.rh_payload_csum)
+		return -EIO;
+	return 0;
+}
+
+/*
+ * Reads the head of the record at `off` in b into a malloc'ed buffer.
+ * Returns 0, -EIO for a damaged or missing head.
+ */
+static int read_head(struct kv_bucket_set *bs, struct kv_bucket *b, uint64_t off, void **out)
+{
+	uint64_t len = KV_BLOCK;
+	void *buf = NULL;
+	int err;
+
+	for (;;) {
+		free(buf);
+		buf = aligned(len);
+		if (!buf)
+			return -ENOMEM;
+		err = rw(bs, b->kb_fd, false, buf, len, off);
+		if (err)
+			break;
+		err = head_check(buf, len);
+		if (err != -EAGAIN)
+			break;
+		len = ((const struct kv_rec_head *)buf)->rh_head_len;
+	}
+	if (err) {
+		free(buf);
+		return err == -ENOMEM ? err : -EIO;
+	}
+	*out = buf;
+	return 0;
+}
+
+/* Checks `len` value bytes in buf (starting at chunk c0) against csums. */
+static int verify(struct kv_bucket_set *bs, const char *buf, uint64_t len, uint64_t c0,
+		  const uint64_t *csums)
+{
+	for (uint64_t done = 0, c = c0; done < len; c++) {
+		uint64_t n = len - done < CHUNK ? len - done : CHUNK;
+
+		if (XXH3_64bits(buf + done, n) != csums[c]) {
+			atomic_fetch_add(&bs->bs_csum_errors, 1);
+			return -EIO;
+		}
+		done += n;
+	}
+	return 0;
+}
+
+/*
+ * Reads value bytes [off, off + len) of the record at loc in b, in whole
+ * chunks, and verifies them (see kv_bucket_read).
+ */
+static int read_value(struct kv_bucket_set *bs, struct kv_bucket *b, const struct kv_loc *loc,
+		      const uint64_t *csums, uint64_t off, uint64_t len, void **buf, char **data,
+		      uint64_t *n)
+{
+	uint64_t c0, c1, start, bytes;
+	int err;
+
+	*buf = NULL;
+	*n = 0;
+	if (off >= loc->kl_len || len == 0)
+		return 0;
+	if (len > loc->kl_len - off)
+		len = loc->kl_len - off;
+	c0 = off / CHUNK;
+	c1 = (off + len + CHUNK - 1) / CHUNK;
+	start = c0 * CHUNK;
+	bytes = (c1 * CHUNK < loc->kl_len ? c1 * CHUNK : loc->kl_len) - start;
+	*buf = aligned(ROUND_UP(bytes));
+	if (!*buf)
+		return -ENOMEM;
+	err = rw(bs, b->kb_fd, false, *buf, ROUND_UP(bytes), loc->kl_off + loc->kl_head_len + start);
+	if (!err)
+		err = verify(bs, *buf, bytes, c0, csums);
+	if (err) {
+		free(*buf);
+		*buf = NULL;
+		return err == -ENOMEM ? err : -EIO;
+	}
+	atomic_fetch_add(&bs->bs_read, ROUND_UP(bytes));
+	*data = (char *)*buf + (off - start);
+	*n = len;
+	return 0;
+}
+
+/* --- opening --- */
+
+static int bucket_create(struct kv_bucket_set *bs, uint64_t prealloc, struct kv_bucket **out)
+{
+	struct kv_bucket_hdr *h;
+	struct kv_bucket *b;
+	struct timespec ts;
+	char name[32];
+	int err;
+
+	b = calloc(1, sizeof(*b));
+	h = aligned(KV_BLOCK);
+	if (!b || !h) {
+		err = -ENOMEM;
+		goto out_free;
+	}
+	b->kb_id = bs->bs_next_id++;
+	name_of(b->kb_id, name, sizeof(name));
+	b->kb_fd = openat(bs->bs_dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC,
+			  0600);
+	if (b->kb_fd < 0) {
+		err = -errno;
+		goto out_free;
+	}
+	if (fallocate(b->kb_fd, 0, 0, (off_t)prealloc) < 0 && errno != EOPNOTSUPP) {
+		err = -errno;
+		goto out_unlink;
+	}
+	clock_gettime(CLOCK_REALTIME, &ts);
+	h->bh_magic = KV_BUCKET_MAGIC;
+	h->bh_version = KV_FORMAT_VERSION;
+	h->bh_id = b->kb_id;
+	h->bh_created_ns = ts.tv_sec * 1000000000ll + ts.tv_nsec;
+	h->bh_csum = XXH3_64bits(h, sizeof(*h));
+	err = rw(bs, b->kb_fd, true, h, KV_BLOCK, 0);
+	if (!err && (fdatasync(b->kb_fd) < 0 || fsync(bs->bs_dirfd) < 0))
+		err = -errno;
+	if (err)
+		goto out_unlink;
+	b->kb_end = KV_BLOCK;
+	free(h);
+	*out = b;
+	return 0;
+
+out_unlink:
+	close(b->kb_fd);
+	unlinkat(bs->bs_dirfd, name, 0);
+out_free:
+	free(h);
+	free(b);
+	return err;
+}
+
+/* Remembers a record of the active bucket for its index block. */
+static int idx_add(struct kv_bucket *b, const struct kv_loc *loc, const char *key, uint32_t klen)
+{
+	struct idx_rec *r;
+
+	if (b->kb_nidx == b->kb_maxidx) {
+		uint64_t n = b->kb_maxidx ? b->kb_maxidx * 2 : 64;
+		struct idx_rec *t = realloc(b->kb_idx, n * sizeof(*t));
+
+		if (!t)
+			return -ENOMEM;
+		b->kb_idx = t;
+		b->kb_maxidx = n;
+	}
+	r = &b->kb_idx[b->kb_nidx];
+	r->ir_key = malloc(klen ? klen : 1);
+	if (!r->ir_key)
+		return -ENOMEM;
+	memcpy(r->ir_key, key, klen);
+	r->ir_ent = (struct kv_idx_ent){
+		.ie_off = loc->kl_off,
+		.ie_value_len = loc->kl_len,
+		.ie_seq = loc->kl_seq,
+		.ie_head_len = loc->kl_head_len,
+		.ie_key_len = klen,
+	};
+	b->kb_nidx++;
+	return 0;
+}
+
+/*
+ * Seals b: writes its index block and trailer after the last record,
+ * syncs, truncates the preallocated rest. Returns 0 or -errno.
+ */
+static int bucket_seal(struct kv_bucket_set *bs, struct kv_bucket *b)
+{
+	uint64_t ilen = 0, off = 0, total;
+	struct kv_bucket_trailer *t;
+	char *buf;
+	int err;
+
+	for (uint64_t i = 0; i < b->kb_nidx; i++)
+		ilen += sizeof(struct kv_idx_ent) + (b->kb_idx[i].ir_ent.ie_key_len + 7) / 8 * 8;
+	total = ROUND_UP(ilen) + KV_BLOCK;
+	buf = aligned(total);
+	if (!buf)
+		return -ENOMEM;
+	for (uint64_t i = 0; i < b->kb_nidx; i++) {
+		const struct idx_rec *r = &b->kb_idx[i];
+
+		memcpy(buf + off, &r->ir_ent, sizeof(r->ir_ent));
+		memcpy(buf + off + sizeof(r->ir_ent), r->ir_key, r->ir_ent.ie_key_len);
+		off += sizeof(r->ir_ent) + (r->ir_ent.ie_key_len + 7) / 8 * 8;
+	}
+	t = (struct kv_bucket_trailer *)(buf + total - KV_BLOCK);
+	*t = (struct kv_bucket_trailer){
+		.bt_magic = KV_TRAILER_MAGIC,
+		.bt_id = b->kb_id,
+		.bt_index_off = b->kb_end,
+		.bt_index_len = ilen,
+		.bt_count = b->kb_count,
+		.bt_index_csum = XXH3_64bits(buf, ilen),
+	};
+	t->bt_csum = XXH3_64bits(t, sizeof(*t));
+	err = rw(bs, b->kb_fd, true, buf, total, b->kb_end);
+	free(buf);
+	if (!err && (fdatasync(b->kb_fd) < 0 || ftruncate(b->kb_fd, (off_t)(b->kb_end + total)) < 0))
+		err = -errno;
+	if (err)
+		return err;
+	pthread_mutex_lock(&bs->bs_lock);
+	b->kb_rec_end = b->kb_end;
+	b->kb_end += total;
+	bs->bs_used += total;
+	b->kb_sealed = true;
+	pthread_mutex_unlock(&bs->bs_lock);
+	for (uint64_t i = 0; i < b->kb_nidx; i++)
+		free(b->kb_idx[i].ir_key);
+	free(b->kb_idx);
+	b->kb_idx = NULL;
+	b->kb_nidx = b->kb_maxidx = 0;
+	return 0;
+}
+
+/* Loads a sealed bucket's trailer. Returns 0, or -EIO when there is none. */
+static int load_trailer(struct kv_bucket_set *bs, struct kv_bucket *b, uint64_t size)
+{
+	struct kv_bucket_trailer *t, c;
+	int err;
+
+	if (size < 2 * KV_BLOCK || size % KV_BLOCK)
+		return -EIO;
+	t = aligned(KV_BLOCK);
+	if (!t)
+		return -ENOMEM;
+	err = rw(bs, b->kb_fd, false, t, KV_BLOCK, size - KV_BLOCK);
+	c = *t;
+	c.bt_csum = 0;
+	if (!err && (t->bt_magic != KV_TRAILER_MAGIC || t->bt_id != b->kb_id ||
+		     XXH3_64bits(&c, sizeof(c)) != t->bt_csum || t->bt_index_off > size))
+		err = -EIO;
+	if (!err) {
+		b->kb_end = size;
+		b->kb_rec_end = t->bt_index_off;
+		b->kb_count = t->bt_count;
+		b->kb_sealed = true;
+	}
+	free(t);
+	return err;
+}
+
+/* Checks every chunk of the value of record r in b. Returns 0 or -EIO. */
+static int check_value(struct kv_bucket_set *bs, struct kv_bucket *b, const struct kv_loc *loc,
+		       const void *head)
+{
+	const struct kv_rec_head *h = head;
+	uint64_t *csums = malloc((size_t)h->rh_nchunks * 8 + 8);
+	int err = csums ? 0 : -ENOMEM;
+
+	if (csums)
+		memcpy(csums, (const char *)head + sizeof(*h) + h->rh_key_len,
+		       (size_t)h->rh_nchunks * 8);
+	for (uint64_t v = 0; !err && v < loc->kl_len; v += READ_PIECE) {
+		void *buf;
+		char *data;
+		uint64_t n;
+
+		err = read_value(bs, b, loc, csums, v, READ_PIECE, &buf, &data, &n);
+		if (!err)
+			free(buf);
+	}
+	free(csums);
+	return err;
+}
+
+/*
+ * Walks the records of b from offset 4096 up to `limit`, checking heads
+ * (and values when check_values) and calling fn for each good record. A bad
+ * head ends the walk (nothing after it can be found); a bad value ends it
+ * too when stop_at_bad (recovering an open bucket: a torn tail), else the
+ * record is counted in *bad and skipped. Sets *end to the end of the last
+ * record walked over.
+ */
+static int walk(struct kv_bucket_set *bs, struct kv_bucket *b, uint64_t limit, bool check_values,
+		bool stop_at_bad, int (*fn)(const struct kv_bucket_rec *r, void *arg), void *arg,
+		uint64_t *end, uint64_t *bad)
+{
+	uint64_t off = KV_BLOCK;
+	int ret = 0;
+
+	while (!ret && off + KV_BLOCK <= limit) {
+		struct kv_rec_head h;
+		struct kv_bucket_rec r;
+		void *head;
+		int err;
+
+		if (read_head(bs, b, off, &head))
+			break;
+		memcpy(&h, head, sizeof(h));
+		r.br_loc = (struct kv_loc){ .kl_bucket = b->kb_id, .kl_off = off,
+					    .kl_len = h.rh_value_len, .kl_seq = h.rh_seq,
+					    .kl_head_len = h.rh_head_len };
+		r.br_key = (const char *)head + sizeof(h);
+		r.br_key_len = h.rh_key_len;
+		err = off + kv_loc_size(&r.br_loc) > limit ? -EIO : 0;
+		if (!err && check_values)
+			err = check_value(bs, b, &r.br_loc, head);
+		if (err && (stop_at_bad || off + kv_loc_size(&r.br_loc) > limit)) {
+			free(head);
+			break;
+		}
+		if (err)
+			(*bad)++;
+		else if (fn)
+			ret = fn(&r, arg);
+		free(head);
+		off += kv_loc_size(&r.br_loc);
+	}
+	*end = off;
+	return ret;
+}
+
+/* Index callback: rebuilds the in-memory index of a bucket being recovered. */
+static int walk_index(const struct kv_bucket_rec *r, void *arg)
+{
+	struct kv_bucket *b = arg;
+
+	b->kb_count++;
+	return idx_add(b, &r->br_loc, r->br_key, r->br_key_len);
+}
+
+/* Loads one bucket file: sealed by its trailer; open by a scan, then sealed. */
+static int load_bucket(struct kv_bucket_set *bs, const char *name, uint64_t id)
+{
+	struct kv_bucket_hdr *h = NULL;
+	struct kv_bucket *b;
+	struct stat st;
+	uint64_t end;
+	int err;
+
+	b = calloc(1, sizeof(*b));
+	if (!b)
+		return -ENOMEM;
+	b->kb_id = id;
+	b->kb_fd = openat(bs->bs_dirfd, name, O_RDWR | O_DIRECT | O_CLOEXEC);
+	if (b->kb_fd < 0 || fstat(b->kb_fd, &st) < 0) {
+		err = -errno;
+		goto out_free;
+	}
+	h = aligned(KV_BLOCK);
+	err = h ? rw(bs, b->kb_fd, false, h, KV_BLOCK, 0) : -ENOMEM;
+	if (err == -ENOMEM)
+		goto out_close;
+	if (err || h->bh_magic != KV_BUCKET_MAGIC || h->bh_id != id) {
+		b->kb_broken = true;
+		b->kb_sealed = true;
+		b->kb_end = (uint64_t)st.st_size;
+	} else if (load_trailer(bs, b, (uint64_t)st.st_size)) {
+		/* Left open by a crash: keep the good records, seal there. */
+		uint64_t bad = 0;
+
+		b->kb_count = 0;
+		walk(bs, b, (uint64_t)st.st_size, true, true, walk_index, b, &end, &bad);
+		atomic_fetch_add(&bs->bs_truncated, 1);
+		b->kb_end = end;
+		err = bucket_seal(bs, b);
+		if (err)
+			goto out_close;
+	}
+	free(h);
+	bs->bs_used += b->kb_end;
+	return insert(bs, b);
+
+out_close:
+	close(b->kb_fd);
+out_free:
+	free(h);
+	free(b);
+	return err;
+}
+
+static int load_all(struct kv_bucket_set *bs)
+{
+	DIR *d = fdopendir(dup(bs->bs_dirfd));
+	struct dirent *de;
+	int err = 0;
+
+	if (!d)
+		return -errno;
+	while (!err && (de = readdir(d))) {
+		char *end;
+		uint64_t id = strtoull(de->d_name, &end, 16);
+
+		if (end != de->d_name + 16 || strcmp(end, ".kvb") != 0 || id == 0)
+			continue;
+		err = load_bucket(bs, de->d_name, id);
+	}
+	closedir(d);
+	return err;
+}
+
+int kv_bucket_open(struct kv_bucket_set **out, int datadir_fd, const struct kv_bucket_opts *o,
+		   struct kv_aio *aio)
+{
+	struct kv_bucket_set *bs = calloc(1, sizeof(*bs));
+	int err;
+
+	if (!bs)
+		return -ENOMEM;
+	bs->bs_opts = *o;
+	bs->bs_aio = aio;
+	bs->bs_next_id = 1;
+	pthread_mutex_init(&bs->bs_lock, NULL);
+	pthread_mutex_init(&bs->bs_append_lock, NULL);
+	if (mkdirat(datadir_fd, "buckets", 0700) < 0 && errno != EEXIST) {
+		err = -errno;
+		goto out_free;
+	}
+	bs->bs_dirfd = openat(datadir_fd, "buckets", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (bs->bs_dirfd < 0) {
+		err = -errno;
+		goto out_free;
+	}
+	err = load_all(bs);
+	if (err)
+		goto out_close;
+	*out = bs;
+	return 0;
+
+out_close:
+	for (uint32_t i = 0; i < bs->bs_n; i++)
+		bucket_free(bs->bs_tab[i]);
+	free(bs->bs_tab);
+	close(bs->bs_dirfd);
+out_free:
+	pthread_mutex_destroy(&bs->bs_lock);
+	pthread_mutex_destroy(&bs->bs_append_lock);
+	free(bs);
+	return err;
+}
+
+void kv_bucket_close(struct kv_bucket_set *bs)
+{
+	pthread_mutex_lock(&bs->bs_append_lock);
+	if (bs->bs_active && bs->bs_active->kb_count)
+		bucket_seal(bs, bs->bs_active);
+	pthread_mutex_unlock(&bs->bs_append_lock);
+	for (uint32_t i = 0; i < bs->bs_n; i++)
+		bucket_free(bs->bs_tab[i]);
+	free(bs->bs_tab);
+	close(bs->bs_dirfd);
+	pthread_mutex_destroy(&bs->bs_lock);
+	pthread_mutex_destroy(&bs->bs_append_lock);
+	free(bs);
+}
+
+/* --- appending --- */
+
+/*
+ * Makes room for a record of `size` bytes: returns the bucket to write it
+ * to (the active one, or a new one, sealing the full one first), or NULL
+ * with *err set. bs_append_lock held.
+ */
+static struct kv_bucket *room_for(struct kv_bucket_set *bs, uint64_t size, int *err)
+{
+	const struct kv_bucket_opts *o = &bs->bs_opts;
+	struct kv_bucket *b = bs->bs_active, *nb = NULL;
+	uint64_t prealloc;
+
+	if (b && (b->kb_end + size <= o->bo_bucket_size || b->kb_count == 0) &&
+	    b->kb_count < o->bo_bucket_keys)
+		return b;
+	if (b) {
+		*err = bucket_seal(bs, b);
+		if (*err)
+			return NULL;
+		bs->bs_active = NULL;
+	}
+	prealloc = KV_BLOCK + size > o->bo_bucket_size ? KV_BLOCK + size : o->bo_bucket_size;
+	pthread_mutex_lock(&bs->bs_lock);
+	*err = bucket_create(bs, prealloc, &nb);
+	if (!*err) {
+		*err = insert(bs, nb);
+		if (*err)
+			bucket_free(nb);
+		else
+			bs->bs_used += KV_BLOCK;
+	}
+	pthread_mutex_unlock(&bs->bs_lock);
+	if (*err)
+		return NULL;
+	bs->bs_active = nb;
+	return nb;
+}
+
+/* What one put becomes: two writes, head then value. */
+struct pending {
+	struct kv_bucket *pd_b;
+	unsigned pd_op, pd_nops; /* its ops in the batch: the head's, then the value's if any */
+	void *pd_head;
+	struct iovec pd_hiov;
+	struct iovec *pd_viov;
+	int pd_vcnt;
+};
+
+/* Builds the head block of a put, with its chunk checksums. */
+static int build_head(struct kv_bucket_put *p, struct pending *pd)
+{
+	uint32_t head_len = kv_rec_head_len(p->bp_key_len, p->bp_len);
+	struct kv_rec_head h = {
+		.rh_magic = KV_REC_MAGIC,
+		.rh_version = KV_FORMAT_VERSION,
+		.rh_key_len = p->bp_key_len,
+		.rh_head_len = head_len,
+		.rh_value_len = p->bp_len,
+		.rh_seq = p->bp_seq,
+		.rh_chunk_shift = KV_CHUNK_SHIFT,
+		.rh_nchunks = (uint32_t)((p->bp_len + CHUNK - 1) / CHUNK),
+	};
+	char *buf = aligned(head_len), *key, *csums;
+	int err;
+
+	if (!buf)
+		return -ENOMEM;
+	key = buf + sizeof(h);
+	csums = key + p->bp_key_len;
+	memcpy(key, p->bp_key, p->bp_key_len);
+	if (h.rh_nchunks) {
+		uint64_t *tmp = malloc((size_t)h.rh_nchunks * 8);
+
+		err = tmp ? chunk_csums(p->bp_iov, p->bp_iovcnt, p->bp_len, tmp) : -ENOMEM;
+		if (err) {
+			free(tmp);
+			free(buf);
+			return err;
+		}
+		memcpy(csums, tmp, (size_t)h.rh_nchunks * 8);
+		free(tmp);
+	}
+	h.rh_payload_csum = XXH3_64bits(csums, (size_t)h.rh_nchunks * 8);
+	h.rh_head_csum = head_csum(&h, key, csums);
+	memcpy(buf, &h, sizeof(h));
+	pd->pd_head = buf;
+	pd->pd_hiov = (struct iovec){ .iov_base = buf, .iov_len = head_len };
+	return 0;
+}
+
+/* The value's iovecs trimmed to exactly round_up(len, 4K) bytes. */
+static int value_iov(const struct kv_bucket_put *p, struct pending *pd)
+{
+	uint64_t want = ROUND_UP(p->bp_len);
+	int n = 0;
+
+	pd->pd_viov = calloc((size_t)p->bp_iovcnt + 1, sizeof(struct iovec));
+	if (!pd->pd_viov)
+		return -ENOMEM;
+	for (int i = 0; i < p->bp_iovcnt && want; i++) {
+		uint64_t l = p->bp_iov[i].iov_len < want ? p->bp_iov[i].iov_len : want;
+
+		pd->pd_viov[n].iov_base = p->bp_iov[i].iov_base;
+		pd->pd_viov[n].iov_len = l;
+		want -= l;
+		n++;
+	}
+	if (want)
+		return -EINVAL;
+	pd->pd_vcnt = n;
+	return 0;
+}
+
+int kv_bucket_append(struct kv_bucket_set *bs, struct kv_bucket_put *puts, unsigned n)
+{
+	struct pending *pd = calloc(n ? n : 1, sizeof(*pd));
+	struct kv_aio_op *ops = calloc(2 * (size_t)n + 1, sizeof(*ops));
+	unsigned nops = 0;
+	int first = 0;
+
+	if (!pd || !ops) {
+		free(pd);
+		free(ops);
+		return -ENOMEM;
+	}
+	pthread_mutex_lock(&bs->bs_append_lock);
+	for (unsigned i = 0; i < n; i++) {
+		struct kv_bucket_put *p = &puts[i];
+		uint64_t size = kv_rec_size(p->bp_key_len, p->bp_len);
+		struct kv_bucket *b;
+		int err;
+
+		pthread_mutex_lock(&bs->bs_lock);
+		err = bs->bs_used + size + 2 * KV_BLOCK > bs->bs_opts.bo_cap ? -ENOSPC : 0;
+		pthread_mutex_unlock(&bs->bs_lock);
+		b = err ? NULL : room_for(bs, size, &err);
+		if (!err)
+			err = build_head(p, &pd[i]);
+		if (!err)
+			err = value_iov(p, &pd[i]);
+		p->bp_err = err;
+		if (err)
+			continue;
+		p->bp_loc = (struct kv_loc){ .kl_bucket = b->kb_id, .kl_off = b->kb_end,
+					     .kl_len = p->bp_len, .kl_seq = p->bp_seq,
+					     .kl_head_len = (uint32_t)pd[i].pd_hiov.iov_len };
+		pd[i].pd_b = b;
+		pd[i].pd_op = nops;
+		ops[nops++] = (struct kv_aio_op){ .kao_fd = b->kb_fd, .kao_write = true,
+						  .kao_off = b->kb_end, .kao_iov = &pd[i].pd_hiov,
+						  .kao_iovcnt = 1 };
+		if (pd[i].pd_vcnt) /* an empty value is all head */
+			ops[nops++] = (struct kv_aio_op){ .kao_fd = b->kb_fd, .kao_write = true,
+							  .kao_off = b->kb_end + pd[i].pd_hiov.iov_len,
+							  .kao_iov = pd[i].pd_viov,
+							  .kao_iovcnt = pd[i].pd_vcnt };
+		pd[i].pd_nops = nops - pd[i].pd_op;
+		pthread_mutex_lock(&bs->bs_lock);
+		b->kb_end += size;
+		b->kb_count++;
+		bs->bs_used += size;
+		pthread_mutex_unlock(&bs->bs_lock);
+		if (idx_add(b, &p->bp_loc, p->bp_key, p->bp_key_len))
+			p->bp_err = -ENOMEM;
+	}
+	kv_aio_run(bs->bs_aio, ops, nops);
+	/* One fdatasync per bucket written, after all the batch's writes. */
+	for (unsigned i = 0; i < n; i++) {
+		struct kv_bucket_put *p = &puts[i];
+		bool synced = false;
+
+		if (!pd[i].pd_b)
+			continue;
+		for (unsigned k = pd[i].pd_op; k < pd[i].pd_op + pd[i].pd_nops; k++)
+			if (ops[k].kao_res < 0 && !p->bp_err)
+				p->bp_err = (int)ops[k].kao_res;
+		for (unsigned j = 0; j < i; j++)
+			synced |= pd[j].pd_b == pd[i].pd_b;
+		if (!synced && fdatasync(pd[i].pd_b->kb_fd) < 0) {
+			for (unsigned j = i; j < n; j++)
+				if (pd[j].pd_b == pd[i].pd_b && !puts[j].bp_err)
+					puts[j].bp_err = -errno;
+		}
+		if (!p->bp_err)
+			atomic_fetch_add(&bs->bs_written, kv_loc_size(&p->bp_loc));
+	}
+	for (unsigned i = 0; i < n; i++) {
+		if (puts[i].bp_err && !first)
+			first = puts[i].bp_err;
+		free(pd[i].pd_head);
+		free(pd[i].pd_viov);
+	}
+	pthread_mutex_unlock(&bs->bs_append_lock);
+	free(pd);
+	free(ops);
+	return first;
+}
+
+/* --- reading --- */
+
+/* Finds the bucket of loc, or NULL. */
+static struct kv_bucket *bucket_of(struct kv_bucket_set *bs, const struct kv_loc *loc)
+{
+	struct kv_bucket *b;
+
+	pthread_mutex_lock(&bs->bs_lock);
+	b = find(bs, loc->kl_bucket);
+	if (b && (b->kb_broken || loc->kl_off + kv_loc_size(loc) > b->kb_end))
+		b = NULL;
+	pthread_mutex_unlock(&bs->bs_lock);
+	return b;
+}
+
+bool kv_bucket_valid(struct kv_bucket_set *bs, const struct kv_loc *loc)
+{
+	return loc->kl_off >= KV_BLOCK && bucket_of(bs, loc) != NULL;
+}
+
+int kv_bucket_load_csums(struct kv_bucket_set *bs, const struct kv_loc *loc, uint64_t **csums,
+			 uint32_t *nchunks)
+{
+	struct kv_bucket *b = bucket_of(bs, loc);
+	struct kv_rec_head h;
+	void *head;
+	int err;
+
+	if (!b)
+		return -ENOENT;
+	err = read_head(bs, b, loc->kl_off, &head);
+	if (err) {
+		atomic_fetch_add(&bs->bs_csum_errors, 1);
+		return err;
+	}
+	memcpy(&h, head, sizeof(h));
+	if (h.rh_seq != loc->kl_seq || h.rh_value_len != loc->kl_len ||
+	    h.rh_head_len != loc->kl_head_len) {
+		atomic_fetch_add(&bs->bs_csum_errors, 1);
+		free(head);
+		return -EIO;
+	}
+	*csums = malloc((size_t)h.rh_nchunks * 8 + 8);
+	if (!*csums) {
+		free(head);
+		return -ENOMEM;
+	}
+	memcpy(*csums, (char *)head + sizeof(h) + h.rh_key_len, (size_t)h.rh_nchunks * 8);
+	*nchunks = h.rh_nchunks;
+	free(head);
+	return 0;
+}
+
+int kv_bucket_read(struct kv_bucket_set *bs, const struct kv_loc *loc, const uint64_t *csums,
+		   uint64_t off, uint64_t len, void **buf, char **data, uint64_t *n)
+{
+	struct kv_bucket *b = bucket_of(bs, loc);
+
+	if (!b)
+		return -ENOENT;
+	return read_value(bs, b, loc, csums, off, len, buf, data, n);
+}
+
+int kv_bucket_read_iov(struct kv_bucket_set *bs, const struct kv_loc *loc, const uint64_t *csums,
+		       const struct iovec *iov, int iovcnt)
+{
+	struct kv_bucket *b = bucket_of(bs, loc);
+	struct kv_aio_op op;
+	XXH3_state_t *st;
+	int err;
+
+	if (!b)
+		return -ENOENT;
+	op = (struct kv_aio_op){ .kao_fd = b->kb_fd, .kao_off = loc->kl_off + loc->kl_head_len,
+				 .kao_iov = iov, .kao_iovcnt = iovcnt };
+	err = kv_aio_run(bs->bs_aio, &op, 1);
+	if (err)
+		return -EIO;
+	atomic_fetch_add(&bs->bs_read, ROUND_UP(loc->kl_len));
+	st = XXH3_createState();
+	if (!st)
+		return -ENOMEM;
+	for (uint64_t c = 0; !err && c * CHUNK < loc->kl_len; c++) {
+		uint64_t n = loc->kl_len - c * CHUNK < CHUNK ? loc->kl_len - c * CHUNK : CHUNK;
+
+		if (hash_iov(st, iov, iovcnt, c * CHUNK, n) != csums[c]) {
+			atomic_fetch_add(&bs->bs_csum_errors, 1);
+			err = -EIO;
+		}
+	}
+	XXH3_freeState(st);
+	return err;
+}
+
+/* --- space --- */
+
+void kv_bucket_dead(struct kv_bucket_set *bs, const struct kv_loc *loc)
+{
+	struct kv_bucket *b;
+
+	pthread_mutex_lock(&bs->bs_lock);
+	b = find(bs, loc->kl_bucket);
+	if (b)
+		b->kb_dead += kv_loc_size(loc);
+	pthread_mutex_unlock(&bs->bs_lock);
+}
+
+void kv_bucket_set_live(struct kv_bucket_set *bs, uint64_t id, uint64_t live)
+{
+	struct kv_bucket *b;
+
+	pthread_mutex_lock(&bs->bs_lock);
+	b = find(bs, id);
+	if (b && b->kb_sealed && b->kb_rec_end >= KV_BLOCK + live)
+		b->kb_dead = b->kb_rec_end - KV_BLOCK - live;
+	pthread_mutex_unlock(&bs->bs_lock);
+}
+
+void kv_bucket_drop(struct kv_bucket_set *bs, uint64_t id)
+{
+	struct kv_bucket *b;
+	char name[32];
+	uint32_t i;
+
+	pthread_mutex_lock(&bs->bs_append_lock);
+	pthread_mutex_lock(&bs->bs_lock);
+	b = find(bs, id);
+	if (b && b != bs->bs_active) {
+		for (i = 0; bs->bs_tab[i] != b; i++)
+			;
+		memmove(&bs->bs_tab[i], &bs->bs_tab[i + 1], (bs->bs_n - i - 1) * sizeof(b));
+		bs->bs_n--;
+		bs->bs_used -= b->kb_end;
+		name_of(id, name, sizeof(name));
+		unlinkat(bs->bs_dirfd, name, 0);
+		bucket_free(b);
+	}
+	pthread_mutex_unlock(&bs->bs_lock);
+	pthread_mutex_unlock(&bs->bs_append_lock);
+}
+
+void kv_bucket_min_id(struct kv_bucket_set *bs, uint64_t next)
+{
+	pthread_mutex_lock(&bs->bs_lock);
+	if (bs->bs_next_id < next)
+		bs->bs_next_id = next;
+	pthread_mutex_unlock(&bs->bs_lock);
+}
+
+uint64_t kv_bucket_next_id(struct kv_bucket_set *bs)
+{
+	uint64_t id;
+
+	pthread_mutex_lock(&bs->bs_lock);
+	id = bs->bs_next_id;
+	pthread_mutex_unlock(&bs->bs_lock);
+	return id;
+}
+
+void kv_bucket_stats(struct kv_bucket_set *bs, struct kv_bucket_stats *st)
+{
+	pthread_mutex_lock(&bs->bs_lock);
+	st->bst_buckets = bs->bs_n;
+	st->bst_used = bs->bs_used;
+	st->bst_dead = 0;
+	for (uint32_t i = 0; i < bs->bs_n; i++)
+		st->bst_dead += bs->bs_tab[i]->kb_dead;
+	pthread_mutex_unlock(&bs->bs_lock);
+	st->bst_cap = bs->bs_opts.bo_cap;
+	st->bst_written = atomic_load(&bs->bs_written);
+	st->bst_read = atomic_load(&bs->bs_read);
+	st->bst_csum_errors = atomic_load(&bs->bs_csum_errors);
+	st->bst_truncated = atomic_load(&bs->bs_truncated);
+}
+
+void kv_bucket_each(struct kv_bucket_set *bs, void (*fn)(uint64_t id, void *arg), void *arg)
+{
+	uint64_t *ids;
+	uint32_t n;
+
+	pthread_mutex_lock(&bs->bs_lock);
+	n = bs->bs_n;
+	ids = malloc((n ? n : 1) * sizeof(*ids));
+	for (uint32_t i = 0; ids && i < n; i++)
+		ids[i] = bs->bs_tab[i]->kb_id;
+	pthread_mutex_unlock(&bs->bs_lock);
+	for (uint32_t i = 0; ids && i < n; i++)
+		fn(ids[i], arg);
+	free(ids);
+}
+
+int kv_bucket_scan(struct kv_bucket_set *bs, bool check_values,
+		   int (*fn)(const struct kv_bucket_rec *r, void *arg), void *arg, uint64_t *bad)
+{
+	int ret = 0;
+
+	*bad = 0;
+	for (uint32_t i = 0; !ret; i++) {
+		struct kv_bucket *b;
+		uint64_t end;
+
+		pthread_mutex_lock(&bs->bs_lock);
+		b = i < bs->bs_n ? bs->bs_tab[i] : NULL;
+		pthread_mutex_unlock(&bs->bs_lock);
+		if (!b)
+			break;
+		if (b->kb_broken || !b->kb_sealed) {
+			*bad += b->kb_broken;
+			continue;
+		}
+		ret = walk(bs, b, b->kb_rec_end, check_values, false, fn, arg, &end, bad);
+		/* A bad head hides the rest of the bucket's records. */
+		if (!ret && end != b->kb_rec_end)
+			(*bad)++;
+	}
+	return ret;
+}

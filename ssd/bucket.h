@@ -1,0 +1,170 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ssd/bucket.h — bucket files: packed, checksummed values on the SSD.
+ *
+ * A bucket set is the directory DATA_DIR/buckets. Values are appended as
+ * records (ssd/format.h) to the one *active* bucket, with libaio and
+ * O_DIRECT straight from the caller's page-aligned buffers, and made
+ * durable with fdatasync before kv_bucket_append returns. The active bucket
+ * is sealed (index block + trailer, truncated to size) when it reaches
+ * bo_bucket_size bytes or bo_bucket_keys records; a value larger than a
+ * bucket gets a bucket of its own. Writing never waits for more values:
+ * the caller decides when to append (the flush delay lives in core/).
+ *
+ * Space: every record's bytes count against bo_cap (the quota) from the
+ * moment it is appended until its bucket is removed; kv_bucket_append fails
+ * a put with -ENOSPC that would cross it, touching nothing stored. Records
+ * that die (deleted, overwritten) are counted as dead bytes per bucket for
+ * compaction; kv_bucket_drop removes a bucket file (the caller makes sure
+ * no live entry points into it).
+ *
+ * Reads come from the record's bytes with O_DIRECT, in whole 64 KiB
+ * checksum chunks, and every chunk read is checked against the checksums in
+ * the record head (kv_bucket_load_csums): a mismatch is -EIO, never data.
+ *
+ * Thread-safety: all functions may be called from any thread. bs_lock (a
+ * mutex) guards the bucket table, the active bucket and the counters;
+ * appends are serialised by bs_append_lock, taken before bs_lock and held
+ * across the I/O so one appender at a time fills the active bucket.
+ * Reads take bs_lock only to find the bucket's fd, then run unlocked.
+ */
+#ifndef KVFS_SSD_BUCKET_H
+#define KVFS_SSD_BUCKET_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "ssd/aio.h"
+
+/* Where a value lives on the SSD. */
+struct kv_loc {
+	uint64_t kl_bucket;   /* 0: nowhere (bucket ids start at 1) */
+	uint64_t kl_off;      /* the record's offset in its bucket file */
+	uint64_t kl_len;      /* value bytes */
+	uint64_t kl_seq;      /* the value's sequence number */
+	uint32_t kl_head_len; /* record head bytes: the value starts at kl_off + kl_head_len */
+};
+
+struct kv_bucket_opts {
+	uint64_t bo_bucket_size; /* seal at this many bytes */
+	uint32_t bo_bucket_keys; /* or at this many records */
+	uint64_t bo_cap;         /* quota: bytes all buckets may hold */
+};
+
+/* One value to append. */
+struct kv_bucket_put {
+	const char *bp_key; /* the key (path), for salvage */
+	uint32_t bp_key_len;
+	uint64_t bp_seq;
+	uint64_t bp_len;            /* value bytes */
+	const struct iovec *bp_iov; /* page-aligned buffers holding at least round_up(len, 4K) */
+	int bp_iovcnt;
+	struct kv_loc bp_loc; /* out, when bp_err == 0 */
+	int bp_err;           /* out: 0, -ENOSPC (quota), or an I/O error */
+};
+
+/* A record found by a scan (kv_bucket_scan). */
+struct kv_bucket_rec {
+	struct kv_loc br_loc;
+	const char *br_key; /* valid during the callback only */
+	uint32_t br_key_len;
+};
+
+struct kv_bucket_stats {
+	uint64_t bst_buckets;     /* bucket files */
+	uint64_t bst_used;        /* bytes of all bucket files (what counts against the cap) */
+	uint64_t bst_dead;        /* bytes of dead records */
+	uint64_t bst_cap;
+	uint64_t bst_written;     /* bytes written since start */
+	uint64_t bst_read;        /* bytes read since start */
+	uint64_t bst_csum_errors; /* chunks that failed their checksum */
+	uint64_t bst_truncated;   /* torn bytes cut off the tails of open buckets at start */
+};
+
+struct kv_bucket_set;
+
+/*
+ * Opens DATA_DIR/buckets (creating it), loads every bucket file: a sealed
+ * one by its trailer, an open one (left by a crash) by scanning its
+ * records, cutting a torn tail at the first record whose head or value
+ * fails its checksum and then sealing it. Files that are not buckets are
+ * left alone. Appends go to a new bucket. Returns 0 or -errno.
+ */
+int kv_bucket_open(struct kv_bucket_set **out, int datadir_fd, const struct kv_bucket_opts *o,
+		   struct kv_aio *aio);
+
+/* Seals the active bucket and closes every file. */
+void kv_bucket_close(struct kv_bucket_set *bs);
+
+/*
+ * Appends puts[0..n) as records, batched (several I/Os in flight), and
+ * makes them durable. Sets each put's bp_err and, on success, bp_loc.
+ * Returns 0 when every put succeeded, else the first put's error.
+ */
+int kv_bucket_append(struct kv_bucket_set *bs, struct kv_bucket_put *puts, unsigned n);
+
+/*
+ * Reads and checks a record's head: magic, checksum, and that it matches
+ * loc (sequence number, lengths). Returns its chunk checksums, malloc'ed
+ * (*nchunks entries, free with free()). -EIO when damaged, -ENOENT when
+ * loc's bucket does not exist.
+ */
+int kv_bucket_load_csums(struct kv_bucket_set *bs, const struct kv_loc *loc, uint64_t **csums,
+			 uint32_t *nchunks);
+
+/*
+ * Reads value bytes [off, off + len) ∩ [0, kl_len), verified. The bytes
+ * land in a 4 KiB-aligned buffer the call allocates (*buf, free with
+ * free()); *data points at value byte `off` inside it and *n is how many
+ * bytes there are (0 at or past the end). Returns 0, -EIO on a checksum
+ * mismatch or I/O error, -ENOENT for a missing bucket.
+ */
+int kv_bucket_read(struct kv_bucket_set *bs, const struct kv_loc *loc, const uint64_t *csums,
+		   uint64_t off, uint64_t len, void **buf, char **data, uint64_t *n);
+
+/*
+ * Reads a whole value, verified, into page-aligned buffers covering
+ * round_up(kl_len, 4K) bytes (the pool memory of a promoted value).
+ * Returns 0, -EIO or -ENOENT.
+ */
+int kv_bucket_read_iov(struct kv_bucket_set *bs, const struct kv_loc *loc, const uint64_t *csums,
+		       const struct iovec *iov, int iovcnt);
+
+/* Counts a record as dead (its key was deleted or got a newer durable value). */
+void kv_bucket_dead(struct kv_bucket_set *bs, const struct kv_loc *loc);
+
+/*
+ * Calls fn for every record of every bucket, oldest bucket first, records
+ * in file order, checking heads (for --fsck and --salvage, values too when
+ * check_values). Returns 0 or fn's non-zero return; damaged records are
+ * counted in *bad and skipped.
+ */
+int kv_bucket_scan(struct kv_bucket_set *bs, bool check_values,
+		   int (*fn)(const struct kv_bucket_rec *r, void *arg), void *arg, uint64_t *bad);
+
+/* True when loc lies inside an existing bucket's records. */
+bool kv_bucket_valid(struct kv_bucket_set *bs, const struct kv_loc *loc);
+
+/* Sets how many bytes of a bucket's records are live (recovery); the rest are dead. */
+void kv_bucket_set_live(struct kv_bucket_set *bs, uint64_t id, uint64_t live);
+
+/* Removes a bucket file whose records are all dead. */
+void kv_bucket_drop(struct kv_bucket_set *bs, uint64_t id);
+
+/* Never hands out a bucket id below `next` again (ids recorded in the metadata). */
+void kv_bucket_min_id(struct kv_bucket_set *bs, uint64_t next);
+
+/* The id the next new bucket will get. */
+uint64_t kv_bucket_next_id(struct kv_bucket_set *bs);
+
+/* Counters for the statistics. */
+void kv_bucket_stats(struct kv_bucket_set *bs, struct kv_bucket_stats *st);
+
+/* Calls fn(id, arg) for every bucket. */
+void kv_bucket_each(struct kv_bucket_set *bs, void (*fn)(uint64_t id, void *arg), void *arg);
+
+/* The record's bytes in its bucket (head + padded value). */
+uint64_t kv_loc_size(const struct kv_loc *loc);
+
+#endif

@@ -1,0 +1,171 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ssd/format.h — every on-disk structure of kvfs.
+ *
+ * All integers are little-endian (the structs are written as they are in
+ * memory; a static_assert below refuses big-endian builds). Checksums are
+ * XXH3-64 (xxhash), computed with the checksum field itself set to zero.
+ *
+ * The data directory:
+ *
+ *   DATA_DIR/
+ *     LOCK                 flock'ed by the running daemon, holds its pid
+ *     checkpoint           newest snapshot of the metadata (journal records)
+ *     journal.<gen>        metadata journal generations (gen in decimal)
+ *     buckets/<id>.kvb     bucket files (id: 16 hex digits)
+ *
+ * A bucket file (append-only; every offset and length a multiple of 4 KiB):
+ *
+ *   0        +--------------------------------------------+
+ *            | struct kv_bucket_hdr, zero-padded to 4 KiB |
+ *   4096     +--------------------------------------------+
+ *            | record 0 head:                             |
+ *            |   struct kv_rec_head                       |
+ *            |   key (rh_key_len bytes)                   |
+ *            |   chunk checksums (rh_nchunks x u64)        |
+ *            |   zero padding to rh_head_len (4 KiB mult) |
+ *            +--------------------------------------------+
+ *            | record 0 value (rh_value_len bytes),       |
+ *            |   padded to a multiple of 4 KiB            |
+ *            +--------------------------------------------+
+ *            | record 1 head ...                          |
+ *            +--------------------------------------------+
+ *            | ...                                        |
+ *   sealed:  +--------------------------------------------+ bt_index_off
+ *            | index block: struct kv_idx_ent per record, |
+ *            |   each followed by its key, 8-byte padded; |
+ *            |   zero padding to 4 KiB                    |
+ *            +--------------------------------------------+
+ *            | struct kv_bucket_trailer, padded to 4 KiB  | (file ends here)
+ *            +--------------------------------------------+
+ *
+ * An open (unsealed) bucket is preallocated to its full size with
+ * fallocate: after its last record come zeros, which no record head
+ * matches. Sealing writes the index block and trailer right after the last
+ * record, syncs, and truncates the file to the trailer's end.
+ *
+ * Values are checked in chunks of 1 << rh_chunk_shift bytes (64 KiB): chunk
+ * i's checksum covers value bytes [i << shift, min((i + 1) << shift, len)),
+ * so a read of any aligned range can be verified without reading the whole
+ * value. rh_payload_csum is the checksum of the chunk checksum array.
+ *
+ * The journal and the checkpoint are sequences of records, each a struct
+ * kv_jrec_head followed by jh_len payload bytes (struct kv_jrec_body, then
+ * path, then path2), padded to 8 bytes. They are written with ordinary
+ * buffered I/O and fdatasync.
+ */
+#ifndef KVFS_SSD_FORMAT_H
+#define KVFS_SSD_FORMAT_H
+
+#include <assert.h>
+#include <stdint.h>
+
+#define KV_BLOCK 4096u
+
+#define KV_BUCKET_MAGIC 0x314b4342534656b4ull /* "\xb4VFSBCK1" */
+#define KV_TRAILER_MAGIC 0x31525442534656b4ull /* "\xb4VFSBTR1" */
+#define KV_REC_MAGIC 0x31524b56u              /* "VKR1" */
+#define KV_JREC_MAGIC 0x314a4b56u             /* "VKJ1" */
+#define KV_FORMAT_VERSION 1
+#define KV_CHUNK_SHIFT 16 /* 64 KiB checksum chunks */
+
+/* First 4 KiB of a bucket file. */
+struct kv_bucket_hdr {
+	uint64_t bh_magic;    /* KV_BUCKET_MAGIC */
+	uint32_t bh_version;  /* KV_FORMAT_VERSION */
+	uint32_t bh_pad;
+	uint64_t bh_id;       /* the id in the file name */
+	int64_t bh_created_ns; /* CLOCK_REALTIME at creation */
+	uint64_t bh_csum;
+};
+
+/* The start of every record head. */
+struct kv_rec_head {
+	uint32_t rh_magic;        /* KV_REC_MAGIC */
+	uint16_t rh_version;      /* KV_FORMAT_VERSION */
+	uint16_t rh_flags;        /* 0 */
+	uint32_t rh_key_len;      /* bytes of key following this struct */
+	uint32_t rh_head_len;     /* bytes of the head, 4 KiB multiple: the value starts here */
+	uint64_t rh_value_len;
+	uint64_t rh_seq;          /* the put's sequence number */
+	uint32_t rh_chunk_shift;  /* KV_CHUNK_SHIFT */
+	uint32_t rh_nchunks;      /* ceil(value_len / chunk) */
+	uint64_t rh_payload_csum; /* XXH3 of the chunk checksum array */
+	uint64_t rh_head_csum;    /* XXH3 of this struct (field zeroed), key and chunk checksums */
+};
+
+/* One index block entry; its key follows, then zero padding to 8 bytes. */
+struct kv_idx_ent {
+	uint64_t ie_off;       /* the record's offset in the bucket */
+	uint64_t ie_value_len;
+	uint64_t ie_seq;
+	uint32_t ie_head_len;
+	uint32_t ie_key_len;
+};
+
+/* The last 4 KiB of a sealed bucket. */
+struct kv_bucket_trailer {
+	uint64_t bt_magic;      /* KV_TRAILER_MAGIC */
+	uint64_t bt_id;
+	uint64_t bt_index_off;  /* where the index block starts (= end of the last record) */
+	uint64_t bt_index_len;  /* bytes of index entries (without padding) */
+	uint64_t bt_count;      /* records */
+	uint64_t bt_index_csum; /* XXH3 of the index entries */
+	uint64_t bt_csum;       /* XXH3 of this struct, field zeroed */
+};
+
+/* Journal / checkpoint record head. */
+struct kv_jrec_head {
+	uint32_t jh_magic; /* KV_JREC_MAGIC */
+	uint16_t jh_type;  /* enum kv_jtype */
+	uint16_t jh_version;
+	uint32_t jh_len;   /* payload bytes (before padding) */
+	uint32_t jh_pad;
+	uint64_t jh_lsn;   /* log sequence number (checkpoint: index in the file) */
+	uint64_t jh_csum;  /* XXH3 of this head (field zeroed) and the payload */
+};
+
+/* Journal record payload: fixed part, then path, then path2. */
+struct kv_jrec_body {
+	uint32_t jb_flags;
+	uint32_t jb_mode;
+	uint32_t jb_uid;
+	uint32_t jb_gid;
+	int64_t jb_atime_ns;
+	int64_t jb_mtime_ns;
+	int64_t jb_ctime_ns;
+	uint64_t jb_seq;
+	uint64_t jb_bucket;
+	uint64_t jb_off;
+	uint64_t jb_len;
+	uint64_t jb_gen;
+	uint32_t jb_head_len;
+	uint32_t jb_path_len;
+	uint32_t jb_path2_len;
+	uint32_t jb_pad;
+};
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "kvfs's on-disk format is little-endian");
+static_assert(sizeof(struct kv_bucket_hdr) == 40, "bucket header size");
+static_assert(sizeof(struct kv_rec_head) == 56, "record head size");
+static_assert(sizeof(struct kv_idx_ent) == 32, "index entry size");
+static_assert(sizeof(struct kv_bucket_trailer) == 56, "trailer size");
+static_assert(sizeof(struct kv_jrec_head) == 32, "journal record head size");
+static_assert(sizeof(struct kv_jrec_body) == 96, "journal record body size");
+
+/* Bytes of a record head holding a key of key_len and a value of value_len. */
+static inline uint32_t kv_rec_head_len(uint32_t key_len, uint64_t value_len)
+{
+	uint64_t nchunks = (value_len + (1u << KV_CHUNK_SHIFT) - 1) >> KV_CHUNK_SHIFT;
+	uint64_t n = sizeof(struct kv_rec_head) + key_len + nchunks * 8;
+
+	return (uint32_t)((n + KV_BLOCK - 1) / KV_BLOCK * KV_BLOCK);
+}
+
+/* Bytes a record takes in its bucket. */
+static inline uint64_t kv_rec_size(uint32_t key_len, uint64_t value_len)
+{
+	return kv_rec_head_len(key_len, value_len) + (value_len + KV_BLOCK - 1) / KV_BLOCK * KV_BLOCK;
+}
+
+#endif

@@ -1,0 +1,967 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ssd/journal.c — the metadata journal and checkpoints. The contract is in
+ * ssd/journal.h, the record format in ssd/format.h.
+ *
+ * Group commit. Appenders encode their record straight into kj_buf under
+ * kj_lock, taking the next LSN in the same critical section, so the buffer
+ * (and hence the file) holds records in LSN order. The commit thread wakes
+ * on the first append into an empty buffer, waits up to kj_delay_ns for more
+ * (or less, when a kv_journal_sync is waiting for an LSN that is not durable
+ * yet), swaps kj_buf with kj_spare and, without the lock, writes the batch at
+ * the end of the file and fdatasyncs it. Then it publishes kj_durable and
+ * wakes the syncers. Appends made during that I/O land in the other buffer
+ * and go out in the next batch, so under load one fdatasync covers many
+ * entries. A failed write or fdatasync makes the journal failed for good
+ * (kj_err): what the file holds past kj_size is unknown, so nothing more is
+ * written to it.
+ *
+ * Replay. Records follow each other at 8-byte aligned offsets from the start
+ * of a file. The first record that is short or fails its checks ends a
+ * file. In the newest file that is a torn tail (the last, unsynced batch cut
+ * by a crash) unless a good record still follows somewhere after it, at any
+ * 8-byte step: the bad record's own length field may be what was damaged.
+ * A good record can never hide inside another's paths, since a record head
+ * holds zero bytes and a path cannot. In an older file, which rotation
+ * synced whole, any bad record is corruption, and so is a missing
+ * generation between two present ones.
+ */
+#include "ssd/journal.h"
+#include "ssd/format.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
+#include <xxhash.h>
+
+#define JREC_HEAD      sizeof(struct kv_jrec_head)
+#define JREC_BODY      sizeof(struct kv_jrec_body)
+#define JREC_MAX_LEN   (JREC_BODY + 2 * KV_JPATH_MAX) /* largest jh_len */
+#define JOURNAL_PREFIX "journal."
+#define JOURNAL_NAME   (sizeof(JOURNAL_PREFIX) + 20) /* with a 64-bit gen and the NUL */
+#define CKPT_NAME      "checkpoint"
+#define CKPT_TMP       "checkpoint.tmp"
+#define CKPT_BUF       (1u << 20)
+#define JBUF_MIN       (64u << 10)
+
+/*
+ * kj_lock guards every field below it; the fields above it are immutable
+ * after kv_journal_open. It is a leaf lock, held for short copies except in
+ * kv_journal_rotate, which holds it across the final write and the creation
+ * of the next file so that appenders wait. Two condition variables go with
+ * it:
+ *   kj_work  the commit thread waits on it: for a first append into an empty
+ *            kj_buf, for a syncer raising kj_want, or for kj_stop;
+ *   kj_done  syncers and kv_journal_rotate wait on it: broadcast after every
+ *            batch, when kj_durable, kj_err or kj_committing changed.
+ * kj_fd and kj_size change only under the lock while kj_committing is
+ * false; the commit thread reads them under the lock when it takes a batch
+ * and uses its copies for the I/O.
+ */
+struct kv_journal {
+	int kj_dirfd;
+	uint64_t kj_delay_ns;
+	pthread_t kj_thread;
+
+	pthread_mutex_t kj_lock;
+	pthread_cond_t kj_work;
+	pthread_cond_t kj_done;
+	char *kj_buf;	/* records appended since the last batch was taken */
+	size_t kj_len;	/* bytes in kj_buf */
+	size_t kj_cap;	/* bytes allocated for kj_buf */
+	char *kj_spare; /* the other buffer: being written while kj_committing */
+	size_t kj_spare_cap;
+	uint64_t kj_buf_lsn;  /* LSN of the last record in kj_buf */
+	uint64_t kj_last_lsn; /* the last LSN handed out */
+	uint64_t kj_durable;  /* every LSN up to this one is on disk */
+	uint64_t kj_want;     /* the highest LSN a syncer has asked for */
+	uint64_t kj_gen;      /* generation of kj_fd */
+	int kj_fd;
+	uint64_t kj_size;   /* bytes written and synced to kj_fd: where the next batch goes */
+	int kj_err;	    /* 0, or the -errno that failed the journal */
+	bool kj_committing; /* the commit thread is writing a batch without the lock */
+	bool kj_stop;	    /* kv_journal_close: commit what is left and exit */
+};
+
+static size_t pad8(size_t n)
+{
+	return (n + 7) & ~(size_t)7;
+}
+
+/* Whether a record of this type with paths of these lengths makes sense. */
+static bool jent_shape_ok(uint16_t type, uint32_t path_len, uint32_t path2_len)
+{
+	if (type < KV_J_MKDIR || type >= KV_J__MAX)
+		return false;
+	if (path_len > KV_JPATH_MAX || path2_len > KV_JPATH_MAX)
+		return false;
+	if (type <= KV_J_SETATTR && !path_len)
+		return false;
+	return type != KV_J_RENAME || path2_len;
+}
+
+static int jent_check(const struct kv_jent *e)
+{
+	if (!jent_shape_ok(e->je_type, e->je_path_len, e->je_path2_len))
+		return -EINVAL;
+	if ((e->je_path_len && !e->je_path) || (e->je_path2_len && !e->je_path2))
+		return -EINVAL;
+	return 0;
+}
+
+/* Bytes the record of e takes, padding included. */
+static size_t jrec_size(const struct kv_jent *e)
+{
+	return pad8(JREC_HEAD + JREC_BODY + e->je_path_len + e->je_path2_len);
+}
+
+/* XXH3 of the head with jh_csum zeroed, then the jh_len payload bytes. */
+static uint64_t jrec_csum(const struct kv_jrec_head *h, const char *payload)
+{
+	struct kv_jrec_head z = *h;
+	XXH3_state_t st;
+
+	z.jh_csum = 0;
+	XXH3_64bits_reset(&st);
+	XXH3_64bits_update(&st, &z, sizeof(z));
+	XXH3_64bits_update(&st, payload, h->jh_len);
+	return XXH3_64bits_digest(&st);
+}
+
+/* Writes the record of e with `lsn` at dst (jrec_size(e) bytes). Returns its size. */
+static size_t jrec_encode(char *dst, const struct kv_jent *e, uint64_t lsn)
+{
+	uint32_t len = JREC_BODY + e->je_path_len + e->je_path2_len;
+	size_t size = pad8(JREC_HEAD + len);
+	struct kv_jrec_head h = {
+	    .jh_magic = KV_JREC_MAGIC,
+	    .jh_type = e->je_type,
+	    .jh_version = KV_FORMAT_VERSION,
+	    .jh_len = len,
+	    .jh_lsn = lsn,
+	};
+	struct kv_jrec_body b = {
+	    .jb_flags = e->je_flags,
+	    .jb_mode = e->je_mode,
+	    .jb_uid = e->je_uid,
+	    .jb_gid = e->je_gid,
+	    .jb_atime_ns = e->je_atime_ns,
+	    .jb_mtime_ns = e->je_mtime_ns,
+	    .jb_ctime_ns = e->je_ctime_ns,
+	    .jb_seq = e->je_seq,
+	    .jb_bucket = e->je_bucket,
+	    .jb_off = e->je_off,
+	    .jb_len = e->je_len,
+	    .jb_gen = e->je_gen,
+	    .jb_head_len = e->je_head_len,
+	    .jb_path_len = e->je_path_len,
+	    .jb_path2_len = e->je_path2_len,
+	};
+	char *p = dst + JREC_HEAD;
+
+	memcpy(p, &b, JREC_BODY);
+	if (e->je_path_len)
+		memcpy(p + JREC_BODY, e->je_path, e->je_path_len);
+	if (e->je_path2_len)
+		memcpy(p + JREC_BODY + e->je_path_len, e->je_path2, e->je_path2_len);
+	memset(p + len, 0, size - JREC_HEAD - len);
+	h.jh_csum = jrec_csum(&h, p);
+	memcpy(dst, &h, JREC_HEAD);
+	return size;
+}
+
+/*
+ * Checks the record at p, with `avail` bytes of file from p on: head
+ * fields, lengths, zero padding (which the checksum does not cover) and
+ * checksum. Returns its size, padding included, or 0 if it is not good.
+ */
+static size_t jrec_check(const char *p, size_t avail)
+{
+	struct kv_jrec_head h;
+	struct kv_jrec_body b;
+	size_t size;
+
+	if (avail < JREC_HEAD + JREC_BODY)
+		return 0;
+	memcpy(&h, p, JREC_HEAD);
+	if (h.jh_magic != KV_JREC_MAGIC || h.jh_version != KV_FORMAT_VERSION)
+		return 0;
+	if (h.jh_len < JREC_BODY || h.jh_len > JREC_MAX_LEN)
+		return 0;
+	size = pad8(JREC_HEAD + h.jh_len);
+	if (size > avail)
+		return 0;
+	memcpy(&b, p + JREC_HEAD, JREC_BODY);
+	if (!jent_shape_ok(h.jh_type, b.jb_path_len, b.jb_path2_len) ||
+	    JREC_BODY + b.jb_path_len + b.jb_path2_len != h.jh_len)
+		return 0;
+	for (size_t i = JREC_HEAD + h.jh_len; i < size; i++)
+		if (p[i])
+			return 0;
+	if (jrec_csum(&h, p + JREC_HEAD) != h.jh_csum)
+		return 0;
+	return size;
+}
+
+/* Fills e from the good record at p (paths point into it). Returns its LSN. */
+static uint64_t jrec_decode(const char *p, struct kv_jent *e)
+{
+	const char *path = p + JREC_HEAD + JREC_BODY;
+	struct kv_jrec_head h;
+	struct kv_jrec_body b;
+
+	memcpy(&h, p, JREC_HEAD);
+	memcpy(&b, p + JREC_HEAD, JREC_BODY);
+	*e = (struct kv_jent){
+	    .je_type = h.jh_type,
+	    .je_flags = b.jb_flags,
+	    .je_mode = b.jb_mode,
+	    .je_uid = b.jb_uid,
+	    .je_gid = b.jb_gid,
+	    .je_atime_ns = b.jb_atime_ns,
+	    .je_mtime_ns = b.jb_mtime_ns,
+	    .je_ctime_ns = b.jb_ctime_ns,
+	    .je_seq = b.jb_seq,
+	    .je_bucket = b.jb_bucket,
+	    .je_off = b.jb_off,
+	    .je_len = b.jb_len,
+	    .je_head_len = b.jb_head_len,
+	    .je_gen = b.jb_gen,
+	    .je_path = b.jb_path_len ? path : NULL,
+	    .je_path_len = b.jb_path_len,
+	    .je_path2 = b.jb_path2_len ? path + b.jb_path_len : NULL,
+	    .je_path2_len = b.jb_path2_len,
+	};
+	return h.jh_lsn;
+}
+
+/* Writes all of buf at off. Returns 0 or -errno. */
+static int pwrite_all(int fd, const char *buf, size_t len, uint64_t off)
+{
+	ssize_t n;
+
+	while (len) {
+		n = pwrite(fd, buf, len, (off_t)off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			return -EIO;
+		buf += n;
+		len -= (size_t)n;
+		off += (uint64_t)n;
+	}
+	return 0;
+}
+
+/* Writes a batch at off and makes it durable. Returns 0 or -errno. */
+static int write_sync(int fd, const char *buf, size_t len, uint64_t off)
+{
+	int err = pwrite_all(fd, buf, len, off);
+
+	if (!err && fdatasync(fd) < 0)
+		err = -errno;
+	return err;
+}
+
+/* Reads the whole file into a new buffer (NULL when empty). Returns 0 or -errno. */
+static int read_all(int fd, char **out, size_t *len)
+{
+	struct stat st;
+	size_t got = 0;
+	ssize_t n;
+	char *buf;
+	int err;
+
+	*out = NULL;
+	*len = 0;
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	if (!st.st_size)
+		return 0;
+	buf = malloc((size_t)st.st_size);
+	if (!buf)
+		return -ENOMEM;
+	while (got < (size_t)st.st_size) {
+		n = pread(fd, buf + got, (size_t)st.st_size - got, (off_t)got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			err = -errno;
+			free(buf);
+			return err;
+		}
+		if (n == 0)
+			break;
+		got += (size_t)n;
+	}
+	*out = buf;
+	*len = got;
+	return 0;
+}
+
+static void jfile_name(char *name, uint64_t gen)
+{
+	snprintf(name, JOURNAL_NAME, JOURNAL_PREFIX "%" PRIu64, gen);
+}
+
+/* Opens journal.<gen> with `flags` (O_CLOEXEC added). Returns 0 or -errno. */
+static int jfile_open(int dirfd, uint64_t gen, int flags, int *fd)
+{
+	char name[JOURNAL_NAME];
+
+	jfile_name(name, gen);
+	*fd = openat(dirfd, name, flags | O_CLOEXEC, 0600);
+	return *fd < 0 ? -errno : 0;
+}
+
+/* Parses "journal.<gen>", gen in canonical decimal; false for any other name. */
+static bool parse_gen(const char *name, uint64_t *gen)
+{
+	const char *s = name + sizeof(JOURNAL_PREFIX) - 1;
+	char *end;
+
+	if (strncmp(name, JOURNAL_PREFIX, sizeof(JOURNAL_PREFIX) - 1))
+		return false;
+	if (!isdigit((unsigned char)s[0]) || (s[0] == '0' && s[1]))
+		return false;
+	errno = 0;
+	*gen = strtoull(s, &end, 10);
+	return !*end && !errno;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Lists the journal generations in dirfd, ascending, into a new array. Returns 0 or -errno. */
+static int list_gens(int dirfd, uint64_t **out, size_t *count)
+{
+	uint64_t *gens = NULL, *grown, gen;
+	size_t n = 0, cap = 0;
+	struct dirent *de;
+	int fd, err = 0;
+	DIR *d;
+
+	/* fdopendir owns the fd it gets, so give it a copy of dirfd. */
+	fd = fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	d = fdopendir(fd);
+	if (!d) {
+		err = -errno;
+		close(fd);
+		return err;
+	}
+	/* The copy shares dirfd's offset, which an earlier reader may have moved. */
+	rewinddir(d);
+	for (;;) {
+		errno = 0;
+		de = readdir(d);
+		if (!de) {
+			err = -errno;
+			break;
+		}
+		if (!parse_gen(de->d_name, &gen))
+			continue;
+		if (n == cap) {
+			cap = cap ? 2 * cap : 16;
+			grown = realloc(gens, cap * sizeof(*gens));
+			if (!grown) {
+				err = -ENOMEM;
+				break;
+			}
+			gens = grown;
+		}
+		gens[n++] = gen;
+	}
+	closedir(d);
+	if (err) {
+		free(gens);
+		return err;
+	}
+	if (n)
+		qsort(gens, n, sizeof(*gens), cmp_u64);
+	*out = gens;
+	*count = n;
+	return 0;
+}
+
+/* Records the end of a batch of `len` bytes up to `lsn`; kj_lock held. */
+static void commit_done(struct kv_journal *j, int err, size_t len, uint64_t lsn)
+{
+	if (err && !j->kj_err)
+		j->kj_err = err;
+	if (!err) {
+		j->kj_size += len;
+		j->kj_durable = lsn;
+	}
+	pthread_cond_broadcast(&j->kj_done);
+}
+
+/*
+ * Writes out kj_buf: called by the commit thread with kj_lock held, which
+ * it drops for the I/O while appenders fill the other buffer. A failed
+ * journal writes nothing more and only drops the batch.
+ */
+static void commit_batch(struct kv_journal *j)
+{
+	char *buf = j->kj_buf;
+	size_t len = j->kj_len, cap = j->kj_cap;
+	uint64_t lsn = j->kj_buf_lsn, off = j->kj_size;
+	int fd = j->kj_fd, err = j->kj_err;
+
+	j->kj_buf = j->kj_spare;
+	j->kj_cap = j->kj_spare_cap;
+	j->kj_len = 0;
+	j->kj_committing = true;
+	pthread_mutex_unlock(&j->kj_lock);
+	if (!err)
+		err = write_sync(fd, buf, len, off);
+	pthread_mutex_lock(&j->kj_lock);
+	j->kj_spare = buf;
+	j->kj_spare_cap = cap;
+	j->kj_committing = false;
+	commit_done(j, err, len, lsn);
+}
+
+/* Absolute CLOCK_MONOTONIC time `ns` from now. */
+static struct timespec deadline_after(uint64_t ns)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	t.tv_sec += (time_t)(ns / 1000000000u);
+	t.tv_nsec += (long)(ns % 1000000000u);
+	if (t.tv_nsec >= 1000000000) {
+		t.tv_sec++;
+		t.tv_nsec -= 1000000000;
+	}
+	return t;
+}
+
+/* Lets appends gather for up to kj_delay_ns, unless a syncer or close is waiting; kj_lock held. */
+static void gather(struct kv_journal *j)
+{
+	struct timespec deadline = deadline_after(j->kj_delay_ns);
+	int rc = 0;
+
+	while (rc != ETIMEDOUT && !j->kj_stop && j->kj_want <= j->kj_durable)
+		rc = pthread_cond_timedwait(&j->kj_work, &j->kj_lock, &deadline);
+}
+
+/*
+ * The commit thread. kj_lock is held except inside pthread_cond_*wait and
+ * while commit_batch writes. After the first append it lets more gather for
+ * up to kj_delay_ns, unless a syncer waits for one of them or close asks to
+ * finish; it exits once kj_stop is set and kj_buf is empty.
+ */
+static void *commit_main(void *arg)
+{
+	struct kv_journal *j = arg;
+
+	pthread_mutex_lock(&j->kj_lock);
+	for (;;) {
+		while (!j->kj_len && !j->kj_stop)
+			pthread_cond_wait(&j->kj_work, &j->kj_lock);
+		if (!j->kj_len)
+			break;
+		gather(j);
+		/* kv_journal_rotate may have written the buffer while we waited. */
+		if (j->kj_len)
+			commit_batch(j);
+	}
+	pthread_mutex_unlock(&j->kj_lock);
+	return NULL;
+}
+
+int kv_journal_open(struct kv_journal **out, int dirfd, uint64_t gen, uint64_t last_lsn,
+		    uint64_t commit_delay_ns)
+{
+	pthread_condattr_t ca;
+	struct kv_journal *j;
+	struct stat st;
+	int err;
+
+	j = calloc(1, sizeof(*j));
+	if (!j)
+		return -ENOMEM;
+	j->kj_dirfd = dirfd;
+	j->kj_delay_ns = commit_delay_ns;
+	j->kj_gen = gen;
+	j->kj_last_lsn = last_lsn;
+	j->kj_durable = last_lsn;
+	j->kj_want = last_lsn;
+	err = jfile_open(dirfd, gen, O_WRONLY | O_CREAT, &j->kj_fd);
+	if (err)
+		goto out_free;
+	/* The file may be new: make it and its name durable before any LSN is. */
+	if (fstat(j->kj_fd, &st) < 0 || fsync(j->kj_fd) < 0 || fsync(dirfd) < 0) {
+		err = -errno;
+		goto out_close;
+	}
+	j->kj_size = (uint64_t)st.st_size;
+	pthread_mutex_init(&j->kj_lock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&j->kj_work, &ca);
+	pthread_cond_init(&j->kj_done, &ca);
+	pthread_condattr_destroy(&ca);
+	err = -pthread_create(&j->kj_thread, NULL, commit_main, j);
+	if (err)
+		goto out_destroy;
+	*out = j;
+	return 0;
+
+out_destroy:
+	pthread_cond_destroy(&j->kj_done);
+	pthread_cond_destroy(&j->kj_work);
+	pthread_mutex_destroy(&j->kj_lock);
+out_close:
+	close(j->kj_fd);
+out_free:
+	free(j);
+	return err;
+}
+
+void kv_journal_close(struct kv_journal *j)
+{
+	pthread_mutex_lock(&j->kj_lock);
+	j->kj_stop = true;
+	pthread_cond_signal(&j->kj_work);
+	pthread_mutex_unlock(&j->kj_lock);
+	pthread_join(j->kj_thread, NULL);
+	close(j->kj_fd);
+	pthread_cond_destroy(&j->kj_done);
+	pthread_cond_destroy(&j->kj_work);
+	pthread_mutex_destroy(&j->kj_lock);
+	free(j->kj_buf);
+	free(j->kj_spare);
+	free(j);
+}
+
+/* Makes room for `size` more bytes in kj_buf; kj_lock held. Returns 0 or -ENOMEM. */
+static int jbuf_reserve(struct kv_journal *j, size_t size)
+{
+	size_t cap = j->kj_cap ? j->kj_cap : JBUF_MIN;
+	char *buf;
+
+	if (j->kj_len + size <= j->kj_cap)
+		return 0;
+	while (cap < j->kj_len + size)
+		cap *= 2;
+	buf = realloc(j->kj_buf, cap);
+	if (!buf)
+		return -ENOMEM;
+	j->kj_buf = buf;
+	j->kj_cap = cap;
+	return 0;
+}
+
+int kv_journal_append(struct kv_journal *j, const struct kv_jent *e, uint64_t *lsn)
+{
+	size_t size;
+	int err;
+
+	err = jent_check(e);
+	if (err)
+		return err;
+	size = jrec_size(e);
+	pthread_mutex_lock(&j->kj_lock);
+	err = j->kj_err;
+	if (!err)
+		err = jbuf_reserve(j, size);
+	if (err)
+		goto out_unlock;
+	if (!j->kj_len)
+		pthread_cond_signal(&j->kj_work);
+	j->kj_buf_lsn = ++j->kj_last_lsn;
+	j->kj_len += jrec_encode(j->kj_buf + j->kj_len, e, j->kj_buf_lsn);
+	if (lsn)
+		*lsn = j->kj_buf_lsn;
+out_unlock:
+	pthread_mutex_unlock(&j->kj_lock);
+	return err;
+}
+
+/*
+ * An LSN past the last one handed out means "everything appended so far".
+ * An entry that reached the disk before the journal failed syncs with 0.
+ */
+int kv_journal_sync(struct kv_journal *j, uint64_t lsn)
+{
+	int err = 0;
+
+	pthread_mutex_lock(&j->kj_lock);
+	if (lsn > j->kj_last_lsn)
+		lsn = j->kj_last_lsn;
+	if (lsn > j->kj_want) {
+		j->kj_want = lsn;
+		pthread_cond_signal(&j->kj_work);
+	}
+	while (j->kj_durable < lsn && !j->kj_err)
+		pthread_cond_wait(&j->kj_done, &j->kj_lock);
+	if (j->kj_durable < lsn)
+		err = j->kj_err;
+	pthread_mutex_unlock(&j->kj_lock);
+	return err;
+}
+
+uint64_t kv_journal_last_lsn(struct kv_journal *j)
+{
+	uint64_t lsn;
+
+	pthread_mutex_lock(&j->kj_lock);
+	lsn = j->kj_last_lsn;
+	pthread_mutex_unlock(&j->kj_lock);
+	return lsn;
+}
+
+uint64_t kv_journal_size(struct kv_journal *j)
+{
+	uint64_t size;
+
+	pthread_mutex_lock(&j->kj_lock);
+	size = j->kj_size;
+	pthread_mutex_unlock(&j->kj_lock);
+	return size;
+}
+
+/* Creates journal.<gen> and makes it and its name durable. Returns 0 or -errno. */
+static int jfile_create(int dirfd, uint64_t gen, int *fd)
+{
+	char name[JOURNAL_NAME];
+	int err;
+
+	err = jfile_open(dirfd, gen, O_WRONLY | O_CREAT | O_EXCL, fd);
+	if (err)
+		return err;
+	if (fsync(*fd) < 0 || fsync(dirfd) < 0) {
+		err = -errno;
+		close(*fd);
+		jfile_name(name, gen);
+		unlinkat(dirfd, name, 0);
+	}
+	return err;
+}
+
+/*
+ * Holds kj_lock throughout, after waiting out a batch in flight: what is
+ * buffered goes to the old file (a failure there fails the journal), then
+ * the new file replaces it. If the new file cannot be made, appends carry
+ * on in the old one.
+ */
+int kv_journal_rotate(struct kv_journal *j, uint64_t *new_gen)
+{
+	int err, fd;
+
+	pthread_mutex_lock(&j->kj_lock);
+	while (j->kj_committing)
+		pthread_cond_wait(&j->kj_done, &j->kj_lock);
+	err = j->kj_err;
+	if (err)
+		goto out_unlock;
+	if (j->kj_len) {
+		err = write_sync(j->kj_fd, j->kj_buf, j->kj_len, j->kj_size);
+		commit_done(j, err, j->kj_len, j->kj_buf_lsn);
+		j->kj_len = 0;
+		if (err)
+			goto out_unlock;
+	}
+	err = jfile_create(j->kj_dirfd, j->kj_gen + 1, &fd);
+	if (err)
+		goto out_unlock;
+	close(j->kj_fd);
+	j->kj_fd = fd;
+	j->kj_gen++;
+	j->kj_size = 0;
+	*new_gen = j->kj_gen;
+out_unlock:
+	pthread_mutex_unlock(&j->kj_lock);
+	return err;
+}
+
+/* Oldest first. Not synced: a file below the checkpoint's gen that comes back is never replayed. */
+void kv_journal_drop_before(int dirfd, uint64_t gen)
+{
+	char name[JOURNAL_NAME];
+	uint64_t *gens;
+	size_t n;
+
+	if (list_gens(dirfd, &gens, &n))
+		return;
+	for (size_t i = 0; i < n && gens[i] < gen; i++) {
+		jfile_name(name, gens[i]);
+		unlinkat(dirfd, name, 0);
+	}
+	free(gens);
+}
+
+/* Whether a good record starts at any 8-byte step after the bad one at off. */
+static bool good_rec_after(const char *buf, size_t off, size_t len)
+{
+	for (off += 8; off < len; off += 8)
+		if (jrec_check(buf + off, len - off))
+			return true;
+	return false;
+}
+
+/* Cuts a torn tail off the newest file and syncs it. Returns 0 or -errno. */
+static int cut_tail(int fd, size_t off)
+{
+	if (ftruncate(fd, (off_t)off) < 0 || fsync(fd) < 0)
+		return -errno;
+	return 0;
+}
+
+/*
+ * Replays one file, calling fn for its good records. LSNs must go up from
+ * *last_lsn, which follows them. Returns 0, -EIO, fn's return or -errno.
+ */
+static int replay_file(int dirfd, uint64_t gen, bool newest, kv_jent_fn fn, void *arg,
+		       uint64_t *last_lsn)
+{
+	struct kv_jent e;
+	size_t len, off = 0, size;
+	uint64_t lsn;
+	char *buf;
+	int fd, err;
+
+	err = jfile_open(dirfd, gen, newest ? O_RDWR : O_RDONLY, &fd);
+	if (err)
+		return err;
+	err = read_all(fd, &buf, &len);
+	if (err)
+		goto out_close;
+	while (off < len && (size = jrec_check(buf + off, len - off))) {
+		lsn = jrec_decode(buf + off, &e);
+		if (lsn <= *last_lsn) {
+			err = -EIO;
+			goto out_free;
+		}
+		*last_lsn = lsn;
+		err = fn(&e, lsn, arg);
+		if (err)
+			goto out_free;
+		off += size;
+	}
+	if (off < len)
+		err = !newest || good_rec_after(buf, off, len) ? -EIO : cut_tail(fd, off);
+out_free:
+	free(buf);
+out_close:
+	close(fd);
+	return err;
+}
+
+int kv_journal_replay(int dirfd, uint64_t from_gen, kv_jent_fn fn, void *arg, uint64_t *last_gen,
+		      uint64_t *last_lsn)
+{
+	uint64_t *gens;
+	bool first = true;
+	size_t n;
+	int err;
+
+	*last_gen = from_gen;
+	*last_lsn = 0;
+	err = list_gens(dirfd, &gens, &n);
+	if (err)
+		return err;
+	for (size_t i = 0; i < n && !err; i++) {
+		if (gens[i] < from_gen)
+			continue;
+		if (!first && gens[i] != *last_gen + 1) {
+			err = -EIO;
+			break;
+		}
+		first = false;
+		*last_gen = gens[i];
+		err = replay_file(dirfd, gens[i], i == n - 1, fn, arg, last_lsn);
+	}
+	free(gens);
+	return err;
+}
+
+/* A checkpoint being written: records gather in co_buf, co_off bytes are in the file. */
+struct ckpt_out {
+	int co_fd;
+	char *co_buf;
+	size_t co_len;
+	uint64_t co_off;
+};
+
+static int ckpt_flush(struct ckpt_out *o)
+{
+	int err = pwrite_all(o->co_fd, o->co_buf, o->co_len, o->co_off);
+
+	o->co_off += o->co_len;
+	o->co_len = 0;
+	return err;
+}
+
+/* Adds the record of e, jh_lsn = idx (its index in the file). Returns 0 or -errno. */
+static int ckpt_put(struct ckpt_out *o, const struct kv_jent *e, uint64_t idx)
+{
+	int err;
+
+	if (o->co_len + jrec_size(e) > CKPT_BUF) {
+		err = ckpt_flush(o);
+		if (err)
+			return err;
+	}
+	o->co_len += jrec_encode(o->co_buf + o->co_len, e, idx);
+	return 0;
+}
+
+/*
+ * Writes header, entries and trailer to o and syncs them. The trailer's
+ * je_len counts the entries between header and trailer. A negative return
+ * from `next` ends the checkpoint with that error.
+ */
+static int ckpt_fill(struct ckpt_out *o, uint64_t next_seq, uint64_t next_bucket, uint64_t gen,
+		     kv_ckpt_next_fn next, void *arg)
+{
+	struct kv_jent e = {
+	    .je_type = KV_J_CKPT,
+	    .je_seq = next_seq,
+	    .je_bucket = next_bucket,
+	    .je_gen = gen,
+	};
+	uint64_t n = 0;
+	int err, more;
+
+	err = ckpt_put(o, &e, 0);
+	while (!err) {
+		memset(&e, 0, sizeof(e));
+		more = next(&e, arg);
+		if (more <= 0) {
+			err = more;
+			break;
+		}
+		err = jent_check(&e);
+		if (!err && (e.je_type == KV_J_CKPT || e.je_type == KV_J_CKPT_END))
+			err = -EINVAL;
+		if (!err)
+			err = ckpt_put(o, &e, ++n);
+	}
+	if (err)
+		return err;
+	e = (struct kv_jent){.je_type = KV_J_CKPT_END, .je_len = n};
+	err = ckpt_put(o, &e, n + 1);
+	if (!err)
+		err = ckpt_flush(o);
+	if (!err && fsync(o->co_fd) < 0)
+		err = -errno;
+	return err;
+}
+
+/* After the rename, a failed directory fsync is reported but cannot bring the old one back. */
+int kv_ckpt_write(int dirfd, uint64_t next_seq, uint64_t next_bucket, uint64_t gen,
+		  kv_ckpt_next_fn next, void *arg)
+{
+	struct ckpt_out o = {.co_len = 0};
+	int err;
+
+	o.co_buf = malloc(CKPT_BUF);
+	if (!o.co_buf)
+		return -ENOMEM;
+	o.co_fd = openat(dirfd, CKPT_TMP, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (o.co_fd < 0) {
+		err = -errno;
+		goto out_free;
+	}
+	err = ckpt_fill(&o, next_seq, next_bucket, gen, next, arg);
+	if (close(o.co_fd) < 0 && !err)
+		err = -errno;
+	if (err)
+		goto out_unlink;
+	if (renameat(dirfd, CKPT_TMP, dirfd, CKPT_NAME) < 0) {
+		err = -errno;
+		goto out_unlink;
+	}
+	err = fsync(dirfd) < 0 ? -errno : 0;
+	free(o.co_buf);
+	return err;
+
+out_unlink:
+	unlinkat(dirfd, CKPT_TMP, 0);
+out_free:
+	free(o.co_buf);
+	return err;
+}
+
+/*
+ * Checks a whole checkpoint image: every record good, jh_lsn its index, a
+ * KV_J_CKPT first, a KV_J_CKPT_END last and nowhere else, counting the
+ * entries between them, and nothing after it. Sets *count. Returns 0 or -EIO.
+ */
+static int ckpt_check(const char *buf, size_t len, uint64_t *count)
+{
+	struct kv_jent e;
+	size_t off = 0, size;
+
+	for (uint64_t idx = 0; off < len; idx++) {
+		size = jrec_check(buf + off, len - off);
+		if (!size || jrec_decode(buf + off, &e) != idx)
+			return -EIO;
+		if ((idx == 0) != (e.je_type == KV_J_CKPT))
+			return -EIO;
+		off += size;
+		if (e.je_type == KV_J_CKPT_END) {
+			if (off != len || e.je_len != idx - 1)
+				return -EIO;
+			*count = idx - 1;
+			return 0;
+		}
+	}
+	return -EIO;
+}
+
+int kv_ckpt_load(int dirfd, kv_jent_fn fn, void *arg, uint64_t *next_seq, uint64_t *next_bucket,
+		 uint64_t *gen)
+{
+	uint64_t count, lsn;
+	struct kv_jent e;
+	size_t len, off;
+	char *buf;
+	int fd, err;
+
+	fd = openat(dirfd, CKPT_NAME, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	err = read_all(fd, &buf, &len);
+	close(fd);
+	if (err)
+		return err;
+	err = ckpt_check(buf, len, &count);
+	if (err)
+		goto out_free;
+	jrec_decode(buf, &e);
+	*next_seq = e.je_seq;
+	*next_bucket = e.je_bucket;
+	*gen = e.je_gen;
+	off = jrec_size(&e);
+	for (uint64_t i = 1; i <= count && !err; i++) {
+		lsn = jrec_decode(buf + off, &e);
+		off += jrec_size(&e);
+		err = fn(&e, lsn, arg);
+	}
+out_free:
+	free(buf);
+	return err;
+}
