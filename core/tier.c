@@ -55,6 +55,7 @@ struct kv_tier {
 	uint64_t kt_qkeys, kt_qbytes;         /* the backlog, queued and being written */
 	uint64_t kt_batches;                  /* batches finished: waiters watch it change */
 	bool kt_busy;                         /* a batch is being written */
+	unsigned kt_waiters;                  /* writers waiting for room: write now */
 	bool kt_stop;
 
 	pthread_mutex_t kt_clock_lock;
@@ -204,10 +205,12 @@ int kv_tier_make_room(struct kv_tier *t, uint64_t bytes)
 			pthread_mutex_unlock(&t->kt_lock);
 			return -ENOSPC; /* nothing on its way to becoming clean */
 		}
+		t->kt_waiters++;
 		pthread_cond_signal(&t->kt_wake);
 		gen = t->kt_batches;
 		while (t->kt_batches == gen && !t->kt_stop && rc == 0)
 			rc = pthread_cond_timedwait(&t->kt_done, &t->kt_lock, &until);
+		t->kt_waiters--;
 		pthread_mutex_unlock(&t->kt_lock);
 		if (rc)
 			return -ENOSPC; /* the back-pressure bound */
@@ -391,9 +394,13 @@ static void *offloader(void *arg)
 			pthread_cond_wait(&t->kt_wake, &t->kt_lock);
 			continue;
 		}
-		/* Gather for at most the flush delay, never longer. */
+		/*
+		 * Gather for at most the flush delay, never longer; not at all
+		 * when someone waits on this batch (a writer for room, fsync).
+		 */
 		deadline_in(&until, cfg->kc_flush_delay_ns);
-		while (!t->kt_stop && t->kt_qkeys < BATCH_KEYS && t->kt_qbytes < BATCH_BYTES &&
+		while (!t->kt_stop && !t->kt_waiters && t->kt_qkeys < BATCH_KEYS &&
+		       t->kt_qbytes < BATCH_BYTES &&
 		       pthread_cond_timedwait(&t->kt_wake, &t->kt_lock, &until) == 0)
 			;
 		n = take_batch(t, items);
@@ -445,9 +452,11 @@ int kv_tier_wait_durable(struct kv_tier *t, struct kv_inode *ino, uint64_t seq)
 		if (done)
 			return kv_journal_sync(j, lsn ? lsn : kv_journal_last_lsn(j));
 		pthread_mutex_lock(&t->kt_lock);
+		t->kt_waiters++;
 		pthread_cond_signal(&t->kt_wake);
 		while (t->kt_batches == gen && !t->kt_stop)
 			pthread_cond_wait(&t->kt_done, &t->kt_lock);
+		t->kt_waiters--;
 		pthread_mutex_unlock(&t->kt_lock);
 	}
 }
