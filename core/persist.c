@@ -56,13 +56,10 @@ static void attrs_from(struct kv_inode *ino, const struct kv_jent *e)
 	ino->ki_ctime = ts_of(e->je_ctime_ns);
 }
 
-static uint64_t append(struct kv_store *st, const struct kv_jent *e)
+/* Appends an entry. A journal that failed (an I/O error) refuses it: the store keeps serving. */
+static void append(struct kv_store *st, const struct kv_jent *e)
 {
-	uint64_t lsn = 0;
-
-	if (kv_journal_append(st->ks_journal, e, &lsn))
-		return 0;
-	return lsn;
+	kv_journal_append(st->ks_journal, e, NULL);
 }
 
 void kv_persist_mkdir(struct kv_store *st, struct kv_inode *dir)
@@ -147,14 +144,13 @@ static int put_entry(const struct kv_inode *ino, char *path, size_t size, struct
 	return 0;
 }
 
-uint64_t kv_persist_put(struct kv_store *st, struct kv_inode *ino)
+void kv_persist_put(struct kv_store *st, struct kv_inode *ino)
 {
 	char path[KV_JPATH_MAX];
 	struct kv_jent e;
 
-	if (!st->ks_journal || put_entry(ino, path, sizeof(path), &e))
-		return 0;
-	return append(st, &e);
+	if (st->ks_journal && !put_entry(ino, path, sizeof(path), &e))
+		append(st, &e);
 }
 
 /* --- replay --- */

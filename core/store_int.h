@@ -47,7 +47,6 @@ struct kv_inode {
 	uint32_t ki_nopen;
 	struct kv_loc ki_loc;  /* the newest durable version on SSD (kl_bucket 0: none) */
 	uint64_t *ki_csums;    /* ki_loc's chunk checksums, loaded on first SSD read */
-	uint64_t ki_put_lsn;   /* journal LSN of ki_loc's KV_J_PUT (fsync waits for it) */
 	int ki_offload_err;    /* why the newest version could not be offloaded, or 0 */
 
 	/* kt_lock */
@@ -136,8 +135,8 @@ void kv_persist_del(struct kv_store *st, const char *path, int len);
 void kv_persist_rename(struct kv_store *st, const char *from, int flen, const char *to, int tlen,
 		       unsigned flags);
 void kv_persist_setattr(struct kv_store *st, struct kv_inode *ino);
-/* Journals where ino's value now lives (ks_ns_lock and ki_lock held). Returns the LSN or 0. */
-uint64_t kv_persist_put(struct kv_store *st, struct kv_inode *ino);
+/* Journals where ino's value now lives (ks_ns_lock and ki_lock held). */
+void kv_persist_put(struct kv_store *st, struct kv_inode *ino);
 /* Loads checkpoint + journal into the (empty) store. */
 int kv_persist_recover(struct kv_store *st, struct kv_bucket_set *bs, int datadir_fd);
 /* Writes a checkpoint of the whole store and drops the journal before it. */

@@ -40,6 +40,8 @@
 #define BATCH_KEYS 256
 #define BATCH_BYTES (64ull << 20)
 #define AIO_DEPTH 64
+/* Journal bytes after which the offloader writes a checkpoint. */
+#define CHECKPOINT_BYTES (64ull << 20)
 
 struct kv_tier {
 	struct kv_store *kt_st;     /* immutable */
@@ -315,7 +317,7 @@ static void item_finish(struct kv_tier *t, struct item *it, const struct kv_buck
 		ino->ki_loc = p->bp_loc;
 		free(ino->ki_csums);
 		ino->ki_csums = NULL;
-		ino->ki_put_lsn = kv_persist_put(st, ino);
+		kv_persist_put(st, ino);
 		if (old.kl_bucket)
 			kv_bucket_dead(t->kt_bs, &old);
 		if (ino->ki_obj == it->it_obj)
@@ -409,6 +411,9 @@ static void *offloader(void *arg)
 		run_batch(t, items, n);
 		for (unsigned i = 0; i < n; i++)
 			kv_inode_put(items[i].it_ino);
+		/* A checkpoint bounds what the next start replays. */
+		if (kv_journal_size(t->kt_st->ks_journal) > CHECKPOINT_BYTES)
+			kv_persist_checkpoint(t->kt_st);
 		pthread_mutex_lock(&t->kt_lock);
 		for (unsigned i = 0; i < n; i++) {
 			t->kt_qkeys--;
@@ -430,7 +435,7 @@ int kv_tier_wait_durable(struct kv_tier *t, struct kv_inode *ino, uint64_t seq)
 	if (seq == 0)
 		return kv_journal_sync(j, kv_journal_last_lsn(j));
 	for (;;) {
-		uint64_t gen, lsn = 0;
+		uint64_t gen;
 		int err = 0;
 		bool done = false;
 
@@ -440,7 +445,6 @@ int kv_tier_wait_durable(struct kv_tier *t, struct kv_inode *ino, uint64_t seq)
 		pthread_rwlock_rdlock(&ino->ki_lock);
 		if (ino->ki_loc.kl_seq >= seq) {
 			done = true;
-			lsn = ino->ki_put_lsn;
 		} else if (ino->ki_offload_err) {
 			err = ino->ki_offload_err;
 		} else if (atomic_load(&ino->ki_nlink) == 0) {
@@ -449,8 +453,9 @@ int kv_tier_wait_durable(struct kv_tier *t, struct kv_inode *ino, uint64_t seq)
 		pthread_rwlock_unlock(&ino->ki_lock);
 		if (err)
 			return err;
+		/* All metadata so far, not just this key's: deletes before it too. */
 		if (done)
-			return kv_journal_sync(j, lsn ? lsn : kv_journal_last_lsn(j));
+			return kv_journal_sync(j, kv_journal_last_lsn(j));
 		pthread_mutex_lock(&t->kt_lock);
 		t->kt_waiters++;
 		pthread_cond_signal(&t->kt_wake);
