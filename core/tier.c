@@ -411,9 +411,6 @@ static void *offloader(void *arg)
 		run_batch(t, items, n);
 		for (unsigned i = 0; i < n; i++)
 			kv_inode_put(items[i].it_ino);
-		/* A checkpoint bounds what the next start replays. */
-		if (kv_journal_size(t->kt_st->ks_journal) > CHECKPOINT_BYTES)
-			kv_persist_checkpoint(t->kt_st);
 		pthread_mutex_lock(&t->kt_lock);
 		for (unsigned i = 0; i < n; i++) {
 			t->kt_qkeys--;
@@ -422,6 +419,12 @@ static void *offloader(void *arg)
 		t->kt_busy = false;
 		t->kt_batches++;
 		pthread_cond_broadcast(&t->kt_done);
+		/* A checkpoint bounds what the next start replays. */
+		if (kv_journal_size(t->kt_st->ks_journal) > CHECKPOINT_BYTES) {
+			pthread_mutex_unlock(&t->kt_lock);
+			kv_persist_checkpoint(t->kt_st);
+			pthread_mutex_lock(&t->kt_lock);
+		}
 	}
 	pthread_mutex_unlock(&t->kt_lock);
 	free(items);

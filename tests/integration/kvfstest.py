@@ -416,6 +416,37 @@ class Mount:
         return out
 
 
+_HELP = None
+
+
+def kvfs_help():
+    """The output of `kvfs --help` (cached)."""
+    global _HELP
+    if _HELP is None:
+        r = subprocess.run([KVFS, "--help"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           timeout=30)
+        _HELP = r.stdout.decode(errors="replace")
+    return _HELP
+
+
+def has_ssd_tier():
+    """True when this kvfs has an SSD tier (it advertises --ssd-size)."""
+    return "--ssd-size" in kvfs_help()
+
+
+def dram_only_opts():
+    """Options that make the mount a DRAM pool only (no SSD tier), so that
+    the pool filling up means ENOSPC and df shows the pool alone."""
+    return ["--ssd-size=0"] if has_ssd_tier() else []
+
+
+def expected_capacity(m):
+    """What df should show as the mount's total size: the DRAM pool plus the
+    SSD quota when there is one (both from .kvfs/config)."""
+    cfg = m.config()
+    return int(cfg["mem_size"]) + int(cfg.get("ssd_size", "0"))
+
+
 def op(stats, name, field="calls"):
     """stats['ops'][name][field]."""
     return stats["ops"][name][field]
@@ -457,11 +488,15 @@ class KvfsTestCase(unittest.TestCase):
 
     MOUNT_OPTS = ()
     MOUNT_ENV = None
+    DRAM_ONLY = False  # add dram_only_opts() to every mount of this class
 
     def mount(self, opts=None, env=None, name=None, start=True, **kw):
         """Starts another daemon for this test; it is stopped (clean exit
         asserted) when the test ends, and its log shown if the test fails."""
-        m = Mount(self.MOUNT_OPTS if opts is None else opts,
+        opts = list(self.MOUNT_OPTS if opts is None else opts)
+        if self.DRAM_ONLY:
+            opts += dram_only_opts()
+        m = Mount(opts,
                   env=self.MOUNT_ENV if env is None else env,
                   name=name or self._testMethodName, **kw)
         self.__dict__.setdefault("_kvfs_mounts", []).append(m)
@@ -538,8 +573,11 @@ def _watchdog(deadline_s):
     os._exit(1)
 
 
-def main(argv=None, skip_reason=None):
-    """Parses --kvfs, checks the machine, runs the module's tests; exits."""
+def main(argv=None, skip_reason=None, skip_if=None):
+    """Parses --kvfs, checks the machine, runs the module's tests; exits.
+    skip_reason: skip the whole file (77) with this message; skip_if: a
+    function called once the binary is known, returning such a message or
+    None."""
     global KVFS
     ap = argparse.ArgumentParser(add_help=True)
     ap.add_argument("--kvfs", default=os.environ.get("KVFS_BIN", "build/kvfs"),
@@ -559,6 +597,10 @@ def main(argv=None, skip_reason=None):
     if not os.access(KVFS, os.X_OK):
         print("FAIL: kvfs binary %s is missing or not executable" % KVFS)
         sys.exit(1)
+    if skip_if is not None:
+        why = skip_if()
+        if why:
+            skip(why)
 
     def on_signal(signum, frame):
         cleanup_all()

@@ -220,8 +220,9 @@ class SettingsTest(kvfstest.KvfsTestCase):
         return int(m.config()["mem_size"])
 
     def df_size(self, m):
+        """df's total minus the SSD quota, if any: the DRAM pool's share."""
         sv = os.statvfs(m.mnt)
-        return sv.f_blocks * sv.f_frsize
+        return sv.f_blocks * sv.f_frsize - int(m.config().get("ssd_size", "0"))
 
     def test_long_option(self):
         m = self.mount(opts=["--mem-size=40M"])

@@ -217,6 +217,32 @@ class ShellTest(kvfstest.KvfsTestCase):
         out = sh("du", "-b", "--apparent-size", m.path("d", "mib1"))
         self.assertEqual(int(out.split()[0]), (1 << 20) + 1)
 
+    def test_cat_control_files(self):
+        m = self.m
+        doc = json.loads(sh("cat", m.path(".kvfs/stats")))
+        for k in ("ops", "pool", "namespace"):
+            self.assertIn(k, doc)
+        sv = os.statvfs(m.mnt)
+        self.assertLessEqual(abs(doc["pool"]["size"] - kvfstest.parse_size(MEM)), 2 << 20)
+        self.assertLessEqual(abs(kvfstest.expected_capacity(m) - sv.f_blocks * sv.f_frsize),
+                             2 << 20)
+        cfg = sh("cat", m.path(".kvfs/config"))
+        lines = dict(l.split("=", 1) for l in cfg.splitlines() if "=" in l)
+        lines = {k.strip(): v.strip() for k, v in lines.items()}
+        self.assertEqual(int(lines["mem_size"]), kvfstest.parse_size(MEM))
+        self.assertLessEqual({"config", "stats"}, set(sh("ls", m.path(".kvfs")).split()))
+        # each cat re-renders: a second read sees the first one counted
+        doc2 = json.loads(sh("cat", m.path(".kvfs/stats")))
+        self.assertGreater(sum(o["calls"] for o in doc2["ops"].values()),
+                           sum(o["calls"] for o in doc["ops"].values()))
+
+
+class ShellDfTest(kvfstest.KvfsTestCase):
+    """df on a DRAM-only mount: the pool is the file system's size, and
+    deleting gives the space back at once."""
+    MOUNT_OPTS = ("--mem-size=" + MEM,)
+    DRAM_ONLY = True
+
     def test_df_shows_pool(self):
         m = self.m
         mem = kvfstest.parse_size(MEM)
@@ -226,7 +252,8 @@ class ShellTest(kvfstest.KvfsTestCase):
             return [int(x) for x in out[1].split()]
 
         size, used0, avail0 = df()
-        self.assertLessEqual(abs(size - mem), mem * 0.05, "df size %d vs mem-size %d" % (size, mem))
+        cap = kvfstest.expected_capacity(m)  # the pool (+ the SSD quota, if any)
+        self.assertLessEqual(abs(size - cap), cap * 0.05, "df size %d vs %d" % (size, cap))
         kvfstest.write_file(m.path("f"), os.urandom(32 << 20))
         size1, used1, avail1 = df()
         self.assertEqual(size1, size)
@@ -238,24 +265,8 @@ class ShellTest(kvfstest.KvfsTestCase):
         kvfstest.wait_until(lambda: df()[1] <= used0 + (1 << 20), what="df used to drop")
         # df's own view through statvfs
         sv = os.statvfs(m.mnt)
-        self.assertLessEqual(abs(sv.f_blocks * sv.f_frsize - mem), mem * 0.05)
-
-    def test_cat_control_files(self):
-        m = self.m
-        doc = json.loads(sh("cat", m.path(".kvfs/stats")))
-        for k in ("ops", "pool", "namespace"):
-            self.assertIn(k, doc)
-        sv = os.statvfs(m.mnt)
-        self.assertLessEqual(abs(doc["pool"]["size"] - sv.f_blocks * sv.f_frsize), 2 << 20)
-        cfg = sh("cat", m.path(".kvfs/config"))
-        lines = dict(l.split("=", 1) for l in cfg.splitlines() if "=" in l)
-        lines = {k.strip(): v.strip() for k, v in lines.items()}
-        self.assertEqual(int(lines["mem_size"]), kvfstest.parse_size(MEM))
-        self.assertLessEqual({"config", "stats"}, set(sh("ls", m.path(".kvfs")).split()))
-        # each cat re-renders: a second read sees the first one counted
-        doc2 = json.loads(sh("cat", m.path(".kvfs/stats")))
-        self.assertGreater(sum(o["calls"] for o in doc2["ops"].values()),
-                           sum(o["calls"] for o in doc["ops"].values()))
+        self.assertLessEqual(abs(sv.f_blocks * sv.f_frsize - cap), cap * 0.05)
+        self.assertEqual(m.stats()["pool"]["size"], mem)
 
 
 if __name__ == "__main__":
