@@ -381,10 +381,25 @@ static unsigned take_batch(struct kv_tier *t, struct item *items)
 	return n;
 }
 
+/*
+ * Keeps a quarter of the pool free by evicting clean values after each
+ * batch, so writers find room without waiting and the offloader always
+ * has their next values queued: writing to DRAM and to the SSD overlap.
+ */
+static void keep_free(struct kv_tier *t)
+{
+	struct kv_pool *pool = t->kt_st->ks_pool;
+	uint64_t size = kv_pool_size(pool), used = kv_pool_used(pool);
+
+	if (size - used < size / 4)
+		evict(t, size / 4 - (size - used));
+}
+
 static void *offloader(void *arg)
 {
 	struct kv_tier *t = arg;
 	const struct kv_config *cfg = t->kt_st->ks_cfg;
+	uint64_t pool_size = kv_pool_size(t->kt_st->ks_pool);
 	struct item *items = calloc(BATCH_KEYS, sizeof(*items));
 
 	pthread_mutex_lock(&t->kt_lock);
@@ -398,11 +413,12 @@ static void *offloader(void *arg)
 		}
 		/*
 		 * Gather for at most the flush delay, never longer; not at all
-		 * when someone waits on this batch (a writer for room, fsync).
+		 * when someone waits on this batch (a writer for room, fsync)
+		 * or when the backlog is already an eighth of the pool.
 		 */
 		deadline_in(&until, cfg->kc_flush_delay_ns);
 		while (!t->kt_stop && !t->kt_waiters && t->kt_qkeys < BATCH_KEYS &&
-		       t->kt_qbytes < BATCH_BYTES &&
+		       t->kt_qbytes < BATCH_BYTES && t->kt_qbytes < pool_size / 8 &&
 		       pthread_cond_timedwait(&t->kt_wake, &t->kt_lock, &until) == 0)
 			;
 		n = take_batch(t, items);
@@ -419,6 +435,9 @@ static void *offloader(void *arg)
 		t->kt_busy = false;
 		t->kt_batches++;
 		pthread_cond_broadcast(&t->kt_done);
+		pthread_mutex_unlock(&t->kt_lock);
+		keep_free(t);
+		pthread_mutex_lock(&t->kt_lock);
 		/* A checkpoint bounds what the next start replays. */
 		if (kv_journal_size(t->kt_st->ks_journal) > CHECKPOINT_BYTES) {
 			pthread_mutex_unlock(&t->kt_lock);
