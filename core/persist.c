@@ -25,14 +25,26 @@
 #include "core/stats.h"
 #include "core/store_int.h"
 
+/* Nanoseconds since the epoch, clamped to what 64 bits hold (years 1678..2262). */
 static int64_t ns_of(const struct timespec *ts)
 {
+	if (ts->tv_sec >= INT64_MAX / 1000000000 - 1)
+		return INT64_MAX;
+	if (ts->tv_sec <= INT64_MIN / 1000000000 + 1)
+		return INT64_MIN;
 	return ts->tv_sec * 1000000000ll + ts->tv_nsec;
 }
 
+/* The inverse, flooring, so times before 1970 keep 0 <= tv_nsec < 10^9. */
 static struct timespec ts_of(int64_t ns)
 {
-	return (struct timespec){ .tv_sec = ns / 1000000000, .tv_nsec = ns % 1000000000 };
+	int64_t sec = ns / 1000000000, rem = ns % 1000000000;
+
+	if (rem < 0) {
+		sec--;
+		rem += 1000000000;
+	}
+	return (struct timespec){ .tv_sec = sec, .tv_nsec = rem };
 }
 
 /* Fills the attribute fields of e from ino (ki_lock held). */
@@ -60,6 +72,22 @@ static void attrs_from(struct kv_inode *ino, const struct kv_jent *e)
 static void append(struct kv_store *st, const struct kv_jent *e)
 {
 	kv_journal_append(st->ks_journal, e, NULL);
+}
+
+/* The root's name in entries, which need a non-empty path. */
+#define ROOT_PATH "."
+
+/* ino's path, "." for the root; or <= 0 when it has none (unlinked). */
+static int root_path(struct kv_store *st, const struct kv_inode *ino, char *buf, size_t len)
+{
+	if (ino == st->ks_root)
+		return snprintf(buf, len, ROOT_PATH);
+	return kv_store_path(ino, buf, len);
+}
+
+static bool is_root_path(const struct kv_jent *e)
+{
+	return e->je_path_len == 1 && e->je_path[0] == '.';
 }
 
 void kv_persist_mkdir(struct kv_store *st, struct kv_inode *dir)
@@ -113,7 +141,7 @@ void kv_persist_setattr(struct kv_store *st, struct kv_inode *ino)
 
 	if (!st->ks_journal)
 		return;
-	len = kv_store_path(ino, path, sizeof(path));
+	len = root_path(st, ino, path, sizeof(path));
 	if (len <= 0)
 		return;
 	pthread_rwlock_rdlock(&ino->ki_lock);
@@ -225,6 +253,11 @@ static int apply(const struct kv_jent *e, uint64_t lsn, void *arg)
 	const char *name, *name2;
 	struct kv_inode *dir, *dir2, *c;
 
+	if (is_root_path(e)) {
+		if (e->je_type == KV_J_MKDIR || e->je_type == KV_J_SETATTR)
+			attrs_from(st->ks_root, e);
+		return 0;
+	}
 	switch (e->je_type) {
 	case KV_J_MKDIR:
 	case KV_J_PUT:
@@ -398,7 +431,7 @@ static void snap_add(struct kv_store *st, struct kv_inode *dir, struct kv_inode 
 
 	pthread_rwlock_rdlock(&ino->ki_lock);
 	if (S_ISDIR(ino->ki_type)) {
-		len = kv_store_path(ino, path, sizeof(path));
+		len = root_path(st, ino, path, sizeof(path));
 		e.je_type = KV_J_MKDIR;
 		attrs_to(ino, &e);
 		e.je_path = path;
@@ -451,8 +484,10 @@ int kv_persist_checkpoint(struct kv_store *st)
 	/* Frozen: no namespace change and no PUT can slip between rotation and snapshot. */
 	pthread_rwlock_wrlock(&st->ks_ns_lock);
 	err = kv_journal_rotate(st->ks_journal, &gen);
-	if (!err)
+	if (!err) {
+		snap_add(st, NULL, st->ks_root, &sn);
 		visit(st, st->ks_root, snap_add, &sn);
+	}
 	next_seq = atomic_load(&st->ks_seq) + 1;
 	next_bucket = kv_bucket_next_id(kv_tier_buckets(st->ks_tier));
 	pthread_rwlock_unlock(&st->ks_ns_lock);
@@ -575,7 +610,8 @@ static int salvage_rec(const struct kv_bucket_rec *r, void *arg)
 /* The highest journal generation in DATA_DIR, or 0. */
 static uint64_t max_gen(int dirfd)
 {
-	DIR *d = fdopendir(dup(dirfd));
+	/* A descriptor of its own: a dup would share (and move) the offset. */
+	DIR *d = fdopendir(openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
 	struct dirent *de;
 	uint64_t max = 0;
 
@@ -620,8 +656,10 @@ int kv_store_salvage(const struct kv_config *cfg, int datadir_fd, FILE *out)
 		goto out_aio;
 	pthread_rwlock_wrlock(&st->ks_ns_lock);
 	err = kv_bucket_scan(bs, true, salvage_rec, st, &bad);
-	if (!err)
+	if (!err) {
+		snap_add(st, NULL, st->ks_root, &sn);
 		visit(st, st->ks_root, snap_add, &sn);
+	}
 	pthread_rwlock_unlock(&st->ks_ns_lock);
 	gen = max_gen(datadir_fd) + 1;
 	if (!err && sn.sn_failed)

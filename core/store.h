@@ -275,9 +275,6 @@ int kv_store_write(struct kv_store *st, struct kv_inode *ino, uint64_t off, cons
  */
 int kv_store_fsync(struct kv_store *st, struct kv_inode *ino);
 
-/* Durably commits every change so far (syncfs). */
-int kv_store_sync(struct kv_store *st);
-
 /* fallocate mode 0 or FALLOC_FL_KEEP_SIZE. -EOPNOTSUPP for other modes, -ENOSPC. */
 int kv_store_fallocate(struct kv_store *st, struct kv_inode *ino, int mode, uint64_t off,
 		       uint64_t len);

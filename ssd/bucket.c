@@ -41,6 +41,7 @@ struct kv_bucket {
 	bool kb_broken; /* unreadable header: kept for fsck, never read */
 	struct idx_rec *kb_idx; /* active bucket only */
 	uint64_t kb_nidx, kb_maxidx;
+	uint64_t kb_idx_bytes; /* active bucket: bytes its index block will take */
 };
 
 struct kv_bucket_set {
@@ -597,14 +598,24 @@ static int load_bucket(struct kv_bucket_set *bs, const char *name, uint64_t id)
 		walk(bs, b, (uint64_t)st.st_size, true, true, walk_index, b, &end, &bad);
 		atomic_fetch_add(&bs->bs_truncated, 1);
 		b->kb_end = end;
+		bs->bs_used += end; /* sealing adds the index block and trailer */
 		err = bucket_seal(bs, b);
-		if (err)
-			goto out_close;
+		if (err) {
+			bs->bs_used -= end;
+			goto out_free_idx;
+		}
+	} else {
+		bs->bs_used += b->kb_end;
 	}
+	if (b->kb_broken)
+		bs->bs_used += b->kb_end;
 	free(h);
-	bs->bs_used += b->kb_end;
 	return insert(bs, b);
 
+out_free_idx:
+	for (uint64_t i = 0; i < b->kb_nidx; i++)
+		free(b->kb_idx[i].ir_key);
+	free(b->kb_idx);
 out_close:
 	close(b->kb_fd);
 out_free:
@@ -615,7 +626,8 @@ out_free:
 
 static int load_all(struct kv_bucket_set *bs)
 {
-	DIR *d = fdopendir(dup(bs->bs_dirfd));
+	/* A descriptor of its own: a dup would share (and move) the offset. */
+	DIR *d = fdopendir(openat(bs->bs_dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
 	struct dirent *de;
 	int err = 0;
 
@@ -690,6 +702,15 @@ void kv_bucket_close(struct kv_bucket_set *bs)
 
 /* --- appending --- */
 
+/* Whether the active bucket b can take a record of `size` bytes (a first record always). */
+static bool fits(struct kv_bucket_set *bs, const struct kv_bucket *b, uint64_t size)
+{
+	const struct kv_bucket_opts *o = &bs->bs_opts;
+
+	return b && (b->kb_end + size <= o->bo_bucket_size || b->kb_count == 0) &&
+	       b->kb_count < o->bo_bucket_keys;
+}
+
 /*
  * Makes room for a record of `size` bytes: returns the bucket to write it
  * to (the active one, or a new one, sealing the full one first), or NULL
@@ -701,8 +722,7 @@ static struct kv_bucket *room_for(struct kv_bucket_set *bs, uint64_t size, int *
 	struct kv_bucket *b = bs->bs_active, *nb = NULL;
 	uint64_t prealloc;
 
-	if (b && (b->kb_end + size <= o->bo_bucket_size || b->kb_count == 0) &&
-	    b->kb_count < o->bo_bucket_keys)
+	if (fits(bs, b, size))
 		return b;
 	if (b) {
 		*err = bucket_seal(bs, b);
@@ -802,11 +822,74 @@ static int value_iov(const struct kv_bucket_put *p, struct pending *pd)
 	return 0;
 }
 
+/*
+ * Writes the ops of puts [from, to) (ops [op0, nops)) and makes them
+ * durable: one fdatasync per bucket written. Sets each put's bp_err.
+ */
+static void flush(struct kv_bucket_set *bs, struct kv_bucket_put *puts, struct pending *pd,
+		  unsigned from, unsigned to, struct kv_aio_op *ops, unsigned op0, unsigned nops)
+{
+	if (nops > op0)
+		kv_aio_run(bs->bs_aio, ops + op0, nops - op0);
+	for (unsigned i = from; i < to; i++) {
+		struct kv_bucket_put *p = &puts[i];
+		bool synced = false;
+
+		if (!pd[i].pd_b)
+			continue;
+		for (unsigned k = pd[i].pd_op; k < pd[i].pd_op + pd[i].pd_nops; k++)
+			if (ops[k].kao_res < 0 && !p->bp_err)
+				p->bp_err = (int)ops[k].kao_res;
+		for (unsigned j = from; j < i; j++)
+			synced |= pd[j].pd_b == pd[i].pd_b;
+		if (!synced && fdatasync(pd[i].pd_b->kb_fd) < 0) {
+			int err = -errno;
+
+			for (unsigned j = i; j < to; j++)
+				if (pd[j].pd_b == pd[i].pd_b && !puts[j].bp_err)
+					puts[j].bp_err = err;
+		}
+		if (!p->bp_err)
+			atomic_fetch_add(&bs->bs_written, kv_loc_size(&p->bp_loc));
+	}
+}
+
+/* Bytes a record adds to its bucket's index block. */
+static uint64_t idx_bytes(uint32_t key_len)
+{
+	return sizeof(struct kv_idx_ent) + (key_len + 7) / 8 * 8;
+}
+
+/*
+ * Whether a record of `size` bytes may be written within the quota, with
+ * every byte it will cost counted: its index entry, the seal (index block
+ * and trailer) of the bucket it lands in, and, when it starts a new bucket,
+ * the old one's seal and the new one's header. So the buckets stay within
+ * bo_cap once sealed, not just while open.
+ */
+static bool within_quota(struct kv_bucket_set *bs, uint64_t size, uint32_t key_len)
+{
+	const struct kv_bucket *a = bs->bs_active;
+	uint64_t need;
+	bool ok;
+
+	pthread_mutex_lock(&bs->bs_lock);
+	if (fits(bs, a, size)) {
+		need = size + ROUND_UP(a->kb_idx_bytes + idx_bytes(key_len)) + KV_BLOCK;
+	} else {
+		need = (a ? ROUND_UP(a->kb_idx_bytes) + KV_BLOCK : 0) + KV_BLOCK + size +
+		       ROUND_UP(idx_bytes(key_len)) + KV_BLOCK;
+	}
+	ok = bs->bs_used <= bs->bs_opts.bo_cap && need <= bs->bs_opts.bo_cap - bs->bs_used;
+	pthread_mutex_unlock(&bs->bs_lock);
+	return ok;
+}
+
 int kv_bucket_append(struct kv_bucket_set *bs, struct kv_bucket_put *puts, unsigned n)
 {
 	struct pending *pd = calloc(n ? n : 1, sizeof(*pd));
 	struct kv_aio_op *ops = calloc(2 * (size_t)n + 1, sizeof(*ops));
-	unsigned nops = 0;
+	unsigned nops = 0, seg = 0, seg_op = 0;
 	int first = 0;
 
 	if (!pd || !ops) {
@@ -819,12 +902,19 @@ int kv_bucket_append(struct kv_bucket_set *bs, struct kv_bucket_put *puts, unsig
 		struct kv_bucket_put *p = &puts[i];
 		uint64_t size = kv_rec_size(p->bp_key_len, p->bp_len);
 		struct kv_bucket *b;
-		int err;
+		int err = 0;
 
-		pthread_mutex_lock(&bs->bs_lock);
-		err = bs->bs_used + size + 2 * KV_BLOCK > bs->bs_opts.bo_cap ? -ENOSPC : 0;
-		pthread_mutex_unlock(&bs->bs_lock);
-		b = err ? NULL : room_for(bs, size, &err);
+		if (!within_quota(bs, size, p->bp_key_len)) {
+			p->bp_err = -ENOSPC;
+			continue;
+		}
+		/* A bucket is sealed only after its records are written. */
+		if (!fits(bs, bs->bs_active, size)) {
+			flush(bs, puts, pd, seg, i, ops, seg_op, nops);
+			seg = i;
+			seg_op = nops;
+		}
+		b = room_for(bs, size, &err);
 		if (!err)
 			err = build_head(p, &pd[i]);
 		if (!err)
@@ -849,32 +939,13 @@ int kv_bucket_append(struct kv_bucket_set *bs, struct kv_bucket_put *puts, unsig
 		pthread_mutex_lock(&bs->bs_lock);
 		b->kb_end += size;
 		b->kb_count++;
+		b->kb_idx_bytes += idx_bytes(p->bp_key_len);
 		bs->bs_used += size;
 		pthread_mutex_unlock(&bs->bs_lock);
 		if (idx_add(b, &p->bp_loc, p->bp_key, p->bp_key_len))
 			p->bp_err = -ENOMEM;
 	}
-	kv_aio_run(bs->bs_aio, ops, nops);
-	/* One fdatasync per bucket written, after all the batch's writes. */
-	for (unsigned i = 0; i < n; i++) {
-		struct kv_bucket_put *p = &puts[i];
-		bool synced = false;
-
-		if (!pd[i].pd_b)
-			continue;
-		for (unsigned k = pd[i].pd_op; k < pd[i].pd_op + pd[i].pd_nops; k++)
-			if (ops[k].kao_res < 0 && !p->bp_err)
-				p->bp_err = (int)ops[k].kao_res;
-		for (unsigned j = 0; j < i; j++)
-			synced |= pd[j].pd_b == pd[i].pd_b;
-		if (!synced && fdatasync(pd[i].pd_b->kb_fd) < 0) {
-			for (unsigned j = i; j < n; j++)
-				if (pd[j].pd_b == pd[i].pd_b && !puts[j].bp_err)
-					puts[j].bp_err = -errno;
-		}
-		if (!p->bp_err)
-			atomic_fetch_add(&bs->bs_written, kv_loc_size(&p->bp_loc));
-	}
+	flush(bs, puts, pd, seg, n, ops, seg_op, nops);
 	for (unsigned i = 0; i < n; i++) {
 		if (puts[i].bp_err && !first)
 			first = puts[i].bp_err;

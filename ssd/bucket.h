@@ -79,7 +79,7 @@ struct kv_bucket_stats {
 	uint64_t bst_written;     /* bytes written since start */
 	uint64_t bst_read;        /* bytes read since start */
 	uint64_t bst_csum_errors; /* chunks that failed their checksum */
-	uint64_t bst_truncated;   /* torn bytes cut off the tails of open buckets at start */
+	uint64_t bst_truncated;   /* buckets left open (by a crash) cut at their last good record */
 };
 
 struct kv_bucket_set;
