@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +73,17 @@ static void tune_readahead(const char *mountpoint)
 	fclose(f);
 }
 
+/* libfuse's complaint about the mount options, kept to report it as one line. */
+static char fuse_complaint[256];
+
+static void keep_complaint(enum fuse_log_level level, const char *fmt, va_list ap)
+{
+	size_t n = strlen(fuse_complaint);
+
+	vsnprintf(fuse_complaint + n, sizeof(fuse_complaint) - n, fmt, ap);
+	fuse_complaint[strcspn(fuse_complaint, "\n")] = '\0';
+}
+
 static int serve(struct kv_fs *fs, struct fuse_args *args)
 {
 	struct kv_config *cfg = fs->kf_cfg;
@@ -79,9 +91,12 @@ static int serve(struct kv_fs *fs, struct fuse_args *args)
 	struct fuse_session *se;
 	int ret = 1, rc;
 
+	fuse_set_log_func(keep_complaint);
 	se = fuse_session_new(args, &kv_fs_ops, sizeof(kv_fs_ops), fs);
+	fuse_set_log_func(NULL);
 	if (!se) {
-		fprintf(stderr, "kvfs: FUSE refused the mount options (see above)\n");
+		fprintf(stderr, "kvfs: bad mount option: %s\n",
+			fuse_complaint[0] ? fuse_complaint : "refused by libfuse");
 		return 2;
 	}
 	if (fuse_set_signal_handlers(se))

@@ -90,10 +90,67 @@ static int set_numa_node(struct kv_config *cfg, const char *val)
 	return err;
 }
 
+static int set_ssd_size(struct kv_config *cfg, const char *val)
+{
+	int err = kv_parse_size(val, &cfg->kc_ssd_size);
+
+	if (!err)
+		cfg->kc_ssd_size_auto = false;
+	return err;
+}
+
+static int set_bucket_size(struct kv_config *cfg, const char *val)
+{
+	uint64_t v;
+	int err = kv_parse_size(val, &v);
+
+	if (err)
+		return err;
+	if (v < (1u << 20) || v > (1ull << 40))
+		return -ERANGE;
+	cfg->kc_bucket_size = v;
+	return 0;
+}
+
+static int set_bucket_keys(struct kv_config *cfg, const char *val)
+{
+	long v;
+	int err = parse_long(val, 1, 1 << 24, &v);
+
+	if (!err)
+		cfg->kc_bucket_keys = (uint32_t)v;
+	return err;
+}
+
+static int set_flush_delay(struct kv_config *cfg, const char *val)
+{
+	uint64_t v;
+	int err = kv_parse_duration(val, &v);
+
+	if (err)
+		return err;
+	if (v > 10ull * 1000 * 1000 * 1000)
+		return -ERANGE;
+	cfg->kc_flush_delay_ns = v;
+	return 0;
+}
+
+static int set_promote(struct kv_config *cfg, const char *val)
+{
+	if (!strcmp(val, "on"))
+		cfg->kc_promote = true;
+	else if (!strcmp(val, "off"))
+		cfg->kc_promote = false;
+	else
+		return -EINVAL;
+	return 0;
+}
+
 static const struct setting settings[] = {
-    {"mem-size", set_mem_size},
-    {"threads", set_threads},
-    {"numa-node", set_numa_node},
+    {"mem-size", set_mem_size},       {"threads", set_threads},
+    {"numa-node", set_numa_node},     {"ssd-size", set_ssd_size},
+    {"bucket-size", set_bucket_size}, {"bucket-keys", set_bucket_keys},
+    {"flush-delay", set_flush_delay}, {"promote", set_promote},
 };
 
 /* Words of an fstab line that mean nothing to a mount of kvfs. */
