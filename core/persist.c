@@ -563,8 +563,9 @@ int kv_store_fsck(const struct kv_config *cfg, int datadir_fd, FILE *out)
 	c.kc_ssd_size = UINT64_MAX;
 	err = kv_store_create(&st, &c, datadir_fd);
 	if (err) {
-		fprintf(out, "fsck: cannot recover the data directory: %s\n", strerror(-err));
-		return err;
+		fprintf(out, "fsck: cannot recover the data directory: %s\nfsck: DAMAGED\n",
+			strerror(-err));
+		return 1;
 	}
 	kv_store_usage(st, &u);
 	fk.fk_bs = kv_tier_buckets(st->ks_tier);

@@ -210,10 +210,29 @@ static void tree_free(struct kv_inode *dir)
 	inode_free(dir);
 }
 
-void kv_store_destroy(struct kv_store *st)
+/* Counts keys whose newest value is not durable (ks_ns_lock held). */
+static uint64_t count_dirty(struct kv_inode *dir)
 {
+	uint64_t n = 0;
+
+	for (uint32_t b = 0; b < dir->kd_nbuckets; b++) {
+		for (struct kv_inode *c = dir->kd_table[b]; c; c = c->ki_hnext) {
+			if (S_ISDIR(c->ki_type))
+				n += count_dirty(c);
+			else if (c->ki_obj && c->ki_obj->ko_seq != c->ki_loc.kl_seq)
+				n++;
+		}
+	}
+	return n;
+}
+
+uint64_t kv_store_destroy(struct kv_store *st)
+{
+	uint64_t lost = 0;
+
 	if (st->ks_tier) {
 		kv_tier_flush_stop(st->ks_tier);
+		lost = count_dirty(st->ks_root);
 		kv_persist_checkpoint(st);
 		kv_journal_close(st->ks_journal);
 		kv_tier_destroy(st->ks_tier);
@@ -223,6 +242,7 @@ void kv_store_destroy(struct kv_store *st)
 	pthread_rwlock_destroy(&st->ks_ns_lock);
 	kv_pool_destroy(st->ks_pool);
 	free(st);
+	return lost;
 }
 
 /* --- directory tables (ks_ns_lock held) --- */

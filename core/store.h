@@ -158,9 +158,11 @@ int kv_store_create(struct kv_store **out, const struct kv_config *cfg, int data
 
 /*
  * Offloads every dirty value, writes a checkpoint, and frees everything.
- * No other call may run concurrently or after.
+ * No other call may run concurrently or after. Returns how many keys had
+ * a newest value that could not be made durable (the SSD was full, or an
+ * I/O error): those are lost with the DRAM. 0 without an SSD tier.
  */
-void kv_store_destroy(struct kv_store *st);
+uint64_t kv_store_destroy(struct kv_store *st);
 
 struct kv_inode *kv_store_root(struct kv_store *st);
 struct kv_pool *kv_store_pool(struct kv_store *st);

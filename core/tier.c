@@ -533,6 +533,9 @@ static int promote(struct kv_tier *t, struct kv_inode *ino, const struct kv_loc 
 	if (err)
 		return err;
 	err = kv_obj_truncate(obj, loc->kl_len);
+	/* Room for it may be held by clean values: a read never waits, but evicts. */
+	if (err == -ENOSPC && evict(t, loc->kl_len))
+		err = kv_obj_truncate(obj, loc->kl_len);
 	iov = calloc(obj->ko_next + 1, sizeof(*iov));
 	if (err || !iov) {
 		err = err ? err : -ENOMEM;

@@ -140,6 +140,7 @@ int main(int argc, char **argv)
 	struct kv_fs fs = {.kf_cfg = &cfg};
 	char *fuse_opts = NULL, err[512];
 	char *abs_mnt;
+	uint64_t lost;
 	pid_t holder;
 	int rc, mode, ret = 1;
 
@@ -186,6 +187,7 @@ int main(int argc, char **argv)
 	if (mode != KV_OPT_RUN) {
 		ret = mode == KV_OPT_FSCK ? kv_store_fsck(&cfg, dd.kd_dirfd, stdout)
 					  : kv_store_salvage(&cfg, dd.kd_dirfd, stdout);
+		ret = ret < 0 ? 1 : ret;
 		goto out_datadir;
 	}
 	rc = kv_store_create(&fs.kf_store, &cfg, dd.kd_dirfd);
@@ -203,7 +205,13 @@ int main(int argc, char **argv)
 	ret = serve(&fs, &args);
 	fuse_opt_free_args(&args);
 out_store:
-	kv_store_destroy(fs.kf_store);
+	lost = kv_store_destroy(fs.kf_store);
+	if (lost) {
+		fprintf(stderr, "kvfs: %llu keys could not be written to the SSD (full, or I/O "
+				"errors): their newest values are lost\n",
+			(unsigned long long)lost);
+		ret = ret ? ret : 1;
+	}
 out_datadir:
 	kv_datadir_close(&dd);
 out_cfg:
