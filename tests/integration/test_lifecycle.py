@@ -254,6 +254,22 @@ class SettingsTest(kvfstest.KvfsTestCase):
             self.assertEqual(self.mem(m), want, arg)
             m.stop()
 
+    def test_ssd_size_option(self):
+        """--ssd-size, where --help offers it: 0 makes a DRAM-only mount
+        whose df is the pool alone."""
+        if not kvfstest.has_ssd_tier():
+            self.skipTest("no --ssd-size in --help")
+        m = self.mount(opts=["--mem-size=32M", "--ssd-size=0"], name="ssd0")
+        self.assertEqual(int(m.config()["ssd_size"]), 0)
+        sv = os.statvfs(m.mnt)
+        self.assertLessEqual(abs(sv.f_blocks * sv.f_frsize - (32 << 20)), 2 << 20)
+        m.stop()
+        m = self.mount(opts=["--mem-size=32M", "--ssd-size=1G"], name="ssd1g")
+        self.assertEqual(int(m.config()["ssd_size"]), 1 << 30)
+        m.stop()
+        m = self.mount(opts=["-o", "mem_size=32M,ssd_size=256M"], name="ssd-o")
+        self.assertEqual(int(m.config()["ssd_size"]), 256 << 20)
+
     def test_threads_option(self):
         m = self.mount(opts=["--threads=2", "--mem-size=32M"])
         for i in range(20):
