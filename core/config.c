@@ -84,7 +84,7 @@ int kv_parse_duration(const char *s, uint64_t *ns)
 	static const struct {
 		const char *u;
 		uint64_t mul;
-	} units[] = { { "ns", 1 }, { "us", 1000 }, { "ms", 1000000 }, { "s", 1000000000 }, { "", 1000000 } };
+	} units[] = {{"ns", 1}, {"us", 1000}, {"ms", 1000000}, {"s", 1000000000}, {"", 1000000}};
 	unsigned long long v;
 	char *end;
 

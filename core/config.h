@@ -14,20 +14,20 @@
 #include <stdint.h>
 
 struct kv_config {
-	char *kc_data_dir;    /* DATA_DIR as given */
-	char *kc_mountpoint;  /* MOUNTPOINT as given */
-	uint64_t kc_mem_size; /* bytes in the DRAM staging pool */
-	unsigned kc_threads;  /* most FUSE worker threads */
-	int kc_numa_node;     /* node of the pool, -1: the node kvfs starts on */
-	uint64_t kc_ssd_size;     /* SSD quota in bytes; 0: DRAM only */
-	bool kc_ssd_size_auto;    /* kc_ssd_size = 90% of DATA_DIR's free space at start */
-	uint64_t kc_bucket_size;  /* seal a bucket at this many bytes */
-	uint32_t kc_bucket_keys;  /* or at this many records */
-	uint64_t kc_flush_delay_ns; /* a sealed value waits at most this long before its write */
+	char *kc_data_dir;	     /* DATA_DIR as given */
+	char *kc_mountpoint;	     /* MOUNTPOINT as given */
+	uint64_t kc_mem_size;	     /* bytes in the DRAM staging pool */
+	unsigned kc_threads;	     /* most FUSE worker threads */
+	int kc_numa_node;	     /* node of the pool, -1: the node kvfs starts on */
+	uint64_t kc_ssd_size;	     /* SSD quota in bytes; 0: DRAM only */
+	bool kc_ssd_size_auto;	     /* kc_ssd_size = 90% of DATA_DIR's free space at start */
+	uint64_t kc_bucket_size;     /* seal a bucket at this many bytes */
+	uint32_t kc_bucket_keys;     /* or at this many records */
+	uint64_t kc_flush_delay_ns;  /* a sealed value waits at most this long before its write */
 	uint64_t kc_backpressure_ns; /* a writer waits at most this long for room in DRAM */
-	bool kc_promote;          /* reads of SSD-only values bring them into DRAM */
-	bool kc_fsck;             /* kvfs --fsck DATA_DIR: check and exit */
-	bool kc_salvage;          /* kvfs --salvage DATA_DIR: rebuild metadata from buckets */
+	bool kc_promote;	     /* reads of SSD-only values bring them into DRAM */
+	bool kc_fsck;		     /* kvfs --fsck DATA_DIR: check and exit */
+	bool kc_salvage;	     /* kvfs --salvage DATA_DIR: rebuild metadata from buckets */
 	bool kc_foreground;
 	bool kc_debug;
 	bool kc_allow_other;

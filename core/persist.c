@@ -44,7 +44,7 @@ static struct timespec ts_of(int64_t ns)
 		sec--;
 		rem += 1000000000;
 	}
-	return (struct timespec){ .tv_sec = sec, .tv_nsec = rem };
+	return (struct timespec){.tv_sec = sec, .tv_nsec = rem};
 }
 
 /* Fills the attribute fields of e from ino (ki_lock held). */
@@ -93,7 +93,7 @@ static bool is_root_path(const struct kv_jent *e)
 void kv_persist_mkdir(struct kv_store *st, struct kv_inode *dir)
 {
 	char path[KV_JPATH_MAX];
-	struct kv_jent e = { .je_type = KV_J_MKDIR };
+	struct kv_jent e = {.je_type = KV_J_MKDIR};
 	int len;
 
 	if (!st->ks_journal)
@@ -111,7 +111,7 @@ void kv_persist_mkdir(struct kv_store *st, struct kv_inode *dir)
 
 void kv_persist_del(struct kv_store *st, const char *path, int len)
 {
-	struct kv_jent e = { .je_type = KV_J_DEL, .je_path = path, .je_path_len = (uint32_t)len };
+	struct kv_jent e = {.je_type = KV_J_DEL, .je_path = path, .je_path_len = (uint32_t)len};
 
 	if (st->ks_journal)
 		append(st, &e);
@@ -121,12 +121,12 @@ void kv_persist_rename(struct kv_store *st, const char *from, int flen, const ch
 		       unsigned flags)
 {
 	struct kv_jent e = {
-		.je_type = KV_J_RENAME,
-		.je_flags = flags,
-		.je_path = from,
-		.je_path_len = (uint32_t)flen,
-		.je_path2 = to,
-		.je_path2_len = (uint32_t)tlen,
+	    .je_type = KV_J_RENAME,
+	    .je_flags = flags,
+	    .je_path = from,
+	    .je_path_len = (uint32_t)flen,
+	    .je_path2 = to,
+	    .je_path2_len = (uint32_t)tlen,
 	};
 
 	if (st->ks_journal)
@@ -136,7 +136,7 @@ void kv_persist_rename(struct kv_store *st, const char *from, int flen, const ch
 void kv_persist_setattr(struct kv_store *st, struct kv_inode *ino)
 {
 	char path[KV_JPATH_MAX];
-	struct kv_jent e = { .je_type = KV_J_SETATTR };
+	struct kv_jent e = {.je_type = KV_J_SETATTR};
 	int len;
 
 	if (!st->ks_journal)
@@ -221,11 +221,11 @@ static void apply_put(struct kv_store *st, struct kv_inode *f, const struct kv_j
 	atomic_fetch_sub(&st->ks_bytes, f->ki_loc.kl_len);
 	atomic_fetch_add(&st->ks_bytes, e->je_len);
 	f->ki_loc = (struct kv_loc){
-		.kl_bucket = e->je_bucket,
-		.kl_off = e->je_off,
-		.kl_len = e->je_len,
-		.kl_seq = e->je_seq,
-		.kl_head_len = e->je_head_len,
+	    .kl_bucket = e->je_bucket,
+	    .kl_off = e->je_off,
+	    .kl_len = e->je_len,
+	    .kl_seq = e->je_seq,
+	    .kl_head_len = e->je_head_len,
 	};
 	attrs_from(f, e);
 	if (e->je_seq > atomic_load(&st->ks_seq))
@@ -265,8 +265,8 @@ static int apply(const struct kv_jent *e, uint64_t lsn, void *arg)
 		if (!dir)
 			return 0;
 		c = kv_store_child(dir, name);
-		if (!c && kv_store_make(st, dir, name,
-					e->je_type == KV_J_MKDIR ? S_IFDIR : S_IFREG, &c))
+		if (!c &&
+		    kv_store_make(st, dir, name, e->je_type == KV_J_MKDIR ? S_IFDIR : S_IFREG, &c))
 			return 0;
 		if (e->je_type == KV_J_MKDIR && S_ISDIR(c->ki_type))
 			attrs_from(c, e);
@@ -382,7 +382,7 @@ static void drop_orphan(uint64_t id, void *arg)
 int kv_persist_recover(struct kv_store *st, struct kv_bucket_set *bs, int datadir_fd)
 {
 	uint64_t t0 = kv_now_ns(), next_seq = 1, next_bucket = 1, gen = 0, last_gen, last_lsn;
-	struct live lv = { .lv_bs = bs };
+	struct live lv = {.lv_bs = bs};
 	int err;
 
 	pthread_rwlock_wrlock(&st->ks_ns_lock);
@@ -426,7 +426,7 @@ static void snap_add(struct kv_store *st, struct kv_inode *dir, struct kv_inode 
 {
 	struct snap *sn = arg;
 	char path[KV_JPATH_MAX];
-	struct kv_jent e = { 0 };
+	struct kv_jent e = {0};
 	int len;
 
 	pthread_rwlock_rdlock(&ino->ki_lock);
@@ -475,7 +475,7 @@ static int snap_next(struct kv_jent *e, void *arg)
 
 int kv_persist_checkpoint(struct kv_store *st)
 {
-	struct snap sn = { 0 };
+	struct snap sn = {0};
 	uint64_t gen, next_seq, next_bucket;
 	int err;
 
@@ -528,7 +528,8 @@ static void fsck_key(struct kv_store *st, struct kv_inode *dir, struct kv_inode 
 		char *data;
 		uint64_t n;
 
-		err = kv_bucket_read(fk->fk_bs, &ino->ki_loc, csums, off, 4u << 20, &buf, &data, &n);
+		err =
+		    kv_bucket_read(fk->fk_bs, &ino->ki_loc, csums, off, 4u << 20, &buf, &data, &n);
 		if (!err)
 			free(buf);
 	}
@@ -555,7 +556,7 @@ int kv_store_fsck(const struct kv_config *cfg, int datadir_fd, FILE *out)
 	struct kv_config c = *cfg;
 	struct kv_store_usage u;
 	struct kv_store *st;
-	struct fsck fk = { .fk_out = out };
+	struct fsck fk = {.fk_out = out};
 	uint64_t records = 0, bad = 0;
 	int err;
 
@@ -592,7 +593,7 @@ static int salvage_rec(const struct kv_bucket_rec *r, void *arg)
 {
 	struct kv_store *st = arg;
 	struct timespec now_ts;
-	struct kv_jent e = { .je_type = KV_J_PUT, .je_mode = 0644 };
+	struct kv_jent e = {.je_type = KV_J_PUT, .je_mode = 0644};
 
 	if (r->br_key_len == 0 || r->br_key_len > KV_JPATH_MAX)
 		return 0;
@@ -635,13 +636,13 @@ static uint64_t max_gen(int dirfd)
 int kv_store_salvage(const struct kv_config *cfg, int datadir_fd, FILE *out)
 {
 	struct kv_config c = *cfg;
-	struct kv_bucket_opts bo = { .bo_bucket_size = cfg->kc_bucket_size,
-				     .bo_bucket_keys = cfg->kc_bucket_keys,
-				     .bo_cap = UINT64_MAX };
+	struct kv_bucket_opts bo = {.bo_bucket_size = cfg->kc_bucket_size,
+				    .bo_bucket_keys = cfg->kc_bucket_keys,
+				    .bo_cap = UINT64_MAX};
 	struct kv_bucket_set *bs;
 	struct kv_store *st;
 	struct kv_aio *aio;
-	struct snap sn = { 0 };
+	struct snap sn = {0};
 	uint64_t bad = 0, gen;
 	int err;
 
@@ -670,8 +671,9 @@ int kv_store_salvage(const struct kv_config *cfg, int datadir_fd, FILE *out)
 				    gen, snap_next, &sn);
 	if (!err)
 		kv_journal_drop_before(datadir_fd, gen);
-	fprintf(out, "salvage: %" PRIu64 " keys rebuilt from the buckets, %" PRIu64
-		     " damaged records skipped%s\n",
+	fprintf(out,
+		"salvage: %" PRIu64 " keys rebuilt from the buckets, %" PRIu64
+		" damaged records skipped%s\n",
 		atomic_load(&st->ks_keys), bad, err ? "; FAILED" : "");
 	for (size_t i = 0; i < sn.sn_n; i++)
 		free((char *)sn.sn_ent[i].je_path);

@@ -94,11 +94,11 @@ struct kv_pool {
 	int kp_node;
 	_Atomic uint64_t kp_used;
 	struct kv_pool_shard *kp_shards;
-	uint8_t *kp_state;  /* backing store of every shard's ks_state */
-	uint32_t *kp_links; /* backing store of every shard's ks_next and ks_prev */
-	pthread_t kp_filler;     /* faults the pool in, see pool_fill */
-	bool kp_filler_started;  /* immutable after create */
-	_Atomic bool kp_stop;    /* asks the filler to end early */
+	uint8_t *kp_state;	/* backing store of every shard's ks_state */
+	uint32_t *kp_links;	/* backing store of every shard's ks_next and ks_prev */
+	pthread_t kp_filler;	/* faults the pool in, see pool_fill */
+	bool kp_filler_started; /* immutable after create */
+	_Atomic bool kp_stop;	/* asks the filler to end early */
 };
 
 /* Reports a caller bug that would corrupt the free lists, and aborts. */

@@ -31,7 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KV_PAGE_SIZE 4096u
+#define KV_PAGE_SIZE	  4096u
 #define KV_POOL_MAX_BLOCK (2u << 20) /* 2 MiB: the largest block the pool hands out */
 
 struct kv_pool;
@@ -39,8 +39,10 @@ struct kv_pool;
 /*
  * Creates a pool of `size` bytes (rounded down to a multiple of KV_PAGE_SIZE;
  * at least one page) on NUMA node `numa_node`, or on the node of the calling
- * thread when `numa_node` is -1. Memory is reserved, not touched: pages are
- * faulted in on first use.
+ * thread when `numa_node` is -1. Returns at once; a background thread then
+ * faults the whole pool in (transparent huge pages where the kernel gives
+ * them), so writers never stall on first-touch faults: a staging pool is
+ * meant to be resident. kv_pool_destroy stops that thread.
  * Returns 0, -EINVAL for a size under one page or a node that does not
  * exist, or -ENOMEM when the mapping fails.
  */

@@ -27,8 +27,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KV_HIST_SUB_BITS 3
-#define KV_HIST_BUCKETS (64 << KV_HIST_SUB_BITS)
+#define KV_HIST_SUB_BITS   3
+#define KV_HIST_BUCKETS	   (64 << KV_HIST_SUB_BITS)
 #define KV_STATS_MAX_ERRNO 160
 
 /* The operations counted; their JSON names are in kv_op_name(). */
@@ -80,10 +80,10 @@ struct kv_stats {
 struct kv_stats_gauges {
 	uint64_t kg_pool_size;
 	uint64_t kg_pool_used;
-	uint64_t kg_keys;    /* regular files with a name */
-	uint64_t kg_dirs;    /* directories, the root included */
-	uint64_t kg_open;    /* open file handles */
-	uint64_t kg_bytes;   /* sum of the logical sizes of all keys */
+	uint64_t kg_keys;     /* regular files with a name */
+	uint64_t kg_dirs;     /* directories, the root included */
+	uint64_t kg_open;     /* open file handles */
+	uint64_t kg_bytes;    /* sum of the logical sizes of all keys */
 	uint64_t kg_last_seq; /* the newest sequence number handed out */
 	const char *kg_extra; /* more members of the top-level object ("a": {...}, ...), or NULL */
 };

@@ -346,7 +346,8 @@ static int dir_check(const struct kv_inode *dir)
 	return 0;
 }
 
-/* Appends "/name" (or "name" at the root) to a path of len bytes. Returns the new length or -ENAMETOOLONG. */
+/* Appends "/name" (or "name" at the root) to a path of len bytes. Returns the new length or
+ * -ENAMETOOLONG. */
 static int join(char *buf, int len, const char *name, size_t size)
 {
 	int n = snprintf(buf + len, size - (size_t)len, "%s%s", len ? "/" : "", name);
@@ -402,8 +403,8 @@ static void fill_attr(struct kv_inode *ino, struct kv_attr *a)
 		a->ka_size = o->ko_size;
 		a->ka_alloc = o->ko_cap;
 		a->ka_seq = o->ko_sealed ? o->ko_seq : 0;
-		a->ka_tier = o->ko_sealed && ino->ki_loc.kl_seq == o->ko_seq ? KV_TIER_BOTH
-										: KV_TIER_DRAM;
+		a->ka_tier =
+		    o->ko_sealed && ino->ki_loc.kl_seq == o->ko_seq ? KV_TIER_BOTH : KV_TIER_DRAM;
 	} else {
 		a->ka_size = ino->ki_loc.kl_len;
 		a->ka_alloc = (a->ka_size + KV_PAGE_SIZE - 1) / KV_PAGE_SIZE * KV_PAGE_SIZE;
@@ -470,8 +471,8 @@ static int load_prefix(struct kv_inode *ino, uint64_t keep, struct kv_obj **out)
 	if (!err) {
 		/* Whole pages: the extents cover the value rounded up to 4 KiB. */
 		n = kv_obj_iov(obj, 0, obj->ko_size, iov, (int)obj->ko_next, &bytes);
-		iov[n - 1].iov_len = (iov[n - 1].iov_len + KV_PAGE_SIZE - 1) / KV_PAGE_SIZE *
-				     KV_PAGE_SIZE;
+		iov[n - 1].iov_len =
+		    (iov[n - 1].iov_len + KV_PAGE_SIZE - 1) / KV_PAGE_SIZE * KV_PAGE_SIZE;
 		err = kv_bucket_read_iov(kv_tier_buckets(st->ks_tier), &ino->ki_loc, ino->ki_csums,
 					 iov, n);
 	}
@@ -723,7 +724,7 @@ int kv_store_create_open(struct kv_store *st, struct kv_inode *dir, const char *
 int kv_store_make(struct kv_store *st, struct kv_inode *dir, const char *name, mode_t mode,
 		  struct kv_inode **out)
 {
-	struct kv_cred root = { 0 };
+	struct kv_cred root = {0};
 	struct kv_inode *ino;
 	int err = check_name(name);
 

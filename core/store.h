@@ -124,10 +124,10 @@ struct kv_dir_snap {
  * inode's ki_lock shared.
  */
 struct kv_read_guard {
-	struct kv_obj *krg_obj;      /* the DRAM version read, or NULL */
+	struct kv_obj *krg_obj;	     /* the DRAM version read, or NULL */
 	struct kv_inode *krg_locked; /* NULL when the version was sealed */
-	void *krg_buf;               /* bytes read from the SSD, or NULL */
-	bool krg_dram;               /* served from DRAM (a hit) */
+	void *krg_buf;		     /* bytes read from the SSD, or NULL */
+	bool krg_dram;		     /* served from DRAM (a hit) */
 };
 
 /* The store's counters, sampled for statistics. */

@@ -45,13 +45,13 @@ struct kv_inode {
 	struct timespec ki_atime, ki_mtime, ki_ctime;
 	struct kv_obj *ki_obj; /* regular files: the version in DRAM; NULL when only on SSD */
 	uint32_t ki_nopen;
-	struct kv_loc ki_loc;  /* the newest durable version on SSD (kl_bucket 0: none) */
-	uint64_t *ki_csums;    /* ki_loc's chunk checksums, loaded on first SSD read */
-	int ki_offload_err;    /* why the newest version could not be offloaded, or 0 */
+	struct kv_loc ki_loc; /* the newest durable version on SSD (kl_bucket 0: none) */
+	uint64_t *ki_csums;   /* ki_loc's chunk checksums, loaded on first SSD read */
+	int ki_offload_err;   /* why the newest version could not be offloaded, or 0 */
 
 	/* kt_lock */
-	bool ki_queued;        /* on the offload queue */
-	uint64_t ki_qbytes;    /* what it counts in the backlog */
+	bool ki_queued;	    /* on the offload queue */
+	uint64_t ki_qbytes; /* what it counts in the backlog */
 	struct kv_inode *ki_qnext;
 
 	/* kt_clock_lock */
@@ -67,19 +67,19 @@ struct kv_store {
 	_Atomic uint64_t ks_next_ino;
 	_Atomic uint64_t ks_seq; /* the last sequence number handed out */
 	_Atomic uint64_t ks_keys, ks_dirs, ks_open, ks_bytes, ks_inodes;
-	struct kv_tier *ks_tier;       /* NULL: DRAM only (no data directory, or --ssd-size=0) */
-	struct kv_journal *ks_journal; /* NULL with ks_tier */
+	struct kv_tier *ks_tier;	/* NULL: DRAM only (no data directory, or --ssd-size=0) */
+	struct kv_journal *ks_journal;	/* NULL with ks_tier */
 	const struct kv_config *ks_cfg; /* immutable */
-	int ks_datadir_fd;              /* immutable: DATA_DIR, or -1 */
+	int ks_datadir_fd;		/* immutable: DATA_DIR, or -1 */
 };
-
 
 /* --- store.c --- */
 
 void kv_store_now(struct timespec *ts);
 /* Seals an open version nobody has open any more (ki_lock held exclusive). */
 void kv_store_settle(struct kv_inode *ino);
-/* Writes ino's path (relative to the root) into buf; returns its length or -ENAMETOOLONG. ks_ns_lock held. */
+/* Writes ino's path (relative to the root) into buf; returns its length or -ENAMETOOLONG.
+ * ks_ns_lock held. */
 int kv_store_path(const struct kv_inode *ino, char *buf, size_t len);
 /* Finds a child by name (ks_ns_lock held). */
 struct kv_inode *kv_store_child(const struct kv_inode *dir, const char *name);

@@ -37,15 +37,15 @@
 #include "core/store_int.h"
 #include "core/stats.h"
 
-#define BATCH_KEYS 256
+#define BATCH_KEYS  256
 #define BATCH_BYTES (64ull << 20)
-#define AIO_DEPTH 64
+#define AIO_DEPTH   64
 /* Journal bytes after which the offloader writes a checkpoint. */
 #define CHECKPOINT_BYTES (64ull << 20)
 
 struct kv_tier {
-	struct kv_store *kt_st;     /* immutable */
-	struct kv_aio *kt_aio;      /* immutable */
+	struct kv_store *kt_st;	     /* immutable */
+	struct kv_aio *kt_aio;	     /* immutable */
 	struct kv_bucket_set *kt_bs; /* immutable */
 	pthread_t kt_thread;
 	bool kt_started;
@@ -54,10 +54,10 @@ struct kv_tier {
 	pthread_cond_t kt_wake;
 	pthread_cond_t kt_done;
 	struct kv_inode *kt_qhead, *kt_qtail; /* queued inodes, each holding a reference */
-	uint64_t kt_qkeys, kt_qbytes;         /* the backlog, queued and being written */
-	uint64_t kt_batches;                  /* batches finished: waiters watch it change */
-	bool kt_busy;                         /* a batch is being written */
-	unsigned kt_waiters;                  /* writers waiting for room: write now */
+	uint64_t kt_qkeys, kt_qbytes;	      /* the backlog, queued and being written */
+	uint64_t kt_batches;		      /* batches finished: waiters watch it change */
+	bool kt_busy;			      /* a batch is being written */
+	unsigned kt_waiters;		      /* writers waiting for room: write now */
 	bool kt_stop;
 
 	pthread_mutex_t kt_clock_lock;
@@ -283,15 +283,15 @@ static void item_prepare(struct kv_store *st, struct item *it, struct kv_bucket_
 	}
 	n = kv_obj_iov(obj, 0, obj->ko_size, it->it_iov, (int)obj->ko_next, &bytes);
 	if (n > 0) /* whole pages: sealing trimmed the extents to the size rounded up */
-		it->it_iov[n - 1].iov_len = (it->it_iov[n - 1].iov_len + KV_PAGE_SIZE - 1) /
-					    KV_PAGE_SIZE * KV_PAGE_SIZE;
+		it->it_iov[n - 1].iov_len =
+		    (it->it_iov[n - 1].iov_len + KV_PAGE_SIZE - 1) / KV_PAGE_SIZE * KV_PAGE_SIZE;
 	*p = (struct kv_bucket_put){
-		.bp_key = it->it_key,
-		.bp_key_len = (uint32_t)len,
-		.bp_seq = obj->ko_seq,
-		.bp_len = obj->ko_size,
-		.bp_iov = it->it_iov,
-		.bp_iovcnt = n,
+	    .bp_key = it->it_key,
+	    .bp_key_len = (uint32_t)len,
+	    .bp_seq = obj->ko_seq,
+	    .bp_len = obj->ko_size,
+	    .bp_iov = it->it_iov,
+	    .bp_iovcnt = n,
 	};
 }
 
@@ -543,12 +543,12 @@ static int promote(struct kv_tier *t, struct kv_inode *ino, const struct kv_loc 
 	}
 	n = kv_obj_iov(obj, 0, loc->kl_len, iov, (int)obj->ko_next, &bytes);
 	if (n > 0)
-		iov[n - 1].iov_len = (iov[n - 1].iov_len + KV_PAGE_SIZE - 1) / KV_PAGE_SIZE *
-				     KV_PAGE_SIZE;
+		iov[n - 1].iov_len =
+		    (iov[n - 1].iov_len + KV_PAGE_SIZE - 1) / KV_PAGE_SIZE * KV_PAGE_SIZE;
 	pthread_rwlock_rdlock(&ino->ki_lock);
 	err = ino->ki_csums && ino->ki_loc.kl_seq == loc->kl_seq
-		      ? (n ? kv_bucket_read_iov(t->kt_bs, loc, ino->ki_csums, iov, n) : 0)
-		      : -EAGAIN;
+		  ? (n ? kv_bucket_read_iov(t->kt_bs, loc, ino->ki_csums, iov, n) : 0)
+		  : -EAGAIN;
 	pthread_rwlock_unlock(&ino->ki_lock);
 	free(iov);
 	if (err)
@@ -607,9 +607,9 @@ int kv_tier_create(struct kv_store *st, int datadir_fd, struct kv_tier **out)
 {
 	const struct kv_config *cfg = st->ks_cfg;
 	struct kv_bucket_opts bo = {
-		.bo_bucket_size = cfg->kc_bucket_size,
-		.bo_bucket_keys = cfg->kc_bucket_keys,
-		.bo_cap = cfg->kc_ssd_size,
+	    .bo_bucket_size = cfg->kc_bucket_size,
+	    .bo_bucket_keys = cfg->kc_bucket_keys,
+	    .bo_cap = cfg->kc_ssd_size,
 	};
 	struct kv_tier *t = calloc(1, sizeof(*t));
 	int err;

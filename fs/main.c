@@ -207,8 +207,9 @@ int main(int argc, char **argv)
 out_store:
 	lost = kv_store_destroy(fs.kf_store);
 	if (lost) {
-		fprintf(stderr, "kvfs: %llu keys could not be written to the SSD (full, or I/O "
-				"errors): their newest values are lost\n",
+		fprintf(stderr,
+			"kvfs: %llu keys could not be written to the SSD (full, or I/O "
+			"errors): their newest values are lost\n",
 			(unsigned long long)lost);
 		ret = ret ? ret : 1;
 	}

@@ -28,8 +28,8 @@
 
 #define MAX_IO (1u << 20)
 /* A 1 MiB read over pages of separate extents needs at most this many iovecs. */
-#define READ_IOV  (MAX_IO / KV_PAGE_SIZE + 2)
-#define SEQ_XATTR "user.kvfs.seq"
+#define READ_IOV   (MAX_IO / KV_PAGE_SIZE + 2)
+#define SEQ_XATTR  "user.kvfs.seq"
 #define TIER_XATTR "user.kvfs.tier"
 
 struct dir_handle {
@@ -420,9 +420,19 @@ static void ctl_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_in
 	struct ctl_handle *h = (struct ctl_handle *)(uintptr_t)fi->fh;
 	size_t start = (size_t)off < h->ch_len ? (size_t)off : h->ch_len;
 	size_t n = h->ch_len - start < size ? h->ch_len - start : size;
+	/*
+	 * The reply is sent from a copy: once the kernel has it, the reader may
+	 * close and its release free the handle before this thread returns
+	 * (ASan, which checks writev's buffers after the call, would see that).
+	 */
+	char *copy = malloc(n ? n : 1);
 
+	if (!copy)
+		return reply_err(req, KV_OP_READ, t0, -ENOMEM);
+	memcpy(copy, h->ch_buf + start, n);
 	done(req, KV_OP_READ, t0, n, 0);
-	fuse_reply_buf(req, h->ch_buf + start, n);
+	fuse_reply_buf(req, copy, n);
+	free(copy);
 }
 
 static void kv_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -693,8 +703,7 @@ static void kv_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
 static int xattr_value(struct kv_fs *fs, fuse_ino_t ino, const char *name, char *buf, size_t len)
 {
 	static const char *const tiers[] = {
-		[KV_TIER_DRAM] = "dram", [KV_TIER_SSD] = "ssd", [KV_TIER_BOTH] = "dram+ssd"
-	};
+	    [KV_TIER_DRAM] = "dram", [KV_TIER_SSD] = "ssd", [KV_TIER_BOTH] = "dram+ssd"};
 	struct kv_attr a;
 
 	if (kv_ctl_is(ino))
@@ -730,7 +739,7 @@ static void kv_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 /* Lists those of user.kvfs.seq and user.kvfs.tier that the node has. */
 static void kv_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
-	static const char *const names[] = { SEQ_XATTR, TIER_XATTR };
+	static const char *const names[] = {SEQ_XATTR, TIER_XATTR};
 	uint64_t t0 = kv_now_ns();
 	char list[64], val[32];
 	size_t n = 0;
@@ -759,7 +768,8 @@ static void kv_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 
 static void kv_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
-	reply_err(req, KV_OP_SETXATTR, kv_now_ns(), strcmp(name, SEQ_XATTR) && strcmp(name, TIER_XATTR) ? -ENODATA : -ENOTSUP);
+	reply_err(req, KV_OP_SETXATTR, kv_now_ns(),
+		  strcmp(name, SEQ_XATTR) && strcmp(name, TIER_XATTR) ? -ENODATA : -ENOTSUP);
 }
 
 const struct fuse_lowlevel_ops kv_fs_ops = {

@@ -23,7 +23,7 @@ enum kv_opt_action {
 	KV_OPT_RUN,	/* mount */
 	KV_OPT_HELP,	/* print kv_options_usage, exit 0 */
 	KV_OPT_VERSION, /* print the version, exit 0 */
-	KV_OPT_FSCK,    /* check DATA_DIR offline */
+	KV_OPT_FSCK,	/* check DATA_DIR offline */
 	KV_OPT_SALVAGE, /* rebuild DATA_DIR's metadata from its buckets */
 };
 

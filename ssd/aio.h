@@ -30,11 +30,11 @@ struct kv_aio;
 
 struct kv_aio_op {
 	int kao_fd;
-	bool kao_write;               /* true: pwritev, false: preadv */
-	uint64_t kao_off;             /* file offset, KV_AIO_ALIGN aligned */
-	const struct iovec *kao_iov;  /* aligned buffers, aligned lengths */
-	int kao_iovcnt;               /* 1..IOV_MAX */
-	ssize_t kao_res;              /* out: bytes moved, or -errno */
+	bool kao_write;		     /* true: pwritev, false: preadv */
+	uint64_t kao_off;	     /* file offset, KV_AIO_ALIGN aligned */
+	const struct iovec *kao_iov; /* aligned buffers, aligned lengths */
+	int kao_iovcnt;		     /* 1..IOV_MAX */
+	ssize_t kao_res;	     /* out: bytes moved, or -errno */
 };
 
 /*

@@ -16,9 +16,10 @@
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
+#include "ssd/csum.h"
 #include "ssd/format.h"
 
-#define CHUNK (1ull << KV_CHUNK_SHIFT)
+#define CHUNK	    (1ull << KV_CHUNK_SHIFT)
 #define ROUND_UP(x) (((x) + KV_BLOCK - 1) / KV_BLOCK * KV_BLOCK)
 /* Values are read from disk in pieces of at most this many bytes. */
 #define READ_PIECE (4u << 20)
@@ -30,27 +31,27 @@ struct idx_rec {
 };
 
 struct kv_bucket {
-	uint64_t kb_id;  /* immutable */
-	int kb_fd;       /* immutable: O_RDWR | O_DIRECT */
+	uint64_t kb_id; /* immutable */
+	int kb_fd;	/* immutable: O_RDWR | O_DIRECT */
 	/* bs_lock, and bs_append_lock for the active bucket */
 	uint64_t kb_end;     /* end of the last record (sealed: of the trailer) */
 	uint64_t kb_rec_end; /* sealed: end of the last record, where the index starts */
-	uint64_t kb_count; /* records */
-	uint64_t kb_dead;  /* bytes of dead records */
+	uint64_t kb_count;   /* records */
+	uint64_t kb_dead;    /* bytes of dead records */
 	bool kb_sealed;
-	bool kb_broken; /* unreadable header: kept for fsck, never read */
+	bool kb_broken;		/* unreadable header: kept for fsck, never read */
 	struct idx_rec *kb_idx; /* active bucket only */
 	uint64_t kb_nidx, kb_maxidx;
 	uint64_t kb_idx_bytes; /* active bucket: bytes its index block will take */
 };
 
 struct kv_bucket_set {
-	int bs_dirfd;                  /* immutable: DATA_DIR/buckets */
-	struct kv_bucket_opts bs_opts; /* immutable */
-	struct kv_aio *bs_aio;         /* immutable */
+	int bs_dirfd;			/* immutable: DATA_DIR/buckets */
+	struct kv_bucket_opts bs_opts;	/* immutable */
+	struct kv_aio *bs_aio;		/* immutable */
 	pthread_mutex_t bs_append_lock; /* one appender: guards bs_active's writing */
-	pthread_mutex_t bs_lock;        /* guards bs_tab, bs_n, bs_next_id, bs_used, kb_* */
-	struct kv_bucket **bs_tab;      /* sorted by id */
+	pthread_mutex_t bs_lock;	/* guards bs_tab, bs_n, bs_next_id, bs_used, kb_* */
+	struct kv_bucket **bs_tab;	/* sorted by id */
 	uint32_t bs_n, bs_max;
 	struct kv_bucket *bs_active;
 	uint64_t bs_next_id;
@@ -159,41 +160,50 @@ static void bucket_free(struct kv_bucket *b)
 
 /* --- checksums --- */
 
-/* XXH3 of `len` bytes spread over iov starting at byte `skip`. */
-static uint64_t hash_iov(XXH3_state_t *st, const struct iovec *iov, int cnt, uint64_t skip,
-			 uint64_t len)
+/*
+ * The checksum of `len` bytes spread over iov from byte `skip`: straight
+ * from the buffer when they lie in one iovec, else gathered into scratch
+ * (CHUNK bytes).
+ */
+static uint64_t hash_iov(const struct iovec *iov, int cnt, uint64_t skip, uint64_t len,
+			 char *scratch)
 {
-	XXH3_64bits_reset(st);
-	for (int i = 0; i < cnt && len; i++) {
+	uint64_t got = 0;
+
+	for (int i = 0; i < cnt && got < len; i++) {
 		uint64_t n = iov[i].iov_len;
+		const char *p = iov[i].iov_base;
 
 		if (skip >= n) {
 			skip -= n;
 			continue;
 		}
+		p += skip;
 		n -= skip;
-		if (n > len)
-			n = len;
-		XXH3_64bits_update(st, (const char *)iov[i].iov_base + skip, n);
-		len -= n;
 		skip = 0;
+		if (got == 0 && n >= len)
+			return kv_csum(p, len);
+		if (n > len - got)
+			n = len - got;
+		memcpy(scratch + got, p, n);
+		got += n;
 	}
-	return XXH3_64bits_digest(st);
+	return kv_csum(scratch, got);
 }
 
 /* Checksums of the chunks of a `len`-byte value held in iov. */
 static int chunk_csums(const struct iovec *iov, int cnt, uint64_t len, uint64_t *out)
 {
-	XXH3_state_t *st = XXH3_createState();
+	char *scratch = malloc(CHUNK);
 
-	if (!st)
+	if (!scratch)
 		return -ENOMEM;
 	for (uint64_t c = 0; c * CHUNK < len; c++) {
 		uint64_t n = len - c * CHUNK < CHUNK ? len - c * CHUNK : CHUNK;
 
-		out[c] = hash_iov(st, iov, cnt, c * CHUNK, n);
+		out[c] = hash_iov(iov, cnt, c * CHUNK, n, scratch);
 	}
-	XXH3_freeState(st);
+	free(scratch);
 	return 0;
 }
 
@@ -273,7 +283,7 @@ static int verify(struct kv_bucket_set *bs, const char *buf, uint64_t len, uint6
 	for (uint64_t done = 0, c = c0; done < len; c++) {
 		uint64_t n = len - done < CHUNK ? len - done : CHUNK;
 
-		if (XXH3_64bits(buf + done, n) != csums[c]) {
+		if (kv_csum(buf + done, n) != csums[c]) {
 			atomic_fetch_add(&bs->bs_csum_errors, 1);
 			return -EIO;
 		}
@@ -338,8 +348,8 @@ static int bucket_create(struct kv_bucket_set *bs, uint64_t prealloc, struct kv_
 	}
 	b->kb_id = bs->bs_next_id++;
 	name_of(b->kb_id, name, sizeof(name));
-	b->kb_fd = openat(bs->bs_dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC,
-			  0600);
+	b->kb_fd =
+	    openat(bs->bs_dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
 	if (b->kb_fd < 0) {
 		err = -errno;
 		goto out_free;
@@ -393,11 +403,11 @@ static int idx_add(struct kv_bucket *b, const struct kv_loc *loc, const char *ke
 		return -ENOMEM;
 	memcpy(r->ir_key, key, klen);
 	r->ir_ent = (struct kv_idx_ent){
-		.ie_off = loc->kl_off,
-		.ie_value_len = loc->kl_len,
-		.ie_seq = loc->kl_seq,
-		.ie_head_len = loc->kl_head_len,
-		.ie_key_len = klen,
+	    .ie_off = loc->kl_off,
+	    .ie_value_len = loc->kl_len,
+	    .ie_seq = loc->kl_seq,
+	    .ie_head_len = loc->kl_head_len,
+	    .ie_key_len = klen,
 	};
 	b->kb_nidx++;
 	return 0;
@@ -429,17 +439,18 @@ static int bucket_seal(struct kv_bucket_set *bs, struct kv_bucket *b)
 	}
 	t = (struct kv_bucket_trailer *)(buf + total - KV_BLOCK);
 	*t = (struct kv_bucket_trailer){
-		.bt_magic = KV_TRAILER_MAGIC,
-		.bt_id = b->kb_id,
-		.bt_index_off = b->kb_end,
-		.bt_index_len = ilen,
-		.bt_count = b->kb_count,
-		.bt_index_csum = XXH3_64bits(buf, ilen),
+	    .bt_magic = KV_TRAILER_MAGIC,
+	    .bt_id = b->kb_id,
+	    .bt_index_off = b->kb_end,
+	    .bt_index_len = ilen,
+	    .bt_count = b->kb_count,
+	    .bt_index_csum = XXH3_64bits(buf, ilen),
 	};
 	t->bt_csum = XXH3_64bits(t, sizeof(*t));
 	err = rw(b->kb_fd, true, buf, total, b->kb_end);
 	free(buf);
-	if (!err && (fdatasync(b->kb_fd) < 0 || ftruncate(b->kb_fd, (off_t)(b->kb_end + total)) < 0))
+	if (!err &&
+	    (fdatasync(b->kb_fd) < 0 || ftruncate(b->kb_fd, (off_t)(b->kb_end + total)) < 0))
 		err = -errno;
 	if (err)
 		return err;
@@ -532,9 +543,11 @@ static int walk(struct kv_bucket_set *bs, struct kv_bucket *b, uint64_t limit, b
 		if (read_head(bs, b, off, &head))
 			break;
 		memcpy(&h, head, sizeof(h));
-		r.br_loc = (struct kv_loc){ .kl_bucket = b->kb_id, .kl_off = off,
-					    .kl_len = h.rh_value_len, .kl_seq = h.rh_seq,
-					    .kl_head_len = h.rh_head_len };
+		r.br_loc = (struct kv_loc){.kl_bucket = b->kb_id,
+					   .kl_off = off,
+					   .kl_len = h.rh_value_len,
+					   .kl_seq = h.rh_seq,
+					   .kl_head_len = h.rh_head_len};
 		r.br_key = (const char *)head + sizeof(h);
 		r.br_key_len = h.rh_key_len;
 		err = off + kv_loc_size(&r.br_loc) > limit ? -EIO : 0;
@@ -762,14 +775,14 @@ static int build_head(struct kv_bucket_put *p, struct pending *pd)
 {
 	uint32_t head_len = kv_rec_head_len(p->bp_key_len, p->bp_len);
 	struct kv_rec_head h = {
-		.rh_magic = KV_REC_MAGIC,
-		.rh_version = KV_FORMAT_VERSION,
-		.rh_key_len = p->bp_key_len,
-		.rh_head_len = head_len,
-		.rh_value_len = p->bp_len,
-		.rh_seq = p->bp_seq,
-		.rh_chunk_shift = KV_CHUNK_SHIFT,
-		.rh_nchunks = (uint32_t)((p->bp_len + CHUNK - 1) / CHUNK),
+	    .rh_magic = KV_REC_MAGIC,
+	    .rh_version = KV_FORMAT_VERSION,
+	    .rh_key_len = p->bp_key_len,
+	    .rh_head_len = head_len,
+	    .rh_value_len = p->bp_len,
+	    .rh_seq = p->bp_seq,
+	    .rh_chunk_shift = KV_CHUNK_SHIFT,
+	    .rh_nchunks = (uint32_t)((p->bp_len + CHUNK - 1) / CHUNK),
 	};
 	char *buf = aligned(head_len), *key, *csums;
 	int err;
@@ -795,7 +808,7 @@ static int build_head(struct kv_bucket_put *p, struct pending *pd)
 	h.rh_head_csum = head_csum(&h, key, csums);
 	memcpy(buf, &h, sizeof(h));
 	pd->pd_head = buf;
-	pd->pd_hiov = (struct iovec){ .iov_base = buf, .iov_len = head_len };
+	pd->pd_hiov = (struct iovec){.iov_base = buf, .iov_len = head_len};
 	return 0;
 }
 
@@ -922,19 +935,25 @@ int kv_bucket_append(struct kv_bucket_set *bs, struct kv_bucket_put *puts, unsig
 		p->bp_err = err;
 		if (err)
 			continue;
-		p->bp_loc = (struct kv_loc){ .kl_bucket = b->kb_id, .kl_off = b->kb_end,
-					     .kl_len = p->bp_len, .kl_seq = p->bp_seq,
-					     .kl_head_len = (uint32_t)pd[i].pd_hiov.iov_len };
+		p->bp_loc = (struct kv_loc){.kl_bucket = b->kb_id,
+					    .kl_off = b->kb_end,
+					    .kl_len = p->bp_len,
+					    .kl_seq = p->bp_seq,
+					    .kl_head_len = (uint32_t)pd[i].pd_hiov.iov_len};
 		pd[i].pd_b = b;
 		pd[i].pd_op = nops;
-		ops[nops++] = (struct kv_aio_op){ .kao_fd = b->kb_fd, .kao_write = true,
-						  .kao_off = b->kb_end, .kao_iov = &pd[i].pd_hiov,
-						  .kao_iovcnt = 1 };
+		ops[nops++] = (struct kv_aio_op){.kao_fd = b->kb_fd,
+						 .kao_write = true,
+						 .kao_off = b->kb_end,
+						 .kao_iov = &pd[i].pd_hiov,
+						 .kao_iovcnt = 1};
 		if (pd[i].pd_vcnt) /* an empty value is all head */
-			ops[nops++] = (struct kv_aio_op){ .kao_fd = b->kb_fd, .kao_write = true,
-							  .kao_off = b->kb_end + pd[i].pd_hiov.iov_len,
-							  .kao_iov = pd[i].pd_viov,
-							  .kao_iovcnt = pd[i].pd_vcnt };
+			ops[nops++] =
+			    (struct kv_aio_op){.kao_fd = b->kb_fd,
+					       .kao_write = true,
+					       .kao_off = b->kb_end + pd[i].pd_hiov.iov_len,
+					       .kao_iov = pd[i].pd_viov,
+					       .kao_iovcnt = pd[i].pd_vcnt};
 		pd[i].pd_nops = nops - pd[i].pd_op;
 		pthread_mutex_lock(&bs->bs_lock);
 		b->kb_end += size;
@@ -1026,29 +1045,31 @@ int kv_bucket_read_iov(struct kv_bucket_set *bs, const struct kv_loc *loc, const
 {
 	struct kv_bucket *b = bucket_of(bs, loc);
 	struct kv_aio_op op;
-	XXH3_state_t *st;
+	char *scratch;
 	int err;
 
 	if (!b)
 		return -ENOENT;
-	op = (struct kv_aio_op){ .kao_fd = b->kb_fd, .kao_off = loc->kl_off + loc->kl_head_len,
-				 .kao_iov = iov, .kao_iovcnt = iovcnt };
+	op = (struct kv_aio_op){.kao_fd = b->kb_fd,
+				.kao_off = loc->kl_off + loc->kl_head_len,
+				.kao_iov = iov,
+				.kao_iovcnt = iovcnt};
 	err = kv_aio_run(bs->bs_aio, &op, 1);
 	if (err)
 		return -EIO;
 	atomic_fetch_add(&bs->bs_read, ROUND_UP(loc->kl_len));
-	st = XXH3_createState();
-	if (!st)
+	scratch = malloc(CHUNK);
+	if (!scratch)
 		return -ENOMEM;
 	for (uint64_t c = 0; !err && c * CHUNK < loc->kl_len; c++) {
 		uint64_t n = loc->kl_len - c * CHUNK < CHUNK ? loc->kl_len - c * CHUNK : CHUNK;
 
-		if (hash_iov(st, iov, iovcnt, c * CHUNK, n) != csums[c]) {
+		if (hash_iov(iov, iovcnt, c * CHUNK, n, scratch) != csums[c]) {
 			atomic_fetch_add(&bs->bs_csum_errors, 1);
 			err = -EIO;
 		}
 	}
-	XXH3_freeState(st);
+	free(scratch);
 	return err;
 }
 

@@ -49,7 +49,7 @@ struct kv_loc {
 struct kv_bucket_opts {
 	uint64_t bo_bucket_size; /* seal at this many bytes */
 	uint32_t bo_bucket_keys; /* or at this many records */
-	uint64_t bo_cap;         /* quota: bytes all buckets may hold */
+	uint64_t bo_cap;	 /* quota: bytes all buckets may hold */
 };
 
 /* One value to append. */
@@ -57,11 +57,11 @@ struct kv_bucket_put {
 	const char *bp_key; /* the key (path), for salvage */
 	uint32_t bp_key_len;
 	uint64_t bp_seq;
-	uint64_t bp_len;            /* value bytes */
+	uint64_t bp_len;	    /* value bytes */
 	const struct iovec *bp_iov; /* page-aligned buffers holding at least round_up(len, 4K) */
 	int bp_iovcnt;
 	struct kv_loc bp_loc; /* out, when bp_err == 0 */
-	int bp_err;           /* out: 0, -ENOSPC (quota), or an I/O error */
+	int bp_err;	      /* out: 0, -ENOSPC (quota), or an I/O error */
 };
 
 /* A record found by a scan (kv_bucket_scan). */
@@ -72,14 +72,14 @@ struct kv_bucket_rec {
 };
 
 struct kv_bucket_stats {
-	uint64_t bst_buckets;     /* bucket files */
-	uint64_t bst_used;        /* bytes of all bucket files (what counts against the cap) */
-	uint64_t bst_dead;        /* bytes of dead records */
+	uint64_t bst_buckets; /* bucket files */
+	uint64_t bst_used;    /* bytes of all bucket files (what counts against the cap) */
+	uint64_t bst_dead;    /* bytes of dead records */
 	uint64_t bst_cap;
-	uint64_t bst_written;     /* bytes written since start */
-	uint64_t bst_read;        /* bytes read since start */
+	uint64_t bst_written;	  /* bytes written since start */
+	uint64_t bst_read;	  /* bytes read since start */
 	uint64_t bst_csum_errors; /* chunks that failed their checksum */
-	uint64_t bst_truncated;   /* buckets left open (by a crash) cut at their last good record */
+	uint64_t bst_truncated;	  /* buckets left open (by a crash) cut at their last good record */
 };
 
 struct kv_bucket_set;

@@ -62,41 +62,41 @@
 
 #define KV_BLOCK 4096u
 
-#define KV_BUCKET_MAGIC 0x314b4342534656b4ull /* "\xb4VFSBCK1" */
-#define KV_TRAILER_MAGIC 0x31525442534656b4ull /* "\xb4VFSBTR1" */
-#define KV_REC_MAGIC 0x31524b56u              /* "VKR1" */
-#define KV_JREC_MAGIC 0x314a4b56u             /* "VKJ1" */
+#define KV_BUCKET_MAGIC	  0x314b4342534656b4ull /* "\xb4VFSBCK1" */
+#define KV_TRAILER_MAGIC  0x31525442534656b4ull /* "\xb4VFSBTR1" */
+#define KV_REC_MAGIC	  0x31524b56u		/* "VKR1" */
+#define KV_JREC_MAGIC	  0x314a4b56u		/* "VKJ1" */
 #define KV_FORMAT_VERSION 1
-#define KV_CHUNK_SHIFT 16 /* 64 KiB checksum chunks */
+#define KV_CHUNK_SHIFT	  16 /* 64 KiB checksum chunks */
 
 /* First 4 KiB of a bucket file. */
 struct kv_bucket_hdr {
-	uint64_t bh_magic;    /* KV_BUCKET_MAGIC */
-	uint32_t bh_version;  /* KV_FORMAT_VERSION */
+	uint64_t bh_magic;   /* KV_BUCKET_MAGIC */
+	uint32_t bh_version; /* KV_FORMAT_VERSION */
 	uint32_t bh_pad;
-	uint64_t bh_id;       /* the id in the file name */
+	uint64_t bh_id;	       /* the id in the file name */
 	int64_t bh_created_ns; /* CLOCK_REALTIME at creation */
 	uint64_t bh_csum;
 };
 
 /* The start of every record head. */
 struct kv_rec_head {
-	uint32_t rh_magic;        /* KV_REC_MAGIC */
-	uint16_t rh_version;      /* KV_FORMAT_VERSION */
-	uint16_t rh_flags;        /* 0 */
-	uint32_t rh_key_len;      /* bytes of key following this struct */
-	uint32_t rh_head_len;     /* bytes of the head, 4 KiB multiple: the value starts here */
+	uint32_t rh_magic;    /* KV_REC_MAGIC */
+	uint16_t rh_version;  /* KV_FORMAT_VERSION */
+	uint16_t rh_flags;    /* 0 */
+	uint32_t rh_key_len;  /* bytes of key following this struct */
+	uint32_t rh_head_len; /* bytes of the head, 4 KiB multiple: the value starts here */
 	uint64_t rh_value_len;
-	uint64_t rh_seq;          /* the put's sequence number */
+	uint64_t rh_seq;	  /* the put's sequence number */
 	uint32_t rh_chunk_shift;  /* KV_CHUNK_SHIFT */
-	uint32_t rh_nchunks;      /* ceil(value_len / chunk) */
+	uint32_t rh_nchunks;	  /* ceil(value_len / chunk) */
 	uint64_t rh_payload_csum; /* XXH3 of the chunk checksum array */
-	uint64_t rh_head_csum;    /* XXH3 of this struct (field zeroed), key and chunk checksums */
+	uint64_t rh_head_csum;	  /* XXH3 of this struct (field zeroed), key and chunk checksums */
 };
 
 /* One index block entry; its key follows, then zero padding to 8 bytes. */
 struct kv_idx_ent {
-	uint64_t ie_off;       /* the record's offset in the bucket */
+	uint64_t ie_off; /* the record's offset in the bucket */
 	uint64_t ie_value_len;
 	uint64_t ie_seq;
 	uint32_t ie_head_len;
@@ -105,13 +105,13 @@ struct kv_idx_ent {
 
 /* The last 4 KiB of a sealed bucket. */
 struct kv_bucket_trailer {
-	uint64_t bt_magic;      /* KV_TRAILER_MAGIC */
+	uint64_t bt_magic; /* KV_TRAILER_MAGIC */
 	uint64_t bt_id;
-	uint64_t bt_index_off;  /* where the index block starts (= end of the last record) */
-	uint64_t bt_index_len;  /* bytes of index entries (without padding) */
-	uint64_t bt_count;      /* records */
+	uint64_t bt_index_off;	/* where the index block starts (= end of the last record) */
+	uint64_t bt_index_len;	/* bytes of index entries (without padding) */
+	uint64_t bt_count;	/* records */
 	uint64_t bt_index_csum; /* XXH3 of the index entries */
-	uint64_t bt_csum;       /* XXH3 of this struct, field zeroed */
+	uint64_t bt_csum;	/* XXH3 of this struct, field zeroed */
 };
 
 /* Journal / checkpoint record head. */
@@ -119,10 +119,10 @@ struct kv_jrec_head {
 	uint32_t jh_magic; /* KV_JREC_MAGIC */
 	uint16_t jh_type;  /* enum kv_jtype */
 	uint16_t jh_version;
-	uint32_t jh_len;   /* payload bytes (before padding) */
+	uint32_t jh_len; /* payload bytes (before padding) */
 	uint32_t jh_pad;
-	uint64_t jh_lsn;   /* log sequence number (checkpoint: index in the file) */
-	uint64_t jh_csum;  /* XXH3 of this head (field zeroed) and the payload */
+	uint64_t jh_lsn;  /* log sequence number (checkpoint: index in the file) */
+	uint64_t jh_csum; /* XXH3 of this head (field zeroed) and the payload */
 };
 
 /* Journal record payload: fixed part, then path, then path2. */
@@ -165,7 +165,8 @@ static inline uint32_t kv_rec_head_len(uint32_t key_len, uint64_t value_len)
 /* Bytes a record takes in its bucket. */
 static inline uint64_t kv_rec_size(uint32_t key_len, uint64_t value_len)
 {
-	return kv_rec_head_len(key_len, value_len) + (value_len + KV_BLOCK - 1) / KV_BLOCK * KV_BLOCK;
+	return kv_rec_head_len(key_len, value_len) +
+	       (value_len + KV_BLOCK - 1) / KV_BLOCK * KV_BLOCK;
 }
 
 #endif

@@ -42,13 +42,14 @@
 
 enum kv_jtype {
 	KV_J_MKDIR = 1, /* je_path, attributes */
-	KV_J_PUT,       /* je_path, attributes, value location (je_bucket .. je_seq) */
-	KV_J_DEL,       /* je_path: unlink or rmdir (a tombstone) */
-	KV_J_RENAME,    /* je_path -> je_path2, je_flags: 0, RENAME_NOREPLACE, RENAME_EXCHANGE */
-	KV_J_SETATTR,   /* je_path, attributes (mode, uid, gid, times) */
-	KV_J_BUCKET,    /* checkpoint only: bucket je_bucket, je_len bytes long, je_flags sealed */
-	KV_J_CKPT,      /* checkpoint header: je_seq next sequence number, je_bucket next bucket id, je_gen */
-	KV_J_CKPT_END,  /* checkpoint trailer: je_len = number of entries before it */
+	KV_J_PUT,	/* je_path, attributes, value location (je_bucket .. je_seq) */
+	KV_J_DEL,	/* je_path: unlink or rmdir (a tombstone) */
+	KV_J_RENAME,	/* je_path -> je_path2, je_flags: 0, RENAME_NOREPLACE, RENAME_EXCHANGE */
+	KV_J_SETATTR,	/* je_path, attributes (mode, uid, gid, times) */
+	KV_J_BUCKET,	/* checkpoint only: bucket je_bucket, je_len bytes long, je_flags sealed */
+	KV_J_CKPT,	/* checkpoint header: je_seq next sequence number, je_bucket next bucket id,
+			   je_gen */
+	KV_J_CKPT_END,	/* checkpoint trailer: je_len = number of entries before it */
 	KV_J__MAX,
 };
 
