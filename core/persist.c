@@ -531,7 +531,7 @@ static void fsck_key(struct kv_store *st, struct kv_inode *dir, struct kv_inode 
 		err =
 		    kv_bucket_read(fk->fk_bs, &ino->ki_loc, csums, off, 4u << 20, &buf, &data, &n);
 		if (!err)
-			free(buf);
+			kv_bucket_read_free(buf);
 	}
 	free(csums);
 	if (err) {

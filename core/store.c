@@ -1054,7 +1054,7 @@ void kv_read_done(struct kv_read_guard *guard)
 		pthread_rwlock_unlock(&guard->krg_locked->ki_lock);
 	if (guard->krg_obj)
 		kv_obj_put(guard->krg_obj);
-	free(guard->krg_buf);
+	kv_bucket_read_free(guard->krg_buf);
 }
 
 static int write_locked(struct kv_inode *ino, uint64_t off, const void *buf, size_t len)

@@ -115,13 +115,17 @@ int kv_bucket_load_csums(struct kv_bucket_set *bs, const struct kv_loc *loc, uin
 
 /*
  * Reads value bytes [off, off + len) ∩ [0, kl_len), verified. The bytes
- * land in a 4 KiB-aligned buffer the call allocates (*buf, free with
- * free()); *data points at value byte `off` inside it and *n is how many
- * bytes there are (0 at or past the end). Returns 0, -EIO on a checksum
- * mismatch or I/O error, -ENOENT for a missing bucket.
+ * land in a 4 KiB-aligned buffer the call provides (*buf, give it back
+ * with kv_bucket_read_free on the same thread); *data points at value byte
+ * `off` inside it and *n is how many bytes there are (0 at or past the
+ * end). Returns 0, -EIO on a checksum mismatch or I/O error, -ENOENT for a
+ * missing bucket.
  */
 int kv_bucket_read(struct kv_bucket_set *bs, const struct kv_loc *loc, const uint64_t *csums,
 		   uint64_t off, uint64_t len, void **buf, char **data, uint64_t *n);
+
+/* Gives back a buffer from kv_bucket_read (NULL is fine). */
+void kv_bucket_read_free(void *buf);
 
 /*
  * Reads a whole value, verified, into page-aligned buffers covering

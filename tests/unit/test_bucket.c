@@ -292,7 +292,7 @@ static void read_ok(struct kv_bucket_set *bs, const struct rec *r, const uint64_
 		assert_true(data >= (char *)buf);
 		expect_bytes(data, r->r_val.v_seed, off, n);
 	}
-	free(buf);
+	kv_bucket_read_free(buf);
 }
 
 /* Reads the whole value of r into page-aligned buffers split in three, and checks it. */
