@@ -119,6 +119,11 @@ int kv_tier_make_room(struct kv_tier *t, uint64_t bytes);
  */
 int kv_tier_read(struct kv_tier *t, struct kv_inode *ino, uint64_t off, uint64_t len,
 		 struct iovec *iov, int maxiov, uint64_t *bytes, struct kv_read_guard *guard);
+/*
+ * Waits until every value sealed so far has been written (or failed to be)
+ * and the journal is durable: syncfs. Returns the journal's sync result.
+ */
+int kv_tier_drain(struct kv_tier *t);
 /* Waits until ino's version with sequence number seq is durable (or failed). */
 int kv_tier_wait_durable(struct kv_tier *t, struct kv_inode *ino, uint64_t seq);
 void kv_tier_usage(struct kv_tier *t, struct kv_store_usage *u);

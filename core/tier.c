@@ -488,6 +488,21 @@ int kv_tier_wait_durable(struct kv_tier *t, struct kv_inode *ino, uint64_t seq)
 	}
 }
 
+int kv_tier_drain(struct kv_tier *t)
+{
+	struct kv_journal *j = t->kt_st->ks_journal;
+
+	pthread_mutex_lock(&t->kt_lock);
+	t->kt_waiters++;
+	while ((t->kt_qhead || t->kt_busy) && !t->kt_stop) {
+		pthread_cond_signal(&t->kt_wake);
+		pthread_cond_wait(&t->kt_done, &t->kt_lock);
+	}
+	t->kt_waiters--;
+	pthread_mutex_unlock(&t->kt_lock);
+	return kv_journal_sync(j, kv_journal_last_lsn(j));
+}
+
 /* --- reads of values that are only on SSD --- */
 
 /* Loads ino's chunk checksums if missing (ki_lock not held). */

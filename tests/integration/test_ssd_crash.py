@@ -214,6 +214,32 @@ class CrashTest(SsdTestCase):
         self.assertEqual(read_file(m3.path("c/after")), b"after" * 1000)
         self.assertEqual(read_file(m3.path("c/barrier")), synced["c/barrier"])
 
+    def test_fsync_of_root_is_syncfs(self):
+        """fsync of the mount's root stands in for syncfs: every value closed
+        before it, and every delete, survives a kill -9 right after it,
+        although none of the keys was fsync'ed itself."""
+        m = self.start("syncfs", opts=["--mem-size=128M", "--bucket-size=8M",
+                                        "--flush-delay=5s"])
+        os.mkdir(m.path("s"))
+        keys = {"s/k%02d" % i: pattern("s/k%02d" % i, 1000 + i * 70001) for i in range(30)}
+        for name, data in keys.items():
+            put(m.path(name), data)
+        os.unlink(m.path("s/k07"))
+        del keys["s/k07"]
+        # with a 5 s flush delay nothing would be written yet, but for this:
+        fd = os.open(m.mnt, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self.crash(m)
+        m = self.start("after", opts=["--mem-size=128M", "--bucket-size=8M"])
+        t = tree(m.mnt)
+        self.assertNotIn("s/k07", t, "a delete before the root fsync came back")
+        for name, data in keys.items():
+            self.assertIn(name, t, "%s lost although the root was fsync'ed" % name)
+            self.assertEqual(read_file(m.path(name)), data, name)
+
     def crash_state(self):
         """The bucket files right after a crash: ({name: (size, header,
         trailer)}, {name of an open bucket: the keys of its records})."""
