@@ -66,7 +66,8 @@ umount_kvfs() {
 # reaches the filesystem; COLD=0 keeps it. One file open per job at a time.
 fio_bw() {
 	if [ "$4" = 1 ]; then sync; echo 3 >/proc/sys/vm/drop_caches; fi
-	fio --name=bench --invalidate="$4" --directory="$1" --rw="$2" --bs=1M --direct="$3" \
+	fio --name=bench --invalidate="$4" --fallocate=none --directory="$1" --rw="$2" --bs=1M \
+		--direct="$3" \
 		--nrfiles="$5" --filesize="$6" --numjobs="$7" --openfiles=1 \
 		--file_service_type=sequential --ioengine=psync --group_reporting \
 		--filename_format='b.$jobnum.$filenum' --output-format=json |
