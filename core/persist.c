@@ -68,10 +68,17 @@ static void attrs_from(struct kv_inode *ino, const struct kv_jent *e)
 	ino->ki_ctime = ts_of(e->je_ctime_ns);
 }
 
-/* Appends an entry. A journal that failed (an I/O error) refuses it: the store keeps serving. */
+/*
+ * Appends an entry. One that cannot be appended (out of memory, a failed
+ * journal) is remembered in ks_meta_err: every later fsync returns it,
+ * since the metadata it would promise is not all there.
+ */
 static void append(struct kv_store *st, const struct kv_jent *e)
 {
-	kv_journal_append(st->ks_journal, e, NULL);
+	int err = kv_journal_append(st->ks_journal, e, NULL);
+
+	if (err)
+		atomic_store(&st->ks_meta_err, err);
 }
 
 /* The root's name in entries, which need a non-empty path. */
@@ -144,12 +151,13 @@ void kv_persist_setattr(struct kv_store *st, struct kv_inode *ino)
 	len = root_path(st, ino, path, sizeof(path));
 	if (len <= 0)
 		return;
-	pthread_rwlock_rdlock(&ino->ki_lock);
-	attrs_to(ino, &e);
-	pthread_rwlock_unlock(&ino->ki_lock);
 	e.je_path = path;
 	e.je_path_len = (uint32_t)len;
+	/* Held across the append: a PUT with newer times cannot slip in between. */
+	pthread_rwlock_rdlock(&ino->ki_lock);
+	attrs_to(ino, &e);
 	append(st, &e);
+	pthread_rwlock_unlock(&ino->ki_lock);
 }
 
 /* A PUT entry for ino's durable value (ks_ns_lock and ki_lock held). */
@@ -308,11 +316,12 @@ static void visit(struct kv_store *st, struct kv_inode *dir, visit_fn fn, void *
 		struct kv_inode *c = dir->kd_table[b];
 
 		while (c) {
-			/* fn may take c's name away: step first. */
+			/* fn may take a file's name away, freeing it: read c first. */
 			struct kv_inode *next = c->ki_hnext;
+			bool isdir = S_ISDIR(c->ki_type);
 
 			fn(st, dir, c, arg);
-			if (S_ISDIR(c->ki_type) && c->ki_parent == dir)
+			if (isdir && c->ki_parent == dir)
 				visit(st, c, fn, arg);
 			c = next;
 		}
@@ -409,7 +418,7 @@ int kv_persist_recover(struct kv_store *st, struct kv_bucket_set *bs, int datadi
 		return err;
 	/* Start from a fresh checkpoint: the next start replays nothing. */
 	err = kv_persist_checkpoint(st);
-	kv_tier_recovered(st->ks_tier, kv_now_ns() - t0, lv.lv_keys);
+	kv_tier_recovered(st->ks_tier, kv_now_ns() - t0, lv.lv_keys, lv.lv_lost);
 	return err;
 }
 
@@ -579,13 +588,15 @@ int kv_store_fsck(const struct kv_config *cfg, int datadir_fd, FILE *out)
 		"fsck: %" PRIu64 " buckets, %" PRIu64 " bytes, %" PRIu64 " dead; %" PRIu64
 		" open buckets cut at their last good record\n"
 		"fsck: %" PRIu64 " records checked, %" PRIu64 " damaged\n"
-		"fsck: %" PRIu64 " keys read back (%" PRIu64 " bytes), %" PRIu64 " damaged\n",
+		"fsck: %" PRIu64 " keys read back (%" PRIu64 " bytes), %" PRIu64 " damaged\n"
+		"fsck: %" PRIu64 " keys dropped: the metadata points at records not there\n",
 		u.ku_recovery_ns / 1e9, u.ku_keys, u.ku_dirs - 1, u.ku_buckets, u.ku_ssd_used,
 		u.ku_ssd_dead, u.ku_torn_buckets, records, bad, fk.fk_keys, fk.fk_bytes,
-		fk.fk_bad_keys);
+		fk.fk_bad_keys, u.ku_lost_keys);
 	kv_store_destroy(st);
-	fprintf(out, "fsck: %s\n", bad || fk.fk_bad_keys ? "DAMAGED" : "clean");
-	return bad || fk.fk_bad_keys ? 1 : 0;
+	bad += fk.fk_bad_keys + u.ku_lost_keys;
+	fprintf(out, "fsck: %s\n", bad ? "DAMAGED" : "clean");
+	return bad ? 1 : 0;
 }
 
 /* Salvage: every record becomes a PUT of its key, the newest winning. */

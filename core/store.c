@@ -589,7 +589,11 @@ static int set_size(struct kv_inode *ino, uint64_t size)
  */
 static bool retry_for_room(struct kv_store *st, int err, uint64_t bytes)
 {
-	return err == -ENOSPC && st->ks_tier && kv_tier_make_room(st->ks_tier, bytes) == 0;
+	uint64_t pool = kv_pool_size(st->ks_pool);
+
+	/* Asking for more than the pool would empty the DRAM cache for nothing. */
+	return err == -ENOSPC && st->ks_tier && bytes <= pool &&
+	       kv_tier_make_room(st->ks_tier, bytes) == 0;
 }
 
 static int setattr_locked(struct kv_inode *ino, const struct kv_setattr *sa)
@@ -753,13 +757,13 @@ int kv_store_make(struct kv_store *st, struct kv_inode *dir, const char *name, m
 /* Takes a name away from ino (ks_ns_lock held exclusive). */
 static void drop_name(struct kv_store *st, struct kv_inode *dir, struct kv_inode *ino)
 {
-	if (!S_ISDIR(ino->ki_type)) {
-		pthread_rwlock_rdlock(&ino->ki_lock);
-		atomic_fetch_sub(&st->ks_bytes, cur_size(ino));
-		pthread_rwlock_unlock(&ino->ki_lock);
-	}
 	dir_remove(dir, ino);
+	/* One step under ki_lock: a concurrent write counts its growth or not at all. */
+	pthread_rwlock_wrlock(&ino->ki_lock);
+	if (!S_ISDIR(ino->ki_type))
+		atomic_fetch_sub(&st->ks_bytes, cur_size(ino));
 	atomic_store(&ino->ki_nlink, 0);
+	pthread_rwlock_unlock(&ino->ki_lock);
 	atomic_fetch_sub(S_ISDIR(ino->ki_type) ? &st->ks_dirs : &st->ks_keys, 1);
 }
 

@@ -71,6 +71,7 @@ struct kv_store {
 	struct kv_journal *ks_journal;	/* NULL with ks_tier */
 	const struct kv_config *ks_cfg; /* immutable */
 	int ks_datadir_fd;		/* immutable: DATA_DIR, or -1 */
+	_Atomic int ks_meta_err;	/* a journal entry was lost: fsync fails with it */
 };
 
 /* --- store.c --- */
@@ -129,8 +130,8 @@ int kv_tier_wait_durable(struct kv_tier *t, struct kv_inode *ino, uint64_t seq);
 void kv_tier_usage(struct kv_tier *t, struct kv_store_usage *u);
 /* Counts a read served from DRAM. */
 void kv_tier_hit(struct kv_tier *t);
-/* Records how long recovery took and how many keys it brought back. */
-void kv_tier_recovered(struct kv_tier *t, uint64_t ns, uint64_t keys);
+/* Records how long recovery took, how many keys it brought back, how many it had to drop. */
+void kv_tier_recovered(struct kv_tier *t, uint64_t ns, uint64_t keys, uint64_t lost);
 
 /* --- persist.c --- */
 

@@ -56,6 +56,7 @@ struct kv_tier {
 	struct kv_inode *kt_qhead, *kt_qtail; /* queued inodes, each holding a reference */
 	uint64_t kt_qkeys, kt_qbytes;	      /* the backlog, queued and being written */
 	uint64_t kt_batches;		      /* batches finished: waiters watch it change */
+	uint64_t kt_enqueued, kt_finished;    /* values queued / taken through a batch, ever */
 	bool kt_busy;			      /* a batch is being written */
 	unsigned kt_waiters;		      /* writers waiting for room: write now */
 	bool kt_stop;
@@ -66,7 +67,7 @@ struct kv_tier {
 
 	_Atomic uint64_t kt_dram_hits, kt_ssd_hits, kt_evictions, kt_promotions;
 	_Atomic uint64_t kt_offload_errors;
-	uint64_t kt_recovery_ns, kt_recovered_keys; /* set once at start */
+	uint64_t kt_recovery_ns, kt_recovered_keys, kt_lost_keys; /* set once at start */
 };
 
 struct kv_bucket_set *kv_tier_buckets(struct kv_tier *t)
@@ -74,10 +75,11 @@ struct kv_bucket_set *kv_tier_buckets(struct kv_tier *t)
 	return t->kt_bs;
 }
 
-void kv_tier_recovered(struct kv_tier *t, uint64_t ns, uint64_t keys)
+void kv_tier_recovered(struct kv_tier *t, uint64_t ns, uint64_t keys, uint64_t lost)
 {
 	t->kt_recovery_ns = ns;
 	t->kt_recovered_keys = keys;
+	t->kt_lost_keys = lost;
 }
 
 static void deadline_in(struct timespec *ts, uint64_t ns)
@@ -233,6 +235,7 @@ void kv_tier_enqueue(struct kv_tier *t, struct kv_inode *ino)
 			t->kt_qhead = ino;
 		t->kt_qtail = ino;
 		kv_inode_get(ino);
+		t->kt_enqueued++;
 		ino->ki_qbytes = ino->ki_obj->ko_size;
 		t->kt_qkeys++;
 		t->kt_qbytes += ino->ki_qbytes;
@@ -267,12 +270,14 @@ static void item_prepare(struct kv_store *st, struct item *it, struct kv_bucket_
 	obj = ino->ki_obj;
 	if (obj && obj->ko_sealed && obj->ko_seq > ino->ki_loc.kl_seq && ino->ki_parent)
 		len = kv_store_path(ino, path, sizeof(path));
-	if (len > 0) {
+	if (len > 0 || len == -ENAMETOOLONG) {
 		kv_obj_get(obj);
 		it->it_obj = obj;
 	}
 	pthread_rwlock_unlock(&ino->ki_lock);
 	pthread_rwlock_unlock(&st->ks_ns_lock);
+	if (len == -ENAMETOOLONG)
+		p->bp_err = len; /* a key too long for a record: its fsync fails */
 	if (len <= 0)
 		return;
 	it->it_key = strndup(path, (size_t)len);
@@ -340,7 +345,7 @@ static void run_batch(struct kv_tier *t, struct item *items, unsigned n)
 		unsigned map[BATCH_KEYS];
 
 		for (i = 0; i < n; i++)
-			if (puts[i].bp_err != -ECANCELED && puts[i].bp_err != -ENOMEM) {
+			if (puts[i].bp_err == 0) {
 				w[k] = puts[i];
 				map[k++] = i;
 			}
@@ -433,6 +438,7 @@ static void *offloader(void *arg)
 			t->kt_qbytes -= items[i].it_bytes;
 		}
 		t->kt_busy = false;
+		t->kt_finished += n;
 		t->kt_batches++;
 		pthread_cond_broadcast(&t->kt_done);
 		pthread_mutex_unlock(&t->kt_lock);
@@ -473,6 +479,8 @@ int kv_tier_wait_durable(struct kv_tier *t, struct kv_inode *ino, uint64_t seq)
 			done = true; /* deleted: nothing left to make durable */
 		}
 		pthread_rwlock_unlock(&ino->ki_lock);
+		if (!err)
+			err = atomic_load(&t->kt_st->ks_meta_err);
 		if (err)
 			return err;
 		/* All metadata so far, not just this key's: deletes before it too. */
@@ -484,7 +492,10 @@ int kv_tier_wait_durable(struct kv_tier *t, struct kv_inode *ino, uint64_t seq)
 		while (t->kt_batches == gen && !t->kt_stop)
 			pthread_cond_wait(&t->kt_done, &t->kt_lock);
 		t->kt_waiters--;
+		err = t->kt_stop ? -EIO : 0;
 		pthread_mutex_unlock(&t->kt_lock);
+		if (err)
+			return err;
 	}
 }
 
@@ -492,15 +503,26 @@ int kv_tier_drain(struct kv_tier *t)
 {
 	struct kv_journal *j = t->kt_st->ks_journal;
 
+	uint64_t errors = atomic_load(&t->kt_offload_errors), ticket;
+	int err;
+
+	/* Wait for what was queued before the call, not for a queue that never empties. */
 	pthread_mutex_lock(&t->kt_lock);
+	ticket = t->kt_enqueued;
 	t->kt_waiters++;
-	while ((t->kt_qhead || t->kt_busy) && !t->kt_stop) {
+	while (t->kt_finished < ticket && !t->kt_stop) {
 		pthread_cond_signal(&t->kt_wake);
 		pthread_cond_wait(&t->kt_done, &t->kt_lock);
 	}
 	t->kt_waiters--;
 	pthread_mutex_unlock(&t->kt_lock);
-	return kv_journal_sync(j, kv_journal_last_lsn(j));
+	err = kv_journal_sync(j, kv_journal_last_lsn(j));
+	if (!err)
+		err = atomic_load(&t->kt_st->ks_meta_err);
+	/* Some value could not be written (the SSD is full, an I/O error). */
+	if (!err && atomic_load(&t->kt_offload_errors) != errors)
+		err = -EIO;
+	return err;
 }
 
 /* --- reads of values that are only on SSD --- */
@@ -544,6 +566,9 @@ static int promote(struct kv_tier *t, struct kv_inode *ino, const struct kv_loc 
 	uint64_t bytes;
 	int n, err;
 
+	/* A value that can never fit is read in place. */
+	if (loc->kl_len > kv_pool_size(t->kt_st->ks_pool))
+		return -EFBIG;
 	err = kv_obj_new(t->kt_st->ks_pool, &obj);
 	if (err)
 		return err;
@@ -573,6 +598,8 @@ static int promote(struct kv_tier *t, struct kv_inode *ino, const struct kv_loc 
 	if (!ino->ki_obj && ino->ki_loc.kl_seq == loc->kl_seq) {
 		ino->ki_obj = obj;
 		obj = NULL;
+		/* Just read: the clock hand passes it over once. */
+		atomic_store_explicit(&ino->ki_referenced, true, memory_order_relaxed);
 		kv_tier_clean(t, ino);
 		atomic_fetch_add(&t->kt_promotions, 1);
 	}
@@ -715,4 +742,5 @@ void kv_tier_usage(struct kv_tier *t, struct kv_store_usage *u)
 	u->ku_offload_errors = atomic_load(&t->kt_offload_errors);
 	u->ku_recovery_ns = t->kt_recovery_ns;
 	u->ku_recovered_keys = t->kt_recovered_keys;
+	u->ku_lost_keys = t->kt_lost_keys;
 }

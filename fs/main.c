@@ -26,6 +26,19 @@ extern char **environ;
 
 #define MAX_READAHEAD_KB 1024
 
+/* Says so when recovery had to drop keys: their data is not silently gone. */
+static void report_recovery(struct kv_store *st)
+{
+	struct kv_store_usage u;
+
+	kv_store_usage(st, &u);
+	if (u.ku_lost_keys)
+		fprintf(stderr,
+			"kvfs: recovery dropped %llu keys whose records are missing or damaged "
+			"(see kvfs --fsck and --salvage)\n",
+			(unsigned long long)u.ku_lost_keys);
+}
+
 /* Builds libfuse's argv: our program name, -o with our mount options, -d. */
 static int fuse_args_build(const struct kv_config *cfg, const char *user_opts,
 			   struct fuse_args *args)
@@ -196,6 +209,7 @@ int main(int argc, char **argv)
 			cfg.kc_data_dir, (unsigned long long)cfg.kc_mem_size, strerror(-rc));
 		goto out_datadir;
 	}
+	report_recovery(fs.kf_store);
 	kv_stats_init(&fs.kf_stats);
 	clock_gettime(CLOCK_REALTIME, &fs.kf_mounted);
 	if (fuse_args_build(&cfg, fuse_opts, &args)) {

@@ -901,6 +901,15 @@ static int value_iov(const struct kv_bucket_put *p, struct pending *pd)
 	return 0;
 }
 
+static uint64_t iov_bytes(const struct iovec *iov, int cnt)
+{
+	uint64_t n = 0;
+
+	for (int i = 0; i < cnt; i++)
+		n += iov[i].iov_len;
+	return n;
+}
+
 /*
  * Writes the ops of puts [from, to) (ops [op0, nops)) and makes them
  * durable: one fdatasync per bucket written. Sets each put's bp_err.
@@ -917,8 +926,10 @@ static void flush(struct kv_bucket_set *bs, struct kv_bucket_put *puts, struct p
 		if (!pd[i].pd_b)
 			continue;
 		for (unsigned k = pd[i].pd_op; k < pd[i].pd_op + pd[i].pd_nops; k++)
-			if (ops[k].kao_res < 0 && !p->bp_err)
-				p->bp_err = (int)ops[k].kao_res;
+			if (ops[k].kao_res !=
+				(ssize_t)iov_bytes(ops[k].kao_iov, ops[k].kao_iovcnt) &&
+			    !p->bp_err)
+				p->bp_err = ops[k].kao_res < 0 ? (int)ops[k].kao_res : -ENOSPC;
 		for (unsigned j = from; j < i; j++)
 			synced |= pd[j].pd_b == pd[i].pd_b;
 		if (!synced && fdatasync(pd[i].pd_b->kb_fd) < 0) {
@@ -974,6 +985,8 @@ int kv_bucket_append(struct kv_bucket_set *bs, struct kv_bucket_put *puts, unsig
 	if (!pd || !ops) {
 		free(pd);
 		free(ops);
+		for (unsigned i = 0; i < n; i++)
+			puts[i].bp_err = -ENOMEM;
 		return -ENOMEM;
 	}
 	pthread_mutex_lock(&bs->bs_append_lock);
@@ -1172,7 +1185,12 @@ void kv_bucket_drop(struct kv_bucket_set *bs, uint64_t id)
 	pthread_mutex_lock(&bs->bs_append_lock);
 	pthread_mutex_lock(&bs->bs_lock);
 	b = find(bs, id);
-	if (b && b != bs->bs_active) {
+	/*
+	 * A bucket with an unreadable header may still hold records: keep it
+	 * for salvage, unless it is too short to hold any (a crash while it
+	 * was being created).
+	 */
+	if (b && b != bs->bs_active && !(b->kb_broken && b->kb_end > KV_BLOCK)) {
 		for (i = 0; bs->bs_tab[i] != b; i++)
 			;
 		memmove(&bs->bs_tab[i], &bs->bs_tab[i + 1], (bs->bs_n - i - 1) * sizeof(b));

@@ -153,7 +153,7 @@ bool kv_bucket_valid(struct kv_bucket_set *bs, const struct kv_loc *loc);
 /* Sets how many bytes of a bucket's records are live (recovery); the rest are dead. */
 void kv_bucket_set_live(struct kv_bucket_set *bs, uint64_t id, uint64_t live);
 
-/* Removes a bucket file whose records are all dead. */
+/* Removes a bucket file whose records are all dead (never one whose header is unreadable). */
 void kv_bucket_drop(struct kv_bucket_set *bs, uint64_t id);
 
 /* Never hands out a bucket id below `next` again (ids recorded in the metadata). */
