@@ -513,6 +513,38 @@ class RootAttrTest(SsdTestCase):
 # 4. the SSD quota
 
 
+class LongKeyTest(SsdTestCase):
+    OPTS = ("--mem-size=64M",)
+
+    def test_fsync_of_a_key_too_long_for_a_record_fails(self):
+        """A key whose path is longer than a record can hold (4 KiB) cannot
+        be offloaded: its fsync fails with ENAMETOOLONG at once instead of
+        waiting for ever, and the daemon goes on serving."""
+        m = self.start("long")
+        fd = os.open(m.mnt, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            for i in range(17):  # 17 x 251 bytes: past 4096
+                name = ("d%02d" % i).ljust(250, "x")
+                os.mkdir(name, dir_fd=fd)
+                nfd = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+                os.close(fd)
+                fd = nfd
+            f = os.open("f", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
+            try:
+                os.write(f, b"x" * 5000)
+                with self.assertRaises(OSError) as cm:
+                    os.fsync(f)
+                self.assertEqual(cm.exception.errno, errno.ENAMETOOLONG)
+            finally:
+                os.close(f)
+            # gone, so the clean unmount has nothing it could not save
+            os.unlink("f", dir_fd=fd)
+        finally:
+            os.close(fd)
+        put(m.path("short"), b"still serving", fsync=True)
+        self.assertEqual(read_file(m.path("short")), b"still serving")
+
+
 class QuotaTest(SsdTestCase):
     OPTS = ("--ssd-size=32M", "--mem-size=32M", "--bucket-size=4M")
 
