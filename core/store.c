@@ -1044,7 +1044,6 @@ int kv_store_read(struct kv_store *st, struct kv_inode *ino, uint64_t off, uint6
 	if (st->ks_tier)
 		kv_tier_hit(st->ks_tier);
 	guard->krg_obj = obj;
-	guard->krg_dram = true;
 	if (obj->ko_sealed)
 		pthread_rwlock_unlock(&ino->ki_lock);
 	else

@@ -127,7 +127,6 @@ struct kv_read_guard {
 	struct kv_obj *krg_obj;	     /* the DRAM version read, or NULL */
 	struct kv_inode *krg_locked; /* NULL when the version was sealed */
 	void *krg_buf;		     /* bytes read from the SSD, or NULL */
-	bool krg_dram;		     /* served from DRAM (a hit) */
 };
 
 /* The store's counters, sampled for statistics. */
