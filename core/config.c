@@ -34,18 +34,25 @@ void kv_config_free(struct kv_config *cfg)
 	cfg->kc_mountpoint = NULL;
 }
 
+/* Parses the leading decimal digits of s; *end points past them. Returns 0, -EINVAL or -ERANGE. */
+static int leading_number(const char *s, unsigned long long *v, char **end)
+{
+	if (!s || !isdigit((unsigned char)*s))
+		return -EINVAL;
+	errno = 0;
+	*v = strtoull(s, end, 10);
+	return errno ? -ERANGE : 0;
+}
+
 int kv_parse_size(const char *s, uint64_t *out)
 {
 	unsigned shift = 0;
 	unsigned long long v;
 	char *end;
+	int err = leading_number(s, &v, &end);
 
-	if (!s || !isdigit((unsigned char)*s))
-		return -EINVAL;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno)
-		return -ERANGE;
+	if (err)
+		return err;
 	switch (toupper((unsigned char)*end)) {
 	case 'K':
 		shift = 10;
@@ -87,13 +94,10 @@ int kv_parse_duration(const char *s, uint64_t *ns)
 	} units[] = {{"ns", 1}, {"us", 1000}, {"ms", 1000000}, {"s", 1000000000}, {"", 1000000}};
 	unsigned long long v;
 	char *end;
+	int err = leading_number(s, &v, &end);
 
-	if (!s || !isdigit((unsigned char)*s))
-		return -EINVAL;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno)
-		return -ERANGE;
+	if (err)
+		return err;
 	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
 		if (strcmp(end, units[i].u) == 0) {
 			if (v > UINT64_MAX / units[i].mul)

@@ -472,6 +472,13 @@ static void snap_add(struct kv_store *st, struct kv_inode *dir, struct kv_inode 
 	sn->sn_ent[sn->sn_n++] = e;
 }
 
+/* Snapshots the whole namespace, the root first (ks_ns_lock held). */
+static void snapshot(struct kv_store *st, struct snap *sn)
+{
+	snap_add(st, NULL, st->ks_root, sn);
+	visit(st, st->ks_root, snap_add, sn);
+}
+
 static int snap_next(struct kv_jent *e, void *arg)
 {
 	struct snap *sn = arg;
@@ -493,10 +500,8 @@ int kv_persist_checkpoint(struct kv_store *st)
 	/* Frozen: no namespace change and no PUT can slip between rotation and snapshot. */
 	pthread_rwlock_wrlock(&st->ks_ns_lock);
 	err = kv_journal_rotate(st->ks_journal, &gen);
-	if (!err) {
-		snap_add(st, NULL, st->ks_root, &sn);
-		visit(st, st->ks_root, snap_add, &sn);
-	}
+	if (!err)
+		snapshot(st, &sn);
 	next_seq = atomic_load(&st->ks_seq) + 1;
 	next_bucket = kv_bucket_next_id(kv_tier_buckets(st->ks_tier));
 	pthread_rwlock_unlock(&st->ks_ns_lock);
@@ -669,10 +674,8 @@ int kv_store_salvage(const struct kv_config *cfg, int datadir_fd, FILE *out)
 		goto out_aio;
 	pthread_rwlock_wrlock(&st->ks_ns_lock);
 	err = kv_bucket_scan(bs, true, salvage_rec, st, &bad);
-	if (!err) {
-		snap_add(st, NULL, st->ks_root, &sn);
-		visit(st, st->ks_root, snap_add, &sn);
-	}
+	if (!err)
+		snapshot(st, &sn);
 	pthread_rwlock_unlock(&st->ks_ns_lock);
 	gen = max_gen(datadir_fd) + 1;
 	if (!err && sn.sn_failed)

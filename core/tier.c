@@ -460,8 +460,11 @@ int kv_tier_wait_durable(struct kv_tier *t, struct kv_inode *ino, uint64_t seq)
 {
 	struct kv_journal *j = t->kt_st->ks_journal;
 
-	if (seq == 0)
-		return kv_journal_sync(j, kv_journal_last_lsn(j));
+	if (seq == 0) {
+		int err = kv_journal_sync(j, kv_journal_last_lsn(j));
+
+		return err ? err : atomic_load(&t->kt_st->ks_meta_err);
+	}
 	for (;;) {
 		uint64_t gen;
 		int err = 0;
@@ -624,6 +627,10 @@ int kv_tier_read(struct kv_tier *t, struct kv_inode *ino, uint64_t off, uint64_t
 		return err;
 	if (st->ks_cfg->kc_promote && promote(t, ino, &loc) == 0)
 		return kv_store_read(st, ino, off, len, iov, maxiov, bytes, guard);
+	/*
+	 * Shared across the read: the offloader frees ki_csums when it installs
+	 * a newer location. Other readers go on; a writer of this key waits.
+	 */
 	pthread_rwlock_rdlock(&ino->ki_lock);
 	if (ino->ki_loc.kl_seq != loc.kl_seq || !ino->ki_csums)
 		err = -EAGAIN;

@@ -642,3 +642,16 @@ def main(argv=None, skip_reason=None, skip_if=None):
     if result.testsRun > 0 and len(result.skipped) == result.testsRun:
         sys.exit(SKIP)
     sys.exit(0)
+
+
+def parse_fio_json(text):
+    """fio may print warnings before the JSON document; skip them."""
+    start = text.find("{")
+    while start >= 0:
+        try:
+            return json.JSONDecoder().raw_decode(text[start:])[0]
+        except ValueError:
+            start = text.find("\n{", start + 1)
+            if start >= 0:
+                start += 1
+    raise AssertionError("no JSON in fio output:\n%s" % text[:4000])

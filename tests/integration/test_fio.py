@@ -9,7 +9,6 @@ Scale: set KVFS_FIO_NRFILES, KVFS_FIO_FILESIZE, KVFS_FIO_SIZE, KVFS_FIO_JOBS
 (and KVFS_FIO_MEM for the mount's --mem-size) in the environment to override
 the small CI defaults below. Skipped (77) when fio is not installed."""
 
-import json
 import os
 import shutil
 import subprocess
@@ -44,19 +43,6 @@ def fio_env(directory, direct, **over):
     return env
 
 
-def parse_fio_json(text):
-    """fio may print warnings before the JSON document; skip them."""
-    start = text.find("{")
-    while start >= 0:
-        try:
-            return json.JSONDecoder().raw_decode(text[start:])[0]
-        except ValueError:
-            start = text.find("\n{", start + 1)
-            if start >= 0:
-                start += 1
-    raise AssertionError("no JSON in fio output:\n%s" % text[:4000])
-
-
 class FioTest(kvfstest.KvfsTestCase):
     MOUNT_OPTS = ("--mem-size=" + MEM,)
 
@@ -82,7 +68,7 @@ class FioTest(kvfstest.KvfsTestCase):
         if expect_ok:
             self.assertEqual(r.returncode, 0, "fio %s failed (%d):\n%s\n%s"
                              % (jobfile, r.returncode, msgs[-3000:], text[:1500]))
-        doc = parse_fio_json(text) if text.strip() else None
+        doc = kvfstest.parse_fio_json(text) if text.strip() else None
         return r.returncode, doc, msgs
 
     def check_jobs(self, doc, names):

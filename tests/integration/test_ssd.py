@@ -25,7 +25,6 @@ Environment: KVFS_SSD_BIG_BYTES (default 1G) and KVFS_SSD_BIG_KEYS (default
 
 import errno
 import hashlib
-import json
 import os
 import random
 import shutil
@@ -770,19 +769,6 @@ class TierXattrTest(SsdTestCase):
 # 6. fio with crc32c verification over 4x the DRAM pool
 
 
-def parse_fio_json(text):
-    """fio may print warnings before its JSON document."""
-    start = text.find("{")
-    while start >= 0:
-        try:
-            return json.JSONDecoder().raw_decode(text[start:])[0]
-        except ValueError:
-            start = text.find("\n{", start + 1)
-            if start >= 0:
-                start += 1
-    raise AssertionError("no JSON in fio output:\n%s" % text[:4000])
-
-
 class FioOverPoolTest(SsdTestCase):
     OPTS = ("--mem-size=64M", "--bucket-size=16M")
 
@@ -803,7 +789,7 @@ class FioOverPoolTest(SsdTestCase):
                            timeout=200, cwd=self.tmp)
         out = r.stdout.decode(errors="replace")
         self.assertEqual(r.returncode, 0, "fio failed:\n%s" % out[-6000:])
-        doc = parse_fio_json(out)
+        doc = kvfstest.parse_fio_json(out)
         jobs_ = doc["jobs"]
         self.assertEqual(len(jobs_), 2 * jobs, [j["jobname"] for j in jobs_])
         for j in jobs_:
