@@ -10,8 +10,13 @@
 #            through kvfs (so reads come from the bucket files), next to the
 #            same jobs with direct=1 on a plain directory of DATA_DIR's
 #            filesystem; then the restart time for 100,000 keys.
+#   ioctl    kvfs-bench --scenario=all (32 layers x 64 KiB = 2 MiB blocks)
+#            through --path=ioctl next to --path=posix; a batch lookup of
+#            1,000 names (one ioctl request) next to 1,000 stat() calls, both
+#            on cold dentries; ioctl get of DRAM-resident blocks next to one
+#            thread's memcpy of the same bytes (kvfs-bench --scenario=memcpy).
 #
-#   scripts/bench.sh [dram] [ssd] [--keys=N]     (default: both parts)
+#   scripts/bench.sh [dram] [ssd] [ioctl] [--keys=N]     (default: every part)
 # Needs root (mounts, drop_caches).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -21,14 +26,14 @@ kvfs_install_deps
 parts=() keys=100000
 for a in "$@"; do
 	case $a in
-	dram | ssd) parts+=("$a") ;;
+	dram | ssd | ioctl) parts+=("$a") ;;
 	--keys=*) keys=${a#*=} ;;
 	*) echo "bench.sh: unknown argument '$a'" >&2; exit 2 ;;
 	esac
 done
-[ ${#parts[@]} -gt 0 ] || parts=(dram ssd)
+[ ${#parts[@]} -gt 0 ] || parts=(dram ssd ioctl)
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j"$(nproc)" --target kvfs >/dev/null
+cmake --build build -j"$(nproc)" --target kvfs kvfs-bench >/dev/null
 
 work=$(mktemp -d "$root/.bench.XXXXXX") # on DATA_DIR's filesystem, like ./kvfs-data
 shm=$(mktemp -d /dev/shm/kvfs-bench.XXXXXX)
@@ -131,6 +136,47 @@ PY
 	secs=$(python3 -c "import json; d=json.load(open('$work/mnt/.kvfs/stats')); print(d['recovery']['seconds'], d['recovery']['keys'])")
 	echo "restart with $keys keys: recovery ${secs% *} s for ${secs#* } keys; mount ready in $(python3 -c "print('%.2f' % ($t1 - $t0))") s"
 	umount_kvfs
+}
+
+# kvfs_bench FIELD ARGS... -> FIELD of the last scenario kvfs-bench reports (exits on a failure).
+kvfs_bench() {
+	local field=$1 out
+	shift
+	out=$(build/kvfs-bench --json "$@") || { echo "kvfs-bench $* failed: $out" >&2; exit 1; }
+	python3 -c 'import json,sys; print(json.loads(sys.argv[1])["scenarios"][-1][sys.argv[2]])' \
+		"$out" "$field"
+}
+
+bench_ioctl() {
+	local shape=(--layers=32 --layer-bytes=64K --blocks=16 --requests=32) sc k b
+	mount_kvfs --mem-size=4G --ssd-size=0
+	mkdir "$work/mnt/io" "$work/mnt/px" "$work/mnt/look"
+	printf '\n%-34s %10s %10s %8s\n' "ioctl: 2 MiB blocks, 16 per request" "ioctl MiB/s" \
+		"posix MiB/s" ratio
+	for sc in write get; do
+		[ $sc = write ] || { sync; echo 3 >/proc/sys/vm/drop_caches; }
+		k=$(kvfs_bench mib_s "${shape[@]}" --threads=2 --scenario=$sc --path=ioctl "$work/mnt/io")
+		b=$(kvfs_bench mib_s "${shape[@]}" --threads=2 --scenario=$sc --path=posix "$work/mnt/px")
+		row "$sc, 2 threads" "$k" "$b"
+	done
+	rm -rf "$work/mnt/px"
+	printf '%-34s %10s %10s %8s\n' "DRAM-resident get vs memcpy" "get MiB/s" "memcpy MiB/s" ratio
+	k=$(kvfs_bench mib_s "${shape[@]}" --threads=1 --scenario=get --path=ioctl "$work/mnt/io")
+	b=$(kvfs_bench mib_s "${shape[@]}" --threads=1 --scenario=memcpy "$work/mnt/io")
+	row "ioctl get, 1 thread" "$k" "$b"
+	kvfs_bench mib_s --layers=1 --layer-bytes=4K --blocks=1000 --requests=20 --scenario=write \
+		"$work/mnt/look" >/dev/null
+	printf '%-34s %10s %10s %8s\n' "1,000 names per request, cold" "lookup us" "stat us" speedup
+	echo 2 >/proc/sys/vm/drop_caches
+	k=$(kvfs_bench p50_us --layers=1 --layer-bytes=4K --blocks=1000 --requests=20 \
+		--scenario=is_exist --path=ioctl "$work/mnt/look")
+	echo 2 >/proc/sys/vm/drop_caches
+	b=$(kvfs_bench p50_us --layers=1 --layer-bytes=4K --blocks=1000 --requests=20 \
+		--scenario=is_exist --path=posix "$work/mnt/look")
+	printf '%-34s %10s %10s %8s\n' "batch lookup vs stat() (p50)" "$k" "$b" \
+		"$(python3 -c "print('%.1f' % ($b / $k))")"
+	umount_kvfs
+	rm -rf "$work/data"
 }
 
 for p in "${parts[@]}"; do "bench_$p"; done

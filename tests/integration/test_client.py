@@ -1,0 +1,320 @@
+# SPDX-License-Identifier: MIT
+"""The client side of the ioctl path on a real mount: the Python module
+(client/python/kvfs.py over libkvfs) with numpy-free buffers — put, batch
+lookup with hits, misses and a prefix, get and compare every byte, remove by
+names and by prefix, values readable through read() and files written with
+write() fetched by get; layouts over shared memory; batches larger than one
+ioctl; several threads batching on one handle; and kvfs-bench --scenario=all
+through both paths with zero failures and every byte verified, plus runs
+that must count failures.
+
+libkvfs.so and kvfs-bench are taken from the directory of the kvfs binary
+(--kvfs): build/client/libkvfs.so and build/kvfs-bench."""
+
+import array
+import errno
+import json
+import os
+import subprocess
+import sys
+import threading
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "client", "python"))
+import kvfstest  # noqa: E402
+from kvfstest import pattern, read_file, write_file  # noqa: E402
+
+kvfs = None  # the module, imported once the library's path is known
+
+
+def _tools():
+    """Loads libkvfs next to the kvfs binary; returns the kvfs-bench path."""
+    global kvfs
+    bindir = os.path.dirname(kvfstest.KVFS)
+    lib = os.path.join(bindir, "client", "libkvfs.so")
+    if os.path.exists(lib):
+        os.environ["KVFS_LIB"] = lib
+    import kvfs as mod
+    mod.load()
+    kvfs = mod
+    return os.path.join(bindir, "kvfs-bench")
+
+
+class PythonRoundTrip(kvfstest.KvfsTestCase):
+    MOUNT_OPTS = ("--mem-size=256M",)
+
+    def setUp(self):
+        super().setUp()
+        _tools()
+        self.c = kvfs.Client(self.m.mnt)
+        self.addCleanup(self.c.close)
+
+    def test_buffers_round_trip(self):
+        c, m = self.c, self.m
+        values = {
+            "a": pattern("a", 1),
+            "b": bytearray(pattern("b", 4096)),
+            "c": memoryview(pattern("c", 100003)),
+            "d": array.array("B", pattern("d", (1 << 20) + 5)),
+        }
+        r = c.put_buffers(list(values.items()), trace=0x1234)
+        self.assertEqual(list(r), [1, 4096, 100003, (1 << 20) + 5], r.errors())
+        self.assertEqual((r.ok, r.prefix, r.trace), (4, 4, 0x1234))
+        self.assertEqual(r.bytes, sum(len(bytes(v)) for v in values.values()))
+
+        look = c.lookup(["a", "b", "nope", "c", "d"])
+        self.assertEqual(look.results[:2], [1, 4096])
+        self.assertEqual(look[2], -errno.ENOENT)
+        self.assertEqual(look.results[3:], [100003, (1 << 20) + 5])
+        self.assertEqual((look.ok, look.prefix), (4, 2))
+        self.assertTrue(look.flags[0] & kvfs.KEY_SEALED)
+        self.assertEqual(look.sizes[4], (1 << 20) + 5)
+
+        # values come back through get and through read()
+        outs = [(k, bytearray(len(bytes(v)))) for k, v in values.items()]
+        g = c.get_into(outs)
+        self.assertEqual(g.ok, 4, g.errors())
+        for (k, out), v in zip(outs, values.values()):
+            self.assertEqual(bytes(out), bytes(v), k)
+            self.assertEqual(read_file(m.path(k)), bytes(v), k)
+        out = array.array("B", bytes(4096))
+        self.assertEqual(c.get_into([("b", out)])[0], 4096)
+        self.assertEqual(out.tobytes(), bytes(values["b"]))
+
+        # a file written with write() is fetched by get
+        data = pattern("file", 300000)
+        write_file(m.path("file"), data)
+        out = bytearray(len(data))
+        self.assertEqual(c.get_into([("file", out)])[0], len(data))
+        self.assertEqual(bytes(out), data)
+
+        # remove by names: the files are gone, a missing name fails alone
+        rm = c.remove(["a", "nope", "b"])
+        self.assertEqual(list(rm), [1, -errno.ENOENT, 1])
+        self.assertFalse(os.path.exists(m.path("a")))
+        self.assertFalse(os.path.exists(m.path("b")))
+        self.assertEqual(read_file(m.path("c")), bytes(values["c"]))
+        self.assertEqual(c.lookup(["a", "b", "c"]).results[:2], [-errno.ENOENT] * 2)
+
+    def test_errors_per_key(self):
+        c, m = self.c, self.m
+        write_file(m.path("k"), b"x" * 1000)
+        os.mkdir(m.path("dir"))
+        outs = [("k", bytearray(999)), ("missing", bytearray(10)), ("dir", bytearray(10)),
+                ("a" * 300, bytearray(10)), ("bad/../name", bytearray(10)), ("k", bytearray(1000))]
+        g = c.get_into(outs)
+        self.assertEqual(g[0], -errno.EMSGSIZE)
+        self.assertEqual(g.sizes[0], 1000)
+        self.assertEqual(g[1], -errno.ENOENT)
+        self.assertEqual(g[2], -errno.EISDIR)
+        self.assertEqual(g[3], -errno.ENAMETOOLONG)
+        self.assertEqual(g[4], -errno.EINVAL)
+        self.assertEqual(g[5], 1000)
+        self.assertEqual(bytes(outs[5][1]), b"x" * 1000)
+        # a missing parent fails without PUT_MKDIR and works with it
+        p = c.put_buffers([("x/y/z", b"123")])
+        self.assertEqual(p[0], -errno.ENOENT)
+        p = c.put_buffers([("x/y/z", b"123")], flags=kvfs.PUT_MKDIR)
+        self.assertEqual(p[0], 3)
+        self.assertEqual(read_file(m.path("x", "y", "z")), b"123")
+        p = c.put_buffers([("x/y/z", b"456")], flags=kvfs.PUT_NOREPLACE)
+        self.assertEqual(p[0], -errno.EEXIST)
+        self.assertEqual(read_file(m.path("x", "y", "z")), b"123")
+        with self.assertRaises(ValueError):
+            c.lookup(["nul\0name"])
+        with self.assertRaises(OSError) as e:
+            kvfs.Client("/tmp")
+        self.assertEqual(e.exception.errno, errno.ENOTTY)
+        with self.assertRaises(OSError) as e:
+            c.unregister(999)
+        self.assertEqual(e.exception.errno, errno.EBADF)
+        with self.assertRaises(OSError) as e:
+            c.remove_prefix("no-such-dir")
+        self.assertEqual(e.exception.errno, errno.ENOENT)
+
+    def test_layout_over_shared_memory(self):
+        """64 keys through a 16-segment layout on one shared-memory region,
+        fetched into a second region with the same shape; every block equals
+        the concatenation of its slices, also when read through read()."""
+        c, m = self.c, self.m
+        layers, nblocks, lb = 16, 64, 1024
+        tensor = nblocks * lb
+        src, dst = c.alloc(layers * tensor), c.alloc(layers * tensor)
+        src.buffer[:] = pattern("src", layers * tensor)
+        lay_s = c.layout([(src, l * tensor, lb, lb) for l in range(layers)])
+        lay_d = c.layout([(dst, l * tensor, lb, lb) for l in range(layers)])
+        self.assertEqual((lay_s.nblocks, lay_s.block_len), (nblocks, layers * lb))
+        names = ["m/tp0/%016x" % (b * 7919) for b in range(nblocks)]
+        r = c.put(names, layout=lay_s, blocks=range(nblocks), flags=kvfs.PUT_MKDIR)
+        self.assertEqual(r.ok, nblocks, r.errors())
+        self.assertEqual(set(r), {layers * lb})
+
+        def block(buf, b):
+            return b"".join(bytes(buf[l * tensor + b * lb:l * tensor + (b + 1) * lb])
+                            for l in range(layers))
+
+        order = list(reversed(range(nblocks)))  # block b's key into dst block 63-b
+        g = c.get(names, layout=lay_d, blocks=order)
+        self.assertEqual(g.ok, nblocks, g.errors())
+        for b in range(nblocks):
+            self.assertEqual(block(dst.buffer, order[b]), block(src.buffer, b), names[b])
+        self.assertEqual(read_file(m.path(names[5])), block(src.buffer, 5))
+        # a block past the layout's end fails alone
+        g = c.get([names[0], names[1]], layout=lay_d, blocks=[nblocks, 0])
+        self.assertEqual(g[0], -errno.EFAULT)
+        self.assertEqual(g[1], layers * lb)
+        # explicit iovs: the first two layers of block 3 as one value
+        r = c.put(["two"], iovs=[[(src, 3 * lb, lb), (src, tensor + 3 * lb, lb)]])
+        self.assertEqual(r[0], 2 * lb)
+        self.assertEqual(read_file(m.path("two")), block(src.buffer, 3)[:2 * lb])
+        # a region a layout uses cannot go first
+        with self.assertRaises(OSError) as e:
+            c.unregister(src)
+        self.assertEqual(e.exception.errno, errno.EBUSY)
+        lay_s.unregister()
+        src.unregister()
+        self.assertEqual(c.remove_prefix("m"), nblocks)
+        self.assertFalse(os.path.exists(m.path("m")))
+        self.assertEqual(c.lookup(names[:3]).ok, 0)
+
+    def test_batches_larger_than_an_ioctl(self):
+        """2000 keys in one call (several ioctls), prefix over all of them."""
+        c, m = self.c, self.m
+        n, size = 2000, 64
+        buf = bytearray(pattern("big", n * size))
+        reg = c.register(buf)
+        names = ["k%05d" % i for i in range(n)]
+        r = c.put(names, iovs=[[(reg, i * size, size)] for i in range(n)])
+        self.assertEqual(r.ok, n, r.errors())
+        self.assertGreater(r.ioctls, 1)
+        look = c.lookup(names + ["absent"] + names[:10])
+        self.assertEqual((look.ok, look.prefix), (n + 10, n))
+        self.assertGreater(look.ioctls, 1)
+        self.assertEqual(read_file(m.path("k01234")), bytes(buf[1234 * size:1235 * size]))
+        out = bytearray(n * size)
+        oreg = c.register(out)
+        g = c.get(names, iovs=[[(oreg, i * size, size)] for i in range(n)])
+        self.assertEqual(g.ok, n, g.errors())
+        self.assertEqual(out, buf)
+        rm = c.remove(names)
+        self.assertEqual(rm.ok, n)
+        self.assertEqual(len([e for e in os.listdir(m.mnt) if e.startswith("k")]), 0)
+
+    def test_threads_share_one_handle(self):
+        """Eight threads put, look up, get and remove their own keys through
+        one Client at once; every byte checked."""
+        c = self.c
+        errors = []
+
+        def worker(t):
+            try:
+                names = ["t%d-%03d" % (t, i) for i in range(150)]
+                vals = [pattern(nm, 512 + t * 100 + i) for i, nm in enumerate(names)]
+                for rnd in range(3):
+                    r = c.put_buffers(list(zip(names, vals)))
+                    if r.ok != len(names):
+                        errors.append("put %d: %s" % (t, r.errors()))
+                    look = c.lookup(names)
+                    if look.prefix != len(names):
+                        errors.append("lookup %d: prefix %d" % (t, look.prefix))
+                    outs = [(nm, bytearray(len(v))) for nm, v in zip(names, vals)]
+                    g = c.get_into(outs)
+                    if g.ok != len(names) or any(bytes(o) != v for (_, o), v in zip(outs, vals)):
+                        errors.append("get %d: %s" % (t, g.errors()))
+                    if rnd == 2 and c.remove(names).ok != len(names):
+                        errors.append("remove %d" % t)
+            except Exception as e:  # reported by the main thread
+                errors.append("thread %d: %r" % (t, e))
+
+        ts = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        self.assertEqual(errors, [])
+        self.assertEqual([e for e in os.listdir(self.m.mnt) if e.startswith("t")], [])
+
+
+class BenchTest(kvfstest.KvfsTestCase):
+    MOUNT_OPTS = ("--mem-size=512M",)
+    SMALL = ["--blocks=8", "--layers=4", "--layer-bytes=8K", "--requests=24", "--threads=3"]
+
+    def setUp(self):
+        super().setUp()
+        self.bench = _tools()
+
+    def run_bench(self, args, expect_rc=0):
+        r = subprocess.run([self.bench, "--json"] + args, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=300)
+        out = r.stdout.decode()
+        self.assertEqual(r.returncode, expect_rc, "kvfs-bench %s\n%s\n%s"
+                         % (" ".join(args), out, r.stderr.decode()))
+        doc = json.loads(out)
+        return {s["scenario"]: s for s in doc["scenarios"]}
+
+    def check_all(self, res, path):
+        keys, nbytes = 8 * 24, 8 * 24 * 4 * 8192
+        self.assertEqual(list(res), ["write", "is_exist", "get"])
+        for name, s in res.items():
+            self.assertEqual(s["path"], path)
+            self.assertEqual((s["requests"], s["keys"], s["failures"]), (24, keys, 0), name)
+            self.assertEqual(s["bytes"], 0 if name == "is_exist" else nbytes, name)
+            self.assertLessEqual(s["p50_us"], s["p90_us"])
+            self.assertLessEqual(s["p90_us"], s["p99_us"])
+            if name != "is_exist":
+                self.assertGreater(s["mib_s"], 0)
+
+    def test_all_both_paths(self):
+        for path, region in (("ioctl", "shm"), ("posix", "shm"), ("ioctl", "proc")):
+            d = self.m.path("%s-%s" % (path, region))
+            os.mkdir(d)
+            res = self.run_bench(self.SMALL + ["--scenario=all", "--path=" + path,
+                                               "--region=" + region, d])
+            self.check_all(res, path)
+            # what the bench wrote is what a plain read() returns
+            self.assertEqual(len(os.listdir(d)), 8 * 24)
+
+    def test_paths_read_each_other(self):
+        """Blocks written through one path are verified byte by byte through the other."""
+        for w, g in (("posix", "ioctl"), ("ioctl", "posix")):
+            d = self.m.path("from-" + w)
+            os.mkdir(d)
+            self.run_bench(self.SMALL + ["--scenario=write", "--path=" + w, d])
+            res = self.run_bench(self.SMALL + ["--scenario=get", "--path=" + g, d])
+            self.assertEqual((res["get"]["failures"], res["get"]["keys"]), (0, 8 * 24))
+
+    def test_failures_are_counted(self):
+        """Nothing stored: every is_exist and get key fails, exit status 1;
+        one damaged value fails its get."""
+        d = self.m.path("empty")
+        os.mkdir(d)
+        for path in ("ioctl", "posix"):
+            res = self.run_bench(self.SMALL + ["--scenario=is_exist", "--path=" + path, d], 1)
+            self.assertEqual(res["is_exist"]["failures"], 8 * 24)
+            res = self.run_bench(self.SMALL + ["--scenario=get", "--path=" + path, d], 1)
+            self.assertEqual(res["get"]["failures"], 8 * 24)
+        self.run_bench(self.SMALL + ["--scenario=write", d])
+        victim = sorted(os.listdir(d))[17]
+        with open(os.path.join(d, victim), "r+b") as f:
+            f.seek(20000)
+            b = f.read(1)
+            f.seek(20000)
+            f.write(bytes([b[0] ^ 1]))
+        for path in ("ioctl", "posix"):
+            res = self.run_bench(self.SMALL + ["--scenario=get", "--path=" + path, d], 1)
+            self.assertEqual(res["get"]["failures"], 1, path)
+
+    def test_usage(self):
+        for args in (["--blocks=0", "x"], ["--scenario=nope", "x"], ["--path=x", "x"], []):
+            r = subprocess.run([self.bench] + args, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)
+            self.assertEqual(r.returncode, 2, args)
+        r = subprocess.run([self.bench, "--path=ioctl", "/tmp"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn(b"not a kvfs directory", r.stderr)
+
+
+if __name__ == "__main__":
+    kvfstest.main()
