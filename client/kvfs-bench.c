@@ -195,8 +195,8 @@ static void verify(struct worker *w, uint64_t r, const bool *bad)
 
 			if (at < o->o_layer_bytes) {
 				block_name(name, r, b);
-				fail(w, 1, "get %s: wrong byte at layer %u offset %" PRIu64, name, l,
-				     at);
+				fail(w, 1, "get %s: wrong byte at layer %u offset %" PRIu64, name,
+				     l, at);
 				break;
 			}
 		}
@@ -281,7 +281,8 @@ static void ioctl_request(struct worker *w, uint64_t r, struct kvfs_key *keys, c
 	for (uint32_t b = 0; b < o->o_blocks; b++) {
 		block_name(names + b * 17, r, b);
 		nameps[b] = names + b * 17;
-		keys[b] = (struct kvfs_key){.kk_name = nameps[b], .kk_layout = w->w_layout, .kk_block = b};
+		keys[b] = (struct kvfs_key){
+		    .kk_name = nameps[b], .kk_layout = w->w_layout, .kk_block = b};
 	}
 	if (w->w_scen == SC_IS_EXIST)
 		err = kvfs_lookup(w->w_kv, nameps, o->o_blocks, trace, st, &sum);
@@ -302,8 +303,7 @@ static void ioctl_request(struct worker *w, uint64_t r, struct kvfs_key *keys, c
 		if (!ok) {
 			bad[b] = true;
 			fail(w, 1, "%s %s: %s", sc_names[w->w_scen], nameps[b],
-			     st[b].ks_result < 0 ? strerror((int)-st[b].ks_result)
-						 : "wrong size");
+			     st[b].ks_result < 0 ? strerror((int)-st[b].ks_result) : "wrong size");
 		} else if (w->w_scen != SC_IS_EXIST) {
 			w->w_bytes += want;
 		}
@@ -426,11 +426,13 @@ static int run_scenario(const struct opts *o, struct worker *ws, enum scenario s
 		res->r_bytes += w->w_bytes;
 		res->r_failures += w->w_failures;
 		if (w->w_busy_ns)
-			res->r_mib_s += (double)w->w_bytes / 1048576.0 / ((double)w->w_busy_ns / 1e9);
+			res->r_mib_s +=
+			    (double)w->w_bytes / 1048576.0 / ((double)w->w_busy_ns / 1e9);
 		memcpy(all + n, w->w_lat_us, w->w_requests * sizeof(*all));
 		n += w->w_requests;
 		if (w->w_err[0])
-			fprintf(stderr, "kvfs-bench: %s: thread %u: %" PRIu64 " failures, first: %s\n",
+			fprintf(stderr,
+				"kvfs-bench: %s: thread %u: %" PRIu64 " failures, first: %s\n",
 				sc_names[sc], t, w->w_failures, w->w_err);
 	}
 	qsort(all, n, sizeof(*all), cmp_double);
@@ -481,18 +483,18 @@ static void report(const struct opts *o, const struct result *res, int n)
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: kvfs-bench [options] DIR\n"
-		"  --blocks=N        blocks (keys) per request (16)\n"
-		"  --layers=L        layers of the model: a block is one slice per layer (32)\n"
-		"  --layer-bytes=B   bytes of one block in one layer; K/M/G suffixes (64K)\n"
-		"  --requests=R      requests in all (64)\n"
-		"  --threads=T       threads; request r runs on thread r %% T (1)\n"
-		"  --scenario=S      write | is_exist | get | all | memcpy (all)\n"
-		"  --path=P          ioctl | posix (ioctl)\n"
-		"  --region=K        ioctl path: shm (shared memory) | proc (process memory) (shm)\n"
-		"  --json            one JSON object instead of a table\n"
-		"Exit status: 0, 1 when a failure was counted, 2 on bad usage or setup errors.\n");
+	fprintf(
+	    f, "usage: kvfs-bench [options] DIR\n"
+	       "  --blocks=N        blocks (keys) per request (16)\n"
+	       "  --layers=L        layers of the model: a block is one slice per layer (32)\n"
+	       "  --layer-bytes=B   bytes of one block in one layer; K/M/G suffixes (64K)\n"
+	       "  --requests=R      requests in all (64)\n"
+	       "  --threads=T       threads; request r runs on thread r %% T (1)\n"
+	       "  --scenario=S      write | is_exist | get | all | memcpy (all)\n"
+	       "  --path=P          ioctl | posix (ioctl)\n"
+	       "  --region=K        ioctl path: shm (shared memory) | proc (process memory) (shm)\n"
+	       "  --json            one JSON object instead of a table\n"
+	       "Exit status: 0, 1 when a failure was counted, 2 on bad usage or setup errors.\n");
 }
 
 static int parse_u64(const char *s, uint64_t *v, bool suffix)
@@ -531,19 +533,28 @@ static void bad_option(const char *name, const char *val)
 
 static void parse(int argc, char **argv, struct opts *o)
 {
-	static const struct option lo[] = {
-	    {"blocks", required_argument, NULL, 'b'},	{"layers", required_argument, NULL, 'l'},
-	    {"layer-bytes", required_argument, NULL, 'B'}, {"requests", required_argument, NULL, 'r'},
-	    {"threads", required_argument, NULL, 't'},	{"scenario", required_argument, NULL, 's'},
-	    {"path", required_argument, NULL, 'p'},	{"region", required_argument, NULL, 'k'},
-	    {"json", no_argument, NULL, 'j'},		{"help", no_argument, NULL, 'h'},
-	    {NULL, 0, NULL, 0}};
+	static const struct option lo[] = {{"blocks", required_argument, NULL, 'b'},
+					   {"layers", required_argument, NULL, 'l'},
+					   {"layer-bytes", required_argument, NULL, 'B'},
+					   {"requests", required_argument, NULL, 'r'},
+					   {"threads", required_argument, NULL, 't'},
+					   {"scenario", required_argument, NULL, 's'},
+					   {"path", required_argument, NULL, 'p'},
+					   {"region", required_argument, NULL, 'k'},
+					   {"json", no_argument, NULL, 'j'},
+					   {"help", no_argument, NULL, 'h'},
+					   {NULL, 0, NULL, 0}};
 	uint64_t v;
 	int c, idx;
 
-	*o = (struct opts){.o_blocks = 16, .o_layers = 32, .o_threads = 1,
-			   .o_layer_bytes = 64 << 10, .o_requests = 64, .o_path = PATH_IOCTL,
-			   .o_nscen = 3, .o_scen = {SC_WRITE, SC_IS_EXIST, SC_GET}};
+	*o = (struct opts){.o_blocks = 16,
+			   .o_layers = 32,
+			   .o_threads = 1,
+			   .o_layer_bytes = 64 << 10,
+			   .o_requests = 64,
+			   .o_path = PATH_IOCTL,
+			   .o_nscen = 3,
+			   .o_scen = {SC_WRITE, SC_IS_EXIST, SC_GET}};
 	while ((c = getopt_long(argc, argv, "h", lo, &idx)) != -1) {
 		const char *name = c == '?' || c == 'h' ? "" : lo[idx].name;
 
@@ -551,10 +562,12 @@ static void parse(int argc, char **argv, struct opts *o)
 		case 'b':
 		case 'l':
 		case 't':
-			if (parse_u64(optarg, &v, false) || v == 0 || v > (c == 'b' ? 1u << 20 : 65536))
+			if (parse_u64(optarg, &v, false) || v == 0 ||
+			    v > (c == 'b' ? 1u << 20 : 65536))
 				bad_option(name, optarg);
-			*(c == 'b' ? &o->o_blocks : c == 'l' ? &o->o_layers : &o->o_threads) =
-			    (uint32_t)v;
+			*(c == 'b'   ? &o->o_blocks
+			  : c == 'l' ? &o->o_layers
+				     : &o->o_threads) = (uint32_t)v;
 			break;
 		case 'B':
 			if (parse_u64(optarg, &o->o_layer_bytes, true) || o->o_layer_bytes == 0)
@@ -669,7 +682,8 @@ static void setup_worker(const struct opts *o, struct worker *w, bool need_src)
 	if (!seg)
 		die("cannot allocate", ENOMEM);
 	for (uint32_t l = 0; l < o->o_layers; l++)
-		seg[l] = (struct kvfs_segment){.ks_region = w->w_region, .ks_base = l * tensor,
+		seg[l] = (struct kvfs_segment){.ks_region = w->w_region,
+					       .ks_base = l * tensor,
 					       .ks_stride = o->o_layer_bytes,
 					       .ks_len = o->o_layer_bytes};
 	err = kvfs_layout_register(w->w_kv, seg, o->o_layers, &w->w_layout, NULL);
@@ -702,7 +716,8 @@ int main(int argc, char **argv)
 	if (need_kv) {
 		err = kvfs_open(o.o_dir, &kv);
 		if (err)
-			die(err == -ENOTTY ? "not a kvfs directory (no ioctl path)" : o.o_dir, -err);
+			die(err == -ENOTTY ? "not a kvfs directory (no ioctl path)" : o.o_dir,
+			    -err);
 	}
 	ws = calloc(o.o_threads, sizeof(*ws));
 	if (!ws)

@@ -200,12 +200,11 @@ static int run(struct kvfs *kv, unsigned long cmd, uint32_t flags, const struct 
 			break;
 		}
 		for (size_t j = 0; j < k; j++) {
-			const struct kvfs_ioc_key *ik =
-			    (const struct kvfs_ioc_key *)b->bt_data + j;
+			const struct kvfs_ioc_key *ik = (const struct kvfs_ioc_key *)b->bt_data + j;
 
 			st[map[j]] = (struct kvfs_status){.ks_result = ik->ik_result,
-								  .ks_size = ik->ik_size,
-								  .ks_flags = ik->ik_flags};
+							  .ks_size = ik->ik_size,
+							  .ks_flags = ik->ik_flags};
 		}
 		total.ksum_bytes += b->bt_bytes;
 		total.ksum_ns += b->bt_ns;
@@ -238,8 +237,8 @@ int kvfs_lookup(struct kvfs *kv, const char *const *names, size_t n, uint64_t tr
 	return run(kv, KVFS_IOC_LOOKUP, 0, &s, n, trace, st, sum);
 }
 
-int kvfs_put(struct kvfs *kv, const struct kvfs_key *keys, size_t n, unsigned flags,
-	     uint64_t trace, struct kvfs_status *st, struct kvfs_summary *sum)
+int kvfs_put(struct kvfs *kv, const struct kvfs_key *keys, size_t n, unsigned flags, uint64_t trace,
+	     struct kvfs_status *st, struct kvfs_summary *sum)
 {
 	struct src s = {.keys = keys};
 
@@ -258,8 +257,8 @@ int kvfs_get(struct kvfs *kv, const struct kvfs_key *keys, size_t n, uint64_t tr
 	return run(kv, KVFS_IOC_GET, 0, &s, n, trace, st, sum);
 }
 
-int kvfs_remove(struct kvfs *kv, const char *const *names, size_t n, unsigned flags,
-		uint64_t trace, struct kvfs_status *st, struct kvfs_summary *sum)
+int kvfs_remove(struct kvfs *kv, const char *const *names, size_t n, unsigned flags, uint64_t trace,
+		struct kvfs_status *st, struct kvfs_summary *sum)
 {
 	struct src s = {.names = names};
 

@@ -41,8 +41,8 @@ enum kvfs__ent_kind {
 struct kvfs__ent {
 	enum kvfs__ent_kind ke_kind;
 	uint32_t ke_id;
-	void *ke_addr;	/* memory to munmap at unregister (kvfs_region_alloc), or NULL */
-	size_t ke_len;	/* its mapped length */
+	void *ke_addr; /* memory to munmap at unregister (kvfs_region_alloc), or NULL */
+	size_t ke_len; /* its mapped length */
 };
 
 struct kvfs {

@@ -155,8 +155,8 @@ int kvfs__ent_add(struct kvfs *kv, enum kvfs__ent_kind kind, uint32_t id, void *
 		kv->kv_ents = n;
 		kv->kv_cap = cap;
 	}
-	kv->kv_ents[kv->kv_nents++] = (struct kvfs__ent){
-	    .ke_kind = kind, .ke_id = id, .ke_addr = addr, .ke_len = len};
+	kv->kv_ents[kv->kv_nents++] =
+	    (struct kvfs__ent){.ke_kind = kind, .ke_id = id, .ke_addr = addr, .ke_len = len};
 out_unlock:
 	pthread_mutex_unlock(&kv->kv_lock);
 	return err;

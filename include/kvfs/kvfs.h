@@ -242,8 +242,8 @@ int kvfs_lookup(struct kvfs *kv, const char *const *names, size_t n, uint64_t tr
  * without MKDIR), or a per-key error. Returns 0 when the batch ran, or
  * -errno (see the top).
  */
-int kvfs_put(struct kvfs *kv, const struct kvfs_key *keys, size_t n, unsigned flags,
-	     uint64_t trace, struct kvfs_status *st, struct kvfs_summary *sum);
+int kvfs_put(struct kvfs *kv, const struct kvfs_key *keys, size_t n, unsigned flags, uint64_t trace,
+	     struct kvfs_status *st, struct kvfs_summary *sum);
 
 /*
  * Copies each key's current value into its memory, whose total length must
@@ -263,8 +263,8 @@ int kvfs_get(struct kvfs *kv, const struct kvfs_key *keys, size_t n, uint64_t tr
  * removed, or -ENOENT, -EISDIR (a directory without RECURSIVE), or a
  * per-key error. Returns 0 when the batch ran, or -errno (see the top).
  */
-int kvfs_remove(struct kvfs *kv, const char *const *names, size_t n, unsigned flags,
-		uint64_t trace, struct kvfs_status *st, struct kvfs_summary *sum);
+int kvfs_remove(struct kvfs *kv, const char *const *names, size_t n, unsigned flags, uint64_t trace,
+		struct kvfs_status *st, struct kvfs_summary *sum);
 
 /*
  * Removes the directory `prefix` (relative to the handle's directory) and

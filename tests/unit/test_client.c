@@ -37,22 +37,22 @@
 /* The mock daemon's state: guarded by mk_lock (the concurrency test calls from many threads). */
 static struct {
 	pthread_mutex_t mk_lock;
-	uint32_t mk_max_keys;	 /* what KVFS_IOC_VERSION reports */
-	uint32_t mk_abi;	 /* ditto */
-	int mk_version_err;	 /* KVFS_IOC_VERSION fails with this */
-	unsigned mk_calls;	 /* batch ioctls answered */
-	unsigned mk_fail_call;	 /* batch ioctl number (1..) that fails as a whole, 0: none */
-	int mk_fail_err;	 /* ... with this */
-	unsigned mk_eintr;	 /* the next this many batch ioctls fail with EINTR */
-	uint32_t mk_nkeys[64];	 /* keys of each batch ioctl (the first 64) */
-	uint64_t mk_trace[64];	 /* trace id of each */
-	uint32_t mk_flags;	 /* bt_flags of the last batch */
-	char *mk_names;		 /* every name seen, '\n'-terminated, in order */
+	uint32_t mk_max_keys;  /* what KVFS_IOC_VERSION reports */
+	uint32_t mk_abi;       /* ditto */
+	int mk_version_err;    /* KVFS_IOC_VERSION fails with this */
+	unsigned mk_calls;     /* batch ioctls answered */
+	unsigned mk_fail_call; /* batch ioctl number (1..) that fails as a whole, 0: none */
+	int mk_fail_err;       /* ... with this */
+	unsigned mk_eintr;     /* the next this many batch ioctls fail with EINTR */
+	uint32_t mk_nkeys[64]; /* keys of each batch ioctl (the first 64) */
+	uint64_t mk_trace[64]; /* trace id of each */
+	uint32_t mk_flags;     /* bt_flags of the last batch */
+	char *mk_names;	       /* every name seen, '\n'-terminated, in order */
 	size_t mk_names_len;
-	uint32_t mk_next_id;	 /* ids handed out */
-	char mk_unreg[256];	 /* 'L'/'R' + id for each unregister, in order */
+	uint32_t mk_next_id; /* ids handed out */
+	char mk_unreg[256];  /* 'L'/'R' + id for each unregister, in order */
 	char mk_shm_seen[KVFS_SHM_NAME_MAX];
-	uint64_t mk_shm_size;	 /* fstat of that object at register time */
+	uint64_t mk_shm_size; /* fstat of that object at register time */
 } mk = {.mk_lock = PTHREAD_MUTEX_INITIALIZER};
 
 static int64_t name_result(const char *name, size_t len)
@@ -496,8 +496,8 @@ static void test_put_get_iovs(void **state)
 
 	(void)state;
 	for (size_t v = 0; v < 700; v++)
-		iov[v] = (struct kvfs_iov){.ki_region = (uint32_t)(v % 5 + 1), .ki_offset = v * 4096,
-					   .ki_len = 4096 + v};
+		iov[v] = (struct kvfs_iov){
+		    .ki_region = (uint32_t)(v % 5 + 1), .ki_offset = v * 4096, .ki_len = 4096 + v};
 	for (size_t i = 0; i < n; i++) {
 		keys[i] = (struct kvfs_key){.kk_name = names[i]};
 		if (i % 2)
@@ -508,7 +508,8 @@ static void test_put_get_iovs(void **state)
 	huge = calloc(huge_n, sizeof(*huge));
 	for (size_t v = 0; v < huge_n; v++)
 		huge[v] = (struct kvfs_iov){.ki_region = 1, .ki_len = 1};
-	keys[7] = (struct kvfs_key){.kk_name = names[7], .kk_iov = huge, .kk_niov = (uint32_t)huge_n};
+	keys[7] =
+	    (struct kvfs_key){.kk_name = names[7], .kk_iov = huge, .kk_niov = (uint32_t)huge_n};
 	keys[9] = (struct kvfs_key){.kk_name = names[9], .kk_niov = 2}; /* no iov pointer */
 	for (int pass = 0; pass < 2; pass++) {
 		int err = pass ? kvfs_get(kv, keys, n, 5, st, &sum)
@@ -568,8 +569,7 @@ static void test_whole_ioctl_failure(void **state)
 	assert_int_equal(mk.mk_calls, 2);
 	assert_int_equal(sum.ksum_ioctls, 2);
 	for (size_t i = 0; i < n; i++)
-		assert_int_equal(st[i].ks_result,
-				 i < 291 ? name_result(names[i], 16) : -ENOTDIR);
+		assert_int_equal(st[i].ks_result, i < 291 ? name_result(names[i], 16) : -ENOTDIR);
 	assert_int_equal(sum.ksum_ok, 291);
 	assert_int_equal(sum.ksum_prefix, 291);
 	free(st);
@@ -638,8 +638,8 @@ static void test_regions_and_layouts(void **state)
 			 -EINVAL);
 
 	for (int i = 0; i <= KVFS_LAYOUT_MAX_SEGS; i++)
-		seg[i] = (struct kvfs_segment){.ks_region = shm_id, .ks_base = (uint64_t)i,
-					       .ks_stride = 64, .ks_len = 2};
+		seg[i] = (struct kvfs_segment){
+		    .ks_region = shm_id, .ks_base = (uint64_t)i, .ks_stride = 64, .ks_len = 2};
 	assert_int_equal(kvfs_layout_register(kv, seg, KVFS_LAYOUT_MAX_SEGS + 1, &lay, NULL),
 			 -E2BIG);
 	assert_int_equal(kvfs_layout_register(kv, seg, 0, &lay, NULL), -EINVAL);
