@@ -26,9 +26,11 @@
  * shared memory the daemon maps; --region=proc: process memory the daemon
  * reaches with process_vm_readv/writev) and one layout with a segment per
  * layer, and sends each request as one libkvfs batch call (lookup, put or
- * get of N keys by (name, layout, block)). --path=posix does the same work
- * with open/writev/close, stat and open/readv/close per block, the layer
- * slices gathered by the iovec.
+ * get of N keys by (name, layout, block)) with the trace id
+ * scenario << 48 | (request + 1) (scenario 1 = write, 2 = is_exist,
+ * 3 = get), so a slow request can be found in the daemon's --trace file.
+ * --path=posix does the same work with open/writev/close, stat and
+ * open/readv/close per block, the layer slices gathered by the iovec.
  *
  * Timing covers the request calls only: filling the source tensors before a
  * write, poisoning the destination before a get and checking it after are
@@ -275,7 +277,7 @@ static void ioctl_request(struct worker *w, uint64_t r, struct kvfs_key *keys, c
 	const struct opts *o = w->w_o;
 	uint64_t want = (uint64_t)o->o_layers * o->o_layer_bytes;
 	struct kvfs_summary sum;
-	uint64_t trace = r + 1;
+	uint64_t trace = (uint64_t)(w->w_scen + 1) << 48 | (r + 1); /* scenario, request */
 	int err;
 
 	for (uint32_t b = 0; b < o->o_blocks; b++) {
