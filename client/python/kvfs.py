@@ -204,16 +204,23 @@ class BatchResult:
     trace id the call carried, `ns` the daemon's time, `ioctls` how many
     ioctls the library sent."""
 
-    def __init__(self, st, n, summary):
-        self.results = [st[i].ks_result for i in range(n)]
-        self.sizes = [st[i].ks_size for i in range(n)]
-        self.flags = [st[i].ks_flags for i in range(n)]
-        self.ok = summary.ksum_ok
-        self.prefix = summary.ksum_prefix
-        self.bytes = summary.ksum_bytes
-        self.trace = summary.ksum_trace
-        self.ns = summary.ksum_ns
-        self.ioctls = summary.ksum_ioctls
+    def __init__(self, results, sizes, flags, nbytes, trace, ns, ioctls):
+        self.results, self.sizes, self.flags = results, sizes, flags
+        self.ok = sum(1 for r in results if r >= 0)
+        self.prefix = next((i for i, r in enumerate(results) if r < 0), len(results))
+        self.bytes, self.trace, self.ns, self.ioctls = nbytes, trace, ns, ioctls
+
+    @classmethod
+    def _from_c(cls, st, n, summary):
+        return cls([st[i].ks_result for i in range(n)], [st[i].ks_size for i in range(n)],
+                   [st[i].ks_flags for i in range(n)], summary.ksum_bytes, summary.ksum_trace,
+                   summary.ksum_ns, summary.ksum_ioctls)
+
+    @classmethod
+    def _merge(cls, parts, trace):
+        return cls([r for p in parts for r in p.results], [x for p in parts for x in p.sizes],
+                   [x for p in parts for x in p.flags], sum(p.bytes for p in parts), trace,
+                   sum(p.ns for p in parts), sum(p.ioctls for p in parts))
 
     def __len__(self):
         return len(self.results)
@@ -265,6 +272,19 @@ class Layout:
 
     def __repr__(self):
         return "Layout(id=%d, nblocks=%d, block_len=%d)" % (self.id, self.nblocks, self.block_len)
+
+
+def _bytes_view(obj, writable):
+    """A flat byte view of a contiguous buffer-protocol object."""
+    try:
+        mv = memoryview(obj)
+    except TypeError:
+        raise TypeError("%s does not support the buffer protocol" % type(obj).__name__)
+    if writable and mv.readonly:
+        raise TypeError("%s: need a writable buffer" % type(obj).__name__)
+    if not mv.c_contiguous:
+        raise TypeError("%s: need a C-contiguous buffer" % type(obj).__name__)
+    return mv if (mv.format == "B" and mv.ndim == 1) else mv.cast("B")
 
 
 def _rid(r):
@@ -404,7 +424,7 @@ class Client:
         st, s = (_Status * max(len(names), 1))(), _Summary()
         _check(self._lib.kvfs_lookup(self._h, arr, len(names), trace, st, ctypes.byref(s)),
                "kvfs_lookup")
-        return BatchResult(st, len(names), s)
+        return BatchResult._from_c(st, len(names), s)
 
     def _keys(self, names, layout, blocks, iovs):
         names = [_name(n) for n in names]
@@ -440,7 +460,7 @@ class Client:
         st, s = (_Status * max(n, 1))(), _Summary()
         _check(self._lib.kvfs_put(self._h, keys, n, flags, trace, st, ctypes.byref(s)),
                "kvfs_put")
-        return BatchResult(st, n, s)
+        return BatchResult._from_c(st, n, s)
 
     def get(self, names, layout=None, blocks=None, iovs=None, trace=0):
         """Copies each name's value into its memory (layout or iovs as for
@@ -449,42 +469,64 @@ class Client:
         keys, n, _keep = self._keys(names, layout, blocks, iovs)
         st, s = (_Status * max(n, 1))(), _Summary()
         _check(self._lib.kvfs_get(self._h, keys, n, trace, st, ctypes.byref(s)), "kvfs_get")
-        return BatchResult(st, n, s)
+        return BatchResult._from_c(st, n, s)
 
-    def _with_buffers(self, items, writable, fn):
-        regions, iovs, names, done = {}, [], [], []
-        try:
-            for name, obj in items:
-                p = _Pinned(obj, writable)
-                done.append(p)
-                names.append(name)
-                if p.len == 0:
-                    iovs.append([])
-                    continue
-                r = regions.get((p.addr, p.len))
-                if r is None:
-                    p.release()
-                    r = regions[(p.addr, p.len)] = self.register(obj, writable)
-                iovs.append([(r, 0, p.len)])
-            return fn(names, iovs)
-        finally:
-            for p in done:
-                p.release()
-            for r in regions.values():
-                self.unregister(r)
+    _STAGE_MAX = 64 << 20  # bytes of one staging region
+
+    def _staged(self, items, writable, trace, run):
+        """Runs a put or get of (name, buffer) pairs through staging shared
+        memory: one region per call (per 64 MiB of buffers), whatever the
+        number of buffers, so many small buffers or many threads never run
+        into the daemon's regions-per-process limit."""
+        items = [(n, _bytes_view(o, writable)) for n, o in items]
+        trace = trace or self.trace_next()
+        parts, i = [], 0
+        while i < len(items) or not parts:
+            j, total = i, 0
+            while j < len(items) and (j == i or total + items[j][1].nbytes <= self._STAGE_MAX):
+                total += items[j][1].nbytes
+                j += 1
+            chunk, offs, off = items[i:j], [], 0
+            for _, v in chunk:
+                offs.append(off)
+                off += v.nbytes
+            reg = self.alloc(max(total, 1))
+            try:
+                parts.append(run(reg, chunk, offs, trace))
+            finally:
+                self.unregister(reg)
+            i = j
+        return BatchResult._merge(parts, trace)
+
+    @staticmethod
+    def _iovs(reg, chunk, offs):
+        return [[(reg, o, v.nbytes)] if v.nbytes else [] for (_, v), o in zip(chunk, offs)]
 
     def put_buffers(self, items, flags=0, trace=0):
-        """Stores (name, buffer) pairs: any buffer-protocol objects (bytes
-        too). Each buffer is registered as a HOST_PROC region for the call
-        and unregistered after it. An empty buffer fails its key (-EINVAL)."""
-        return self._with_buffers(items, False, lambda names, iovs: self.put(
-            names, iovs=iovs, flags=flags, trace=trace))
+        """Stores (name, buffer) pairs: any contiguous buffer-protocol objects
+        (bytes, bytearray, memoryview, array.array, numpy arrays). The bytes
+        are copied into one staging shared-memory region per call, so any
+        number of buffers works; to store from memory without that copy,
+        register() it once and put() with iovs or a layout. An empty buffer
+        is sent as a key with no memory."""
+        def run(reg, chunk, offs, tr):
+            for (_, v), o in zip(chunk, offs):
+                reg.buffer[o:o + v.nbytes] = v
+            return self.put([n for n, _ in chunk], iovs=self._iovs(reg, chunk, offs),
+                            flags=flags, trace=tr)
+        return self._staged(items, False, trace, run)
 
     def get_into(self, items, trace=0):
-        """Fills (name, writable buffer) pairs with the names' values, each
-        buffer exactly the value's size (-EMSGSIZE otherwise)."""
-        return self._with_buffers(items, True, lambda names, iovs: self.get(
-            names, iovs=iovs, trace=trace))
+        """Fills (name, writable buffer) pairs with the names' values; each
+        buffer must be exactly the value's size (-EMSGSIZE otherwise, and the
+        buffer is left alone). Staged like put_buffers."""
+        def run(reg, chunk, offs, tr):
+            r = self.get([n for n, _ in chunk], iovs=self._iovs(reg, chunk, offs), trace=tr)
+            for (_, v), o, res in zip(chunk, offs, r.results):
+                if res >= 0:
+                    v[:] = reg.buffer[o:o + v.nbytes]
+            return r
+        return self._staged(items, True, trace, run)
 
     def remove(self, names, recursive=False, trace=0):
         """Removes names as unlink() would (recursive: directories as rm -rf).
@@ -494,7 +536,7 @@ class Client:
         st, s = (_Status * max(len(names), 1))(), _Summary()
         _check(self._lib.kvfs_remove(self._h, arr, len(names), REMOVE_RECURSIVE if recursive
                                      else 0, trace, st, ctypes.byref(s)), "kvfs_remove")
-        return BatchResult(st, len(names), s)
+        return BatchResult._from_c(st, len(names), s)
 
     def remove_prefix(self, prefix, trace=0):
         """Removes the directory `prefix` and every key below it. Returns the
