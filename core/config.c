@@ -30,6 +30,7 @@ void kv_config_free(struct kv_config *cfg)
 {
 	free(cfg->kc_data_dir);
 	free(cfg->kc_mountpoint);
+	free(cfg->kc_trace);
 	cfg->kc_data_dir = NULL;
 	cfg->kc_mountpoint = NULL;
 }
@@ -128,6 +129,7 @@ int kv_config_render(const struct kv_config *cfg, char **buf, size_t *len)
 	fprintf(f, "promote = %s\n", cfg->kc_promote ? "on" : "off");
 	fprintf(f, "allow_other = %d\n", cfg->kc_allow_other);
 	fprintf(f, "debug = %d\n", cfg->kc_debug);
+	fprintf(f, "trace = %s\n", cfg->kc_trace ? cfg->kc_trace : "off");
 	if (fclose(f) != 0)
 		return -ENOMEM;
 	return 0;

@@ -31,6 +31,7 @@ struct kv_config {
 	bool kc_foreground;
 	bool kc_debug;
 	bool kc_allow_other;
+	char *kc_trace; /* --trace=FILE: JSON lines per ioctl batch and key; NULL: off */
 };
 
 /* Fills in the defaults: a quarter of RAM for the pool, 16 threads, node -1. */

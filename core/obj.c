@@ -216,6 +216,18 @@ int kv_obj_reserve(struct kv_obj *obj, uint64_t len, bool keep_size)
 	return 0;
 }
 
+int kv_obj_alloc(struct kv_obj *obj, uint64_t len)
+{
+	int err;
+
+	if (obj->ko_size || obj->ko_cap)
+		return -EINVAL;
+	err = obj_grow(obj, len);
+	if (!err)
+		obj->ko_size = len;
+	return err;
+}
+
 void kv_obj_seal(struct kv_obj *obj, uint64_t seq)
 {
 	obj_shrink_cap(obj, PAGE_UP(obj->ko_size));

@@ -89,6 +89,14 @@ int kv_obj_truncate(struct kv_obj *obj, uint64_t size);
  */
 int kv_obj_reserve(struct kv_obj *obj, uint64_t len, bool keep_size);
 
+/*
+ * Gives an empty open object len bytes of capacity and size len without
+ * zeroing them: the caller overwrites every byte (through kv_obj_iov)
+ * before anyone else sees the object. Returns 0, -EINVAL when the object
+ * is not empty, or -ENOSPC (object unchanged).
+ */
+int kv_obj_alloc(struct kv_obj *obj, uint64_t len);
+
 /* Trims the capacity to the size, records seq and makes the object immutable. */
 void kv_obj_seal(struct kv_obj *obj, uint64_t seq);
 

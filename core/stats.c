@@ -195,12 +195,12 @@ const char *kv_op_name(enum kv_op op)
 }
 
 /* Writes "NAME": N for each errno slot with a count, comma-separated. */
-static void render_errors(FILE *f, const struct kv_stats *st)
+static void render_errors(FILE *f, const _Atomic uint64_t *slots)
 {
 	const char *sep = "";
 
 	for (unsigned int e = 1; e < KV_STATS_MAX_ERRNO; e++) {
-		uint64_t n = atomic_load_explicit(&st->ks_errno[e], memory_order_relaxed);
+		uint64_t n = atomic_load_explicit(&slots[e], memory_order_relaxed);
 		const char *name;
 
 		if (!n)
@@ -212,6 +212,97 @@ static void render_errors(FILE *f, const struct kv_stats *st)
 			fprintf(f, "%s\"errno_%u\": %" PRIu64, sep, e, n);
 		sep = ", ";
 	}
+}
+
+static const char *const ioc_names[] = {[KV_IOC_LOOKUP] = "lookup",
+					[KV_IOC_PUT] = "put",
+					[KV_IOC_GET] = "get",
+					[KV_IOC_REMOVE] = "remove"};
+static_assert(sizeof(ioc_names) / sizeof(ioc_names[0]) == KV_IOC__COUNT, "ioc_names incomplete");
+
+static const char *const stage_names[] = {[KV_STAGE_VALIDATE] = "validate",
+					  [KV_STAGE_INDEX] = "index",
+					  [KV_STAGE_COPY_IN] = "copy_in",
+					  [KV_STAGE_COPY_OUT] = "copy_out",
+					  [KV_STAGE_SSD_READ] = "ssd_read"};
+static_assert(sizeof(stage_names) / sizeof(stage_names[0]) == KV_STAGE__COUNT,
+	      "stage_names incomplete");
+
+const char *kv_ioc_name(enum kv_ioc_kind kind)
+{
+	return (unsigned int)kind < KV_IOC__COUNT ? ioc_names[kind] : "other";
+}
+
+const char *kv_stage_name(enum kv_stage stage)
+{
+	return (unsigned int)stage < KV_STAGE__COUNT ? stage_names[stage] : "other";
+}
+
+void kv_stats_ioc(struct kv_stats *st, enum kv_ioc_kind kind, uint64_t start_ns, uint64_t keys,
+		  uint64_t failed, uint64_t bytes, const uint64_t ns[KV_STAGE__COUNT])
+{
+	struct kv_ioc_stats *is = &st->ks_ioc[(unsigned int)kind < KV_IOC__COUNT ? kind : 0];
+	uint64_t now = kv_now_ns();
+
+	atomic_fetch_add_explicit(&is->kis_calls, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&is->kis_keys, keys, memory_order_relaxed);
+	atomic_fetch_add_explicit(&is->kis_failed, failed, memory_order_relaxed);
+	atomic_fetch_add_explicit(&is->kis_bytes, bytes, memory_order_relaxed);
+	kv_hist_record(&is->kis_lat, now > start_ns ? now - start_ns : 0);
+	for (int s = 0; s < KV_STAGE__COUNT; s++) {
+		if (!ns[s])
+			continue;
+		kv_hist_record(&st->ks_stage[s], ns[s]);
+		atomic_fetch_add_explicit(&st->ks_stage_ns[s], ns[s], memory_order_relaxed);
+	}
+}
+
+void kv_stats_key_error(struct kv_stats *st, int err)
+{
+	atomic_fetch_add_explicit(&st->ks_key_errno[errno_slot(err)], 1, memory_order_relaxed);
+}
+
+/* Writes " p50/p90/p99" members of a histogram: "p50": N, "p90": N, "p99": N. */
+static void render_pcts(FILE *f, const struct kv_hist *h)
+{
+	uint64_t snap[KV_HIST_BUCKETS];
+	uint64_t total = hist_snapshot(h, snap);
+
+	fprintf(f, "\"p50\": %" PRIu64 ", \"p90\": %" PRIu64 ", \"p99\": %" PRIu64,
+		hist_snap_percentile(snap, total, 50.0), hist_snap_percentile(snap, total, 90.0),
+		hist_snap_percentile(snap, total, 99.0));
+}
+
+static void render_ioctl(FILE *f, const struct kv_stats *st)
+{
+	fprintf(f, " \"ioctl\": {\"regions\": %" PRIu64 ", \"layouts\": %" PRIu64 ",\n",
+		atomic_load_explicit(&st->ks_regions, memory_order_relaxed),
+		atomic_load_explicit(&st->ks_layouts, memory_order_relaxed));
+	for (int k = 0; k < KV_IOC__COUNT; k++) {
+		const struct kv_ioc_stats *is = &st->ks_ioc[k];
+
+		fprintf(f,
+			"  \"%s\": {\"calls\": %" PRIu64 ", \"keys\": %" PRIu64
+			", \"failed_keys\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"lat_ns\": {",
+			ioc_names[k], atomic_load_explicit(&is->kis_calls, memory_order_relaxed),
+			atomic_load_explicit(&is->kis_keys, memory_order_relaxed),
+			atomic_load_explicit(&is->kis_failed, memory_order_relaxed),
+			atomic_load_explicit(&is->kis_bytes, memory_order_relaxed));
+		render_pcts(f, &is->kis_lat);
+		fputs("}},\n", f);
+	}
+	fputs("  \"stages\": {", f);
+	for (int s = 0; s < KV_STAGE__COUNT; s++) {
+		fprintf(f, "%s\"%s\": {\"batches\": %" PRIu64 ", \"total_ns\": %" PRIu64 ", ",
+			s ? ",\n             " : "", stage_names[s],
+			kv_hist_count(&st->ks_stage[s]),
+			atomic_load_explicit(&st->ks_stage_ns[s], memory_order_relaxed));
+		render_pcts(f, &st->ks_stage[s]);
+		fputs("}", f);
+	}
+	fputs("},\n  \"key_errors\": {", f);
+	render_errors(f, st->ks_key_errno);
+	fputs("}},\n", f);
 }
 
 static void render_op(FILE *f, const struct kv_stats *st, enum kv_op op)
@@ -258,9 +349,11 @@ int kv_stats_render(const struct kv_stats *st, const struct kv_stats_gauges *g, 
 		fputs(op + 1 < KV_OP__COUNT ? ",\n" : "},\n", f);
 	}
 	fputs(" \"errors\": {", f);
-	render_errors(f, st);
+	render_errors(f, st->ks_errno);
+	fputs("},\n", f);
+	render_ioctl(f, st);
 	fprintf(f,
-		"},\n \"pool\": {\"size\": %" PRIu64 ", \"used\": %" PRIu64 ", \"free\": %" PRIu64
+		" \"pool\": {\"size\": %" PRIu64 ", \"used\": %" PRIu64 ", \"free\": %" PRIu64
 		"},\n",
 		g->kg_pool_size, g->kg_pool_used, pool_free);
 	fprintf(f,

@@ -63,6 +63,19 @@ struct kv_hist {
 	_Atomic uint64_t kh_bucket[KV_HIST_BUCKETS];
 };
 
+/* The batch ioctls, counted per kind (fs/ioctl.c); JSON names in kv_ioc_name(). */
+enum kv_ioc_kind { KV_IOC_LOOKUP, KV_IOC_PUT, KV_IOC_GET, KV_IOC_REMOVE, KV_IOC__COUNT };
+
+/* The stages of a batch, timed per batch; JSON names in kv_stage_name(). */
+enum kv_stage {
+	KV_STAGE_VALIDATE, /* decoding and checking the request */
+	KV_STAGE_INDEX,	   /* resolving names in the namespace */
+	KV_STAGE_COPY_IN,  /* client memory -> pool (put) */
+	KV_STAGE_COPY_OUT, /* pool or SSD buffer -> client memory (get) */
+	KV_STAGE_SSD_READ, /* reading values only on the SSD (get) */
+	KV_STAGE__COUNT
+};
+
 struct kv_op_stats {
 	_Atomic uint64_t kos_calls;
 	_Atomic uint64_t kos_errors;
@@ -70,9 +83,24 @@ struct kv_op_stats {
 	struct kv_hist kos_lat;
 };
 
+/* One batch ioctl kind: batches, keys, keys that failed, value bytes, batch latency. */
+struct kv_ioc_stats {
+	_Atomic uint64_t kis_calls;
+	_Atomic uint64_t kis_keys;
+	_Atomic uint64_t kis_failed;
+	_Atomic uint64_t kis_bytes;
+	struct kv_hist kis_lat;
+};
+
 struct kv_stats {
 	struct kv_op_stats ks_op[KV_OP__COUNT];
 	_Atomic uint64_t ks_errno[KV_STATS_MAX_ERRNO];
+	/* the ioctl path (a whole ioctl that fails counts in ks_op[KV_OP_IOCTL]) */
+	struct kv_ioc_stats ks_ioc[KV_IOC__COUNT];
+	struct kv_hist ks_stage[KV_STAGE__COUNT]; /* per batch that had the stage, its ns */
+	_Atomic uint64_t ks_stage_ns[KV_STAGE__COUNT];
+	_Atomic uint64_t ks_key_errno[KV_STATS_MAX_ERRNO]; /* per-key errors of batches */
+	_Atomic uint64_t ks_regions, ks_layouts;	   /* gauges, set by fs/ioctl.c */
 	uint64_t ks_start_ns; /* immutable after kv_stats_init: CLOCK_MONOTONIC at start */
 };
 
@@ -114,6 +142,19 @@ uint64_t kv_hist_count(const struct kv_hist *h);
  */
 void kv_stats_op(struct kv_stats *st, enum kv_op op, uint64_t start_ns, uint64_t bytes, int err);
 
+/*
+ * Records one batch ioctl that started at start_ns: its keys, how many
+ * failed, the value bytes it moved, and ns[stage] spent in each stage.
+ */
+void kv_stats_ioc(struct kv_stats *st, enum kv_ioc_kind kind, uint64_t start_ns, uint64_t keys,
+		  uint64_t failed, uint64_t bytes, const uint64_t ns[KV_STAGE__COUNT]);
+
+/* Counts one key of a batch that failed with err (a negative errno). */
+void kv_stats_key_error(struct kv_stats *st, int err);
+
+const char *kv_ioc_name(enum kv_ioc_kind kind);
+const char *kv_stage_name(enum kv_stage stage);
+
 /* The op's name in JSON ("lookup", "read", ...). */
 const char *kv_op_name(enum kv_op op);
 
@@ -126,6 +167,12 @@ const char *kv_op_name(enum kv_op op);
  *                   "lat_ns": {"p50": N, "p90": N, "p99": N}}, ...},
  *  "errors": {"ENOSPC": N, ...},          (only kinds seen)
  *  "pool": {"size": N, "used": N, "free": N},
+ *  "ioctl": {"regions": N, "layouts": N,
+ *            "lookup": {"calls": N, "keys": N, "failed_keys": N, "bytes": N,
+ *                       "lat_ns": {"p50": N, "p90": N, "p99": N}}, (put, get, remove)
+ *            "stages": {"validate": {"batches": N, "total_ns": N, "p50": N, "p90": N,
+ *                                    "p99": N}, (index, copy_in, copy_out, ssd_read)
+ *            "key_errors": {"ENOENT": N, ...}},
  *  "namespace": {"keys": N, "dirs": N, "open_handles": N, "bytes": N, "last_seq": N},
  *  ...kg_extra}
  *

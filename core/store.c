@@ -992,6 +992,84 @@ int kv_store_rename(struct kv_store *st, struct kv_inode *odir, const char *onam
 	return err;
 }
 
+/* --- whole values (ioctl puts) --- */
+
+int kv_store_value_new(struct kv_store *st, uint64_t len, struct kv_obj **out)
+{
+	struct kv_obj *obj;
+	int err = kv_obj_new(st->ks_pool, &obj);
+
+	if (err)
+		return err;
+	do
+		err = kv_obj_alloc(obj, len);
+	while (retry_for_room(st, err, len));
+	if (err) {
+		kv_obj_put(obj);
+		return err;
+	}
+	*out = obj;
+	return 0;
+}
+
+int kv_store_publish(struct kv_store *st, struct kv_inode *dir, const char *name,
+		     struct kv_obj *obj, const struct kv_cred *cred, bool noreplace)
+{
+	struct kv_inode *ino, *old;
+	struct timespec ts;
+	int err = check_name(name);
+
+	if (!err)
+		err = inode_new(st, S_IFREG | 0644, cred, &ino);
+	if (err) {
+		kv_obj_put(obj);
+		return err;
+	}
+	kv_obj_put(ino->ki_obj);
+	ino->ki_obj = obj;
+	ino->ki_name = strdup(name);
+	if (!ino->ki_name) {
+		inode_free(ino);
+		return -ENOMEM;
+	}
+	atomic_init(&ino->ki_ref, 1); /* the name's */
+	atomic_init(&ino->ki_nlink, 1);
+
+	pthread_rwlock_wrlock(&st->ks_ns_lock);
+	err = dir_check(dir);
+	old = err ? NULL : dir_find(dir, name);
+	if (!err && is_reserved(st, dir, name))
+		err = -EPERM;
+	else if (old && S_ISDIR(old->ki_type))
+		err = -EISDIR;
+	else if (old && noreplace)
+		err = -EEXIST;
+	if (err) {
+		pthread_rwlock_unlock(&st->ks_ns_lock);
+		atomic_store(&ino->ki_nlink, 0);
+		inode_free(ino);
+		return err;
+	}
+	/* As a rename over the old name: its record is dead, open handles keep its bytes. */
+	if (old) {
+		name_gone(st, old);
+		drop_name(st, dir, old);
+	}
+	dir_insert(dir, ino);
+	atomic_fetch_add(&st->ks_keys, 1);
+	atomic_fetch_add(&st->ks_bytes, obj->ko_size);
+	/* Named and sealed in one step under ks_ns_lock: no lookup sees it unsealed. */
+	pthread_rwlock_wrlock(&ino->ki_lock);
+	seal(ino);
+	ts = ino->ki_mtime;
+	pthread_rwlock_unlock(&ino->ki_lock);
+	dir_touch(dir, &ts);
+	pthread_rwlock_unlock(&st->ks_ns_lock);
+	if (old)
+		kv_inode_put(old); /* its name's reference */
+	return old ? 1 : 0;
+}
+
 /* --- file contents --- */
 
 int kv_store_open(struct kv_store *st, struct kv_inode *ino, int flags)

@@ -279,6 +279,28 @@ int kv_store_write(struct kv_store *st, struct kv_inode *ino, uint64_t off, cons
  */
 int kv_store_fsync(struct kv_store *st, struct kv_inode *ino);
 
+/*
+ * Makes an open, unnamed value of len bytes for kv_store_publish, its
+ * bytes not yet written: the caller fills all of them (kv_obj_iov) first.
+ * Waits for room as a write does. Returns 0, -ENOSPC or -ENOMEM.
+ */
+int kv_store_value_new(struct kv_store *st, uint64_t len, struct kv_obj **out);
+
+/*
+ * Stores obj (from kv_store_value_new, filled) as the value of a new
+ * regular file `name` in dir, owned by cred, mode 0644, exactly as writing
+ * a temporary file and renaming it over `name` would: the value is sealed
+ * with the next sequence number and queued for the SSD; a file that had
+ * the name loses it (its open handles keep its bytes, its SSD record
+ * becomes dead space). The file appears named and sealed at once. Takes
+ * over the caller's reference to obj, also on failure. Returns 0 for a
+ * new name, 1 when it replaced a file, or -EEXIST (noreplace
+ * and the name exists), -EISDIR (a directory has it), -ENOENT or -ENOTDIR
+ * (dir), -EPERM (the reserved name), -ENAMETOOLONG.
+ */
+int kv_store_publish(struct kv_store *st, struct kv_inode *dir, const char *name,
+		     struct kv_obj *obj, const struct kv_cred *cred, bool noreplace);
+
 /* fallocate mode 0 or FALLOC_FL_KEEP_SIZE. -EOPNOTSUPP for other modes, -ENOSPC. */
 int kv_store_fallocate(struct kv_store *st, struct kv_inode *ino, int mode, uint64_t off,
 		       uint64_t len);

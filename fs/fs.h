@@ -19,11 +19,17 @@
 #include "core/stats.h"
 #include "core/store.h"
 
+struct kv_region_table;
+
 struct kv_fs {
 	struct kv_config *kf_cfg; /* immutable while mounted */
 	struct kv_store *kf_store;
 	struct kv_stats kf_stats;
 	struct timespec kf_mounted; /* immutable: times of the control nodes */
+	/* the ioctl path (fs/ioctl.c); immutable while mounted */
+	struct kv_region_table *kf_regions; /* client memory registered by ioctls */
+	struct fuse_session *kf_se;	    /* for entry invalidations; NULL before mounting */
+	int kf_trace_fd;		    /* --trace=FILE, opened O_APPEND; -1 when off */
 };
 
 /* The operations table; userdata is the struct kv_fs. */
@@ -58,5 +64,15 @@ int kv_ctl_render(struct kv_fs *fs, fuse_ino_t ino, char **buf, size_t *len);
 
 /* The names in the control directory, NULL-terminated, in readdir order. */
 extern const char *const kv_ctl_names[];
+
+/* --- ioctls (fs/ioctl.c) --- */
+
+/* The FUSE ioctl handler: the commands of include/kvfs/kvfs_ioctl.h. */
+void kv_fs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
+		 struct fuse_file_info *fi, unsigned flags, const void *in_buf, size_t in_bufsz,
+		 size_t out_bufsz);
+
+/* The open file with handle fh was closed for good: drops what was registered through it. */
+void kv_fs_ioctl_release(struct kv_fs *fs, uint64_t fh);
 
 #endif

@@ -9,6 +9,7 @@
  * damage; --salvage 0 when it rebuilt the metadata.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -20,6 +21,7 @@
 #include "fs/fs.h"
 #include "fs/options.h"
 #include "gpu/dev.h"
+#include "gpu/region.h"
 #include "ssd/datadir.h"
 
 extern char **environ;
@@ -86,6 +88,36 @@ static void tune_readahead(const char *mountpoint)
 	fclose(f);
 }
 
+/* The region table and the trace file (opened before libfuse changes to /). Returns 0 or 1. */
+static int open_ioctl_path(struct kv_fs *fs)
+{
+	const char *trace = fs->kf_cfg->kc_trace;
+	int err = kv_region_table_create(&fs->kf_regions);
+
+	if (err) {
+		fprintf(stderr, "kvfs: %s\n", strerror(-err));
+		return 1;
+	}
+	if (!trace)
+		return 0;
+	fs->kf_trace_fd = open(trace, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+	if (fs->kf_trace_fd < 0) {
+		fprintf(stderr, "kvfs: cannot open trace file '%s': %s\n", trace, strerror(errno));
+		return 1;
+	}
+	return 0;
+}
+
+static void close_ioctl_path(struct kv_fs *fs)
+{
+	if (fs->kf_regions)
+		kv_region_table_destroy(fs->kf_regions);
+	fs->kf_regions = NULL;
+	if (fs->kf_trace_fd >= 0)
+		close(fs->kf_trace_fd);
+	fs->kf_trace_fd = -1;
+}
+
 /* libfuse's complaint about the mount options, kept to report it as one line. */
 static char fuse_complaint[256];
 
@@ -112,6 +144,7 @@ static int serve(struct kv_fs *fs, struct fuse_args *args)
 			fuse_complaint[0] ? fuse_complaint : "refused by libfuse");
 		return 2;
 	}
+	fs->kf_se = se;
 	if (fuse_set_signal_handlers(se))
 		goto out_session;
 	if (fuse_session_mount(se, cfg->kc_mountpoint)) {
@@ -141,6 +174,7 @@ out_unmount:
 out_signals:
 	fuse_remove_signal_handlers(se);
 out_session:
+	fs->kf_se = NULL;
 	fuse_session_destroy(se);
 	return ret;
 }
@@ -150,7 +184,7 @@ int main(int argc, char **argv)
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	struct kv_config cfg;
 	struct kv_datadir dd;
-	struct kv_fs fs = {.kf_cfg = &cfg};
+	struct kv_fs fs = {.kf_cfg = &cfg, .kf_trace_fd = -1};
 	char *fuse_opts = NULL, err[512];
 	char *abs_mnt;
 	uint64_t lost;
@@ -210,6 +244,8 @@ int main(int argc, char **argv)
 		goto out_datadir;
 	}
 	report_recovery(fs.kf_store);
+	if (open_ioctl_path(&fs))
+		goto out_store;
 	kv_stats_init(&fs.kf_stats);
 	clock_gettime(CLOCK_REALTIME, &fs.kf_mounted);
 	if (fuse_args_build(&cfg, fuse_opts, &args)) {
@@ -219,6 +255,7 @@ int main(int argc, char **argv)
 	ret = serve(&fs, &args);
 	fuse_opt_free_args(&args);
 out_store:
+	close_ioctl_path(&fs);
 	lost = kv_store_destroy(fs.kf_store);
 	if (lost) {
 		fprintf(stderr,

@@ -339,8 +339,12 @@ static void kv_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 	fuse_reply_err(req, 0);
 }
 
+/* Tags of regular files' open handles, for fs/ioctl.c: odd, so never a handle's address. */
+static _Atomic uint64_t next_tag;
+
 static void set_open_flags(struct fuse_file_info *fi)
 {
+	fi->fh = atomic_fetch_add_explicit(&next_tag, 1, memory_order_relaxed) * 2 + 1;
 	fi->keep_cache = 1;
 	fi->noflush = 1;
 	fi->direct_io = 0;
@@ -492,6 +496,7 @@ static void kv_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	} else {
 		kv_store_release(fs->kf_store, inode_of(fs, ino), fi->flags);
 	}
+	kv_fs_ioctl_release(fs, fi->fh);
 	done(req, KV_OP_RELEASE, t0, 0, 0);
 	fuse_reply_err(req, 0);
 }
@@ -643,6 +648,7 @@ static void kv_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info 
 {
 	struct dir_handle *h = (struct dir_handle *)(uintptr_t)fi->fh;
 
+	kv_fs_ioctl_release(fs_of(req), fi->fh);
 	kv_dir_snap_free(&h->dh_snap);
 	free(h);
 	fuse_reply_err(req, 0);
@@ -804,4 +810,5 @@ const struct fuse_lowlevel_ops kv_fs_ops = {
     .listxattr = kv_listxattr,
     .setxattr = kv_setxattr,
     .removexattr = kv_removexattr,
+    .ioctl = kv_fs_ioctl,
 };

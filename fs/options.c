@@ -26,6 +26,8 @@ const char kv_options_usage[] =
     "  --flush-delay=TIME  most a sealed value waits before it is written, e.g. 20ms\n"
     "                      (default: 20ms)\n"
     "  --promote=on|off    reads of SSD-only values bring them into DRAM (default: off)\n"
+    "  --trace=FILE        append a JSON line per ioctl batch and per key to FILE\n"
+    "                      (default: off)\n"
     "  --fsck              kvfs --fsck DATA_DIR: check a data directory, report, exit\n"
     "  --salvage           kvfs --salvage DATA_DIR: rebuild the metadata from the buckets\n"
     "  -f                  stay in the foreground\n"
@@ -146,11 +148,30 @@ static int set_promote(struct kv_config *cfg, const char *val)
 	return 0;
 }
 
+static int set_trace(struct kv_config *cfg, const char *val)
+{
+	char *path;
+
+	if (!*val)
+		return -EINVAL;
+	path = strdup(val);
+	if (!path)
+		return -ENOMEM;
+	free(cfg->kc_trace);
+	cfg->kc_trace = path;
+	return 0;
+}
+
 static const struct setting settings[] = {
-    {"mem-size", set_mem_size},	      {"threads", set_threads},
-    {"numa-node", set_numa_node},     {"ssd-size", set_ssd_size},
-    {"bucket-size", set_bucket_size}, {"bucket-keys", set_bucket_keys},
-    {"flush-delay", set_flush_delay}, {"promote", set_promote},
+    {"mem-size", set_mem_size},
+    {"threads", set_threads},
+    {"numa-node", set_numa_node},
+    {"ssd-size", set_ssd_size},
+    {"bucket-size", set_bucket_size},
+    {"bucket-keys", set_bucket_keys},
+    {"flush-delay", set_flush_delay},
+    {"promote", set_promote},
+    {"trace", set_trace},
 };
 
 /* Words of an fstab line that mean nothing to a mount of kvfs. */

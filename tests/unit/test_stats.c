@@ -354,7 +354,7 @@ static const char json_checker[] =
     "import json, sys\n"
     "d = json.load(open(sys.argv[1]))\n"
     "names = sys.argv[2:]\n"
-    "assert list(d) == ['uptime_s', 'ops', 'errors', 'pool', 'namespace'], list(d)\n"
+    "assert list(d) == ['uptime_s', 'ops', 'errors', 'ioctl', 'pool', 'namespace'], list(d)\n"
     "assert isinstance(d['uptime_s'], float) and 0 <= d['uptime_s'] < 3600\n"
     "assert list(d['ops']) == names, list(d['ops'])\n"
     "for n, o in d['ops'].items():\n"
@@ -372,7 +372,22 @@ static const char json_checker[] =
     "assert d['errors'] == {'EIO': 1, 'EEXIST': 1, 'ENOSPC': 2, 'other': 1}, d['errors']\n"
     "assert d['pool'] == {'size': 1 << 30, 'used': 1 << 20, 'free': (1 << 30) - (1 << 20)}\n"
     "assert d['namespace'] == {'keys': 7, 'dirs': 3, 'open_handles': 2,\n"
-    "    'bytes': 123456789012, 'last_seq': 2**64 - 1}, d['namespace']\n";
+    "    'bytes': 123456789012, 'last_seq': 2**64 - 1}, d['namespace']\n"
+    "io = d['ioctl']\n"
+    "assert list(io) == ['regions', 'layouts', 'lookup', 'put', 'get', 'remove', 'stages',\n"
+    "    'key_errors'], list(io)\n"
+    "assert (io['regions'], io['layouts']) == (3, 1), io\n"
+    "g = io['get']\n"
+    "assert (g['calls'], g['keys'], g['failed_keys'], g['bytes']) == (2, 12, 2, 1 << 20), g\n"
+    "assert 2000000 <= g['lat_ns']['p50'] <= g['lat_ns']['p99'], g\n"
+    "assert io['lookup']['calls'] == io['put']['calls'] == io['remove']['calls'] == 0, io\n"
+    "assert list(io['stages']) == ['validate', 'index', 'copy_in', 'copy_out', 'ssd_read']\n"
+    "co = io['stages']['copy_out']\n"
+    "assert (co['batches'], co['total_ns']) == (2, 3000), co\n"
+    "assert 1000 <= co['p50'] <= co['p99'] and co['p99'] >= 2000, co\n"
+    "assert io['stages']['copy_in'] == {'batches': 0, 'total_ns': 0, 'p50': 0, 'p90': 0,\n"
+    "    'p99': 0}, io['stages']['copy_in']\n"
+    "assert io['key_errors'] == {'ENOENT': 1, 'EMSGSIZE': 1}, io['key_errors']\n";
 
 static void test_render_json(void **state)
 {
@@ -404,6 +419,17 @@ static void test_render_json(void **state)
 	kv_stats_op(&st, KV_OP_WRITE, now, 0, -ENOSPC);
 	kv_stats_op(&st, KV_OP_IOCTL, now, 0, -ENOSPC);
 	kv_stats_op(&st, KV_OP_OTHER, now, 0, -4095);
+	{
+		uint64_t ns[KV_STAGE__COUNT] = {[KV_STAGE_COPY_OUT] = 1000};
+
+		kv_stats_ioc(&st, KV_IOC_GET, now - 2000000, 4, 0, 1 << 19, ns);
+		ns[KV_STAGE_COPY_OUT] = 2000;
+		kv_stats_ioc(&st, KV_IOC_GET, now - 2000000, 8, 2, 1 << 19, ns);
+		kv_stats_key_error(&st, -ENOENT);
+		kv_stats_key_error(&st, -EMSGSIZE);
+		atomic_store(&st.ks_regions, 3);
+		atomic_store(&st.ks_layouts, 1);
+	}
 
 	assert_int_equal(kv_stats_render(&st, &g, &buf, &len), 0);
 	assert_non_null(buf);

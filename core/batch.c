@@ -1,0 +1,319 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * core/batch.c — one key of a batch ioctl as a store operation (see
+ * core/batch.h). Everything goes through the store's public API: names are
+ * walked with kv_store_lookup, values are built with kv_store_value_new and
+ * published with kv_store_publish, read with kv_store_read, removed with
+ * kv_store_unlink / kv_store_rmdir.
+ */
+#include "core/batch.h"
+
+#include <errno.h>
+#include <string.h>
+
+/* iovecs handed to km_copy at a time. */
+#define BATCH_IOV 64
+/* Passes over a directory that keeps being refilled before rm -rf gives up. */
+#define RMTREE_TRIES 4
+
+int kv_batch_name_check(const char *name, size_t len, bool at_root)
+{
+	size_t start = 0;
+
+	if (len == 0)
+		return -EINVAL;
+	if (len > KV_BATCH_PATH_MAX)
+		return -ENAMETOOLONG;
+	if (memchr(name, '\0', len))
+		return -EINVAL;
+	for (size_t i = 0; i <= len; i++) {
+		size_t n;
+
+		if (i < len && name[i] != '/')
+			continue;
+		n = i - start;
+		if (n == 0)
+			return -EINVAL;
+		if (n > KV_NAME_MAX)
+			return -ENAMETOOLONG;
+		if ((n == 1 && name[start] == '.') ||
+		    (n == 2 && name[start] == '.' && name[start + 1] == '.'))
+			return -EINVAL;
+		if (at_root && start == 0 && n == strlen(KV_RESERVED_NAME) &&
+		    !memcmp(name, KV_RESERVED_NAME, n))
+			return -EINVAL;
+		start = i + 1;
+	}
+	return 0;
+}
+
+static void add_ns(struct kv_batch *b, enum kv_stage s, uint64_t t0)
+{
+	b->kb_ns[s] += kv_now_ns() - t0;
+}
+
+/*
+ * Copies a checked name into path and walks its directories from kb_dir:
+ * sets *parent (a reference the caller drops) and *last (the last
+ * component, inside path). With mkdir, missing directories are created.
+ */
+static int walk(struct kv_batch *b, const char *name, size_t len, char *path, bool mkdir,
+		struct kv_inode **parent, const char **last)
+{
+	struct kv_store *st = b->kb_st;
+	struct kv_inode *dir = b->kb_dir, *c;
+	char *p = path, *slash;
+	struct kv_attr a;
+	int err;
+
+	err = kv_batch_name_check(name, len, dir == kv_store_root(st));
+	if (err)
+		return err;
+	memcpy(path, name, len);
+	path[len] = '\0';
+	kv_inode_get(dir);
+	while ((slash = strchr(p, '/'))) {
+		*slash = '\0';
+		err = kv_store_lookup(st, dir, p, &c, &a);
+		if (err == -ENOENT && mkdir) {
+			err = kv_store_mkdir(st, dir, p, 0755, &b->kb_cred, &c, &a);
+			if (err == -EEXIST) /* made meanwhile by someone else */
+				err = kv_store_lookup(st, dir, p, &c, &a);
+		}
+		kv_inode_put(dir);
+		if (err)
+			return err;
+		if (!kv_inode_is_dir(c)) {
+			kv_inode_put(c);
+			return -ENOTDIR;
+		}
+		dir = c;
+		p = slash + 1;
+	}
+	*parent = dir;
+	*last = p;
+	return 0;
+}
+
+static unsigned tier_flags(enum kv_tier_kind t)
+{
+	switch (t) {
+	case KV_TIER_DRAM:
+		return KV_BK_DRAM;
+	case KV_TIER_SSD:
+		return KV_BK_SSD;
+	case KV_TIER_BOTH:
+		return KV_BK_DRAM | KV_BK_SSD;
+	default:
+		return 0;
+	}
+}
+
+/* Finds the key (a reference in *out) and describes it in ki. */
+static int find(struct kv_batch *b, const char *name, size_t len, struct kv_key_info *ki,
+		struct kv_inode **out)
+{
+	char path[KV_BATCH_PATH_MAX + 1];
+	uint64_t t0 = kv_now_ns();
+	struct kv_inode *dir, *ino;
+	const char *last;
+	struct kv_attr a;
+	int err;
+
+	ki->kki_size = 0;
+	ki->kki_flags = 0;
+	err = walk(b, name, len, path, false, &dir, &last);
+	if (!err) {
+		err = kv_store_lookup(b->kb_st, dir, last, &ino, &a);
+		kv_inode_put(dir);
+	}
+	add_ns(b, KV_STAGE_INDEX, t0);
+	if (err)
+		return err;
+	ki->kki_flags = KV_BK_PRESENT;
+	if (kv_inode_is_dir(ino)) {
+		ki->kki_flags |= KV_BK_DIR;
+		kv_inode_put(ino);
+		return -EISDIR;
+	}
+	ki->kki_size = a.ka_size;
+	ki->kki_flags |= tier_flags(a.ka_tier);
+	if (a.ka_seq)
+		ki->kki_flags |= KV_BK_SEALED;
+	*out = ino;
+	return 0;
+}
+
+int64_t kv_batch_lookup(struct kv_batch *b, const char *name, size_t len, struct kv_key_info *ki)
+{
+	struct kv_inode *ino;
+	int err = find(b, name, len, ki, &ino);
+
+	if (err)
+		return err;
+	kv_inode_put(ino);
+	return (ki->kki_flags & KV_BK_SEALED) ? (int64_t)ki->kki_size : -EBUSY;
+}
+
+/* Copies m's bytes into the open object, BATCH_IOV extents at a time. */
+static int fill(struct kv_obj *obj, const struct kv_batch_mem *m)
+{
+	struct iovec iov[BATCH_IOV];
+	uint64_t off = 0, bytes;
+	int n, err = 0;
+
+	while (!err && off < m->km_len) {
+		n = kv_obj_iov(obj, off, m->km_len - off, iov, BATCH_IOV, &bytes);
+		err = m->km_copy(m->km_arg, true, off, iov, n);
+		off += bytes;
+	}
+	return err;
+}
+
+int64_t kv_batch_put(struct kv_batch *b, const char *name, size_t len, unsigned flags,
+		     const struct kv_batch_mem *m, struct kv_key_info *ki)
+{
+	char path[KV_BATCH_PATH_MAX + 1];
+	struct kv_inode *dir;
+	struct kv_obj *obj;
+	const char *last;
+	uint64_t t0 = kv_now_ns();
+	int err;
+
+	ki->kki_size = m->km_len;
+	ki->kki_flags = 0;
+	err = walk(b, name, len, path, flags & KV_BATCH_MKDIR, &dir, &last);
+	add_ns(b, KV_STAGE_INDEX, t0);
+	if (err)
+		return err;
+	t0 = kv_now_ns();
+	err = kv_store_value_new(b->kb_st, m->km_len, &obj);
+	if (!err) {
+		err = fill(obj, m);
+		if (err)
+			kv_obj_put(obj);
+	}
+	add_ns(b, KV_STAGE_COPY_IN, t0);
+	if (err)
+		goto out_dir;
+	t0 = kv_now_ns();
+	err = kv_store_publish(b->kb_st, dir, last, obj, &b->kb_cred, flags & KV_BATCH_NOREPLACE);
+	add_ns(b, KV_STAGE_INDEX, t0);
+	if (err == 1 && b->kb_changed)
+		b->kb_changed(b->kb_arg, dir, last);
+	if (err >= 0)
+		ki->kki_flags = KV_BK_PRESENT | KV_BK_SEALED | KV_BK_DRAM;
+out_dir:
+	kv_inode_put(dir);
+	return err < 0 ? err : (int64_t)m->km_len;
+}
+
+int64_t kv_batch_get(struct kv_batch *b, const char *name, size_t len, const struct kv_batch_mem *m,
+		     struct kv_key_info *ki)
+{
+	struct iovec iov[BATCH_IOV];
+	struct kv_read_guard guard;
+	struct kv_inode *ino;
+	uint64_t t0, off, bytes, size;
+	int n, err;
+
+	err = find(b, name, len, ki, &ino);
+	if (err)
+		return err;
+	t0 = kv_now_ns();
+	n = kv_store_read(b->kb_st, ino, 0, UINT64_MAX, iov, BATCH_IOV, &bytes, &guard);
+	if (n < 0) {
+		kv_inode_put(ino);
+		return n;
+	}
+	add_ns(b, guard.krg_buf ? KV_STAGE_SSD_READ : KV_STAGE_INDEX, t0);
+	/* The version pinned now decides: the DRAM object's size, or the SSD read's. */
+	size = guard.krg_obj ? guard.krg_obj->ko_size : bytes;
+	ki->kki_size = size;
+	ki->kki_flags &= ~(unsigned)(KV_BK_DRAM | KV_BK_SSD);
+	ki->kki_flags |= guard.krg_buf ? KV_BK_SSD : KV_BK_DRAM;
+	if (guard.krg_locked)
+		err = -EBUSY;
+	else if (size != m->km_len)
+		err = -EMSGSIZE;
+	t0 = kv_now_ns();
+	for (off = 0; !err && off < size; off += bytes) {
+		if (off)
+			n = kv_obj_iov(guard.krg_obj, off, size - off, iov, BATCH_IOV, &bytes);
+		err = m->km_copy(m->km_arg, false, off, iov, n);
+	}
+	add_ns(b, KV_STAGE_COPY_OUT, t0);
+	kv_read_done(&guard);
+	kv_inode_put(ino);
+	return err ? err : (int64_t)size;
+}
+
+/* Removes dir/name and everything below it; returns the keys removed or -errno. */
+static int64_t rm_tree(struct kv_batch *b, struct kv_inode *dir, const char *name)
+{
+	struct kv_store *st = b->kb_st;
+	struct kv_dir_snap snap;
+	struct kv_inode *c;
+	struct kv_attr a;
+	int64_t keys = 0, r;
+	int err;
+
+	err = kv_store_lookup(st, dir, name, &c, &a);
+	if (err)
+		return err;
+	if (!kv_inode_is_dir(c)) {
+		kv_inode_put(c);
+		err = kv_store_unlink(st, dir, name);
+		return err ? err : 1;
+	}
+	for (int pass = 0; pass < RMTREE_TRIES; pass++) {
+		err = kv_store_readdir(st, c, &snap);
+		if (err)
+			break;
+		for (uint32_t i = 0; i < snap.kds_count; i++) {
+			r = rm_tree(b, c, snap.kds_ent[i].kde_name);
+			if (r > 0)
+				keys += r;
+		}
+		kv_dir_snap_free(&snap);
+		err = kv_store_rmdir(st, dir, name);
+		if (err != -ENOTEMPTY)
+			break;
+	}
+	kv_inode_put(c);
+	return err && err != -ENOENT ? err : keys;
+}
+
+int64_t kv_batch_remove(struct kv_batch *b, const char *name, size_t len, bool recursive)
+{
+	char path[KV_BATCH_PATH_MAX + 1];
+	struct kv_key_info ki;
+	struct kv_inode *dir, *ino;
+	const char *last;
+	uint64_t t0;
+	int64_t r;
+	int err;
+
+	err = find(b, name, len, &ki, &ino);
+	if (err == -EISDIR && !recursive)
+		return err;
+	if (err && err != -EISDIR)
+		return err;
+	if (!err)
+		kv_inode_put(ino);
+	t0 = kv_now_ns();
+	err = walk(b, name, len, path, false, &dir, &last);
+	if (err)
+		return err;
+	if (ki.kki_flags & KV_BK_DIR) {
+		r = rm_tree(b, dir, last);
+	} else {
+		err = kv_store_unlink(b->kb_st, dir, last);
+		r = err ? err : 1;
+	}
+	add_ns(b, KV_STAGE_INDEX, t0);
+	if (r >= 0 && b->kb_changed)
+		b->kb_changed(b->kb_arg, dir, last);
+	kv_inode_put(dir);
+	return r;
+}

@@ -1,0 +1,112 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * core/batch.h — the store operations behind the batch ioctls: lookup,
+ * put, get and remove of one key named by a relative path, with the
+ * value's bytes moved through a caller-supplied copier instead of a
+ * buffer. fs/ioctl.c decodes a batch and calls these once per key.
+ *
+ * The contract, per key:
+ *   lookup  counts sealed values only: a key still being written is -EBUSY.
+ *   put     builds the whole value in unnamed pool memory, then publishes
+ *           it as a rename over the name would (kv_store_publish): nobody
+ *           sees the key, or its new bytes, before the copy is complete.
+ *   get     pins one sealed version (a DRAM object reference, or one read
+ *           of the SSD record) and copies only from it: never a mix of two
+ *           versions. The value's size must equal the memory's length.
+ *   remove  is unlink, or rm -rf of a directory with `recursive`.
+ *
+ * Names are paths relative to kb_dir: components of 1..KV_NAME_MAX bytes
+ * separated by single '/', no "." or "..", no NUL, at most
+ * KV_BATCH_PATH_MAX bytes, and not the reserved name as the first
+ * component at the root. Parents must be directories and exist (a put may
+ * create them).
+ *
+ * Locks: none of its own. Each call takes the store's locks through the
+ * store's API, one key at a time, and calls km_copy with no store lock
+ * held; kb_changed is called with none held either.
+ */
+#ifndef KVFS_CORE_BATCH_H
+#define KVFS_CORE_BATCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "core/stats.h"
+#include "core/store.h"
+
+#define KV_BATCH_PATH_MAX 1024
+
+/* What the batch learnt about a key (kki_flags). */
+enum {
+	KV_BK_PRESENT = 1 << 0,
+	KV_BK_SEALED = 1 << 1,
+	KV_BK_DIR = 1 << 2,
+	KV_BK_DRAM = 1 << 3,
+	KV_BK_SSD = 1 << 4,
+};
+
+struct kv_key_info {
+	uint64_t kki_size; /* the value's size, when known */
+	unsigned kki_flags;
+};
+
+/* Put flags. */
+enum {
+	KV_BATCH_NOREPLACE = 1 << 0, /* an existing key fails with -EEXIST */
+	KV_BATCH_MKDIR = 1 << 1,     /* create missing parent directories */
+};
+
+/*
+ * A key's memory outside the store: km_len bytes, reached through km_copy,
+ * which copies between its bytes [off, off + total of iov) and the daemon
+ * memory iov: into iov when to_store, else from iov. Returns 0 or -errno.
+ */
+struct kv_batch_mem {
+	uint64_t km_len;
+	int (*km_copy)(void *arg, bool to_store, uint64_t off, const struct iovec *iov, int n);
+	void *km_arg;
+};
+
+/* One batch's context: where names start, who asks, and where time went. */
+struct kv_batch {
+	struct kv_store *kb_st;
+	struct kv_inode *kb_dir;	 /* a directory; the caller holds a reference */
+	struct kv_cred kb_cred;		 /* owner of what a put creates */
+	uint64_t kb_ns[KV_STAGE__COUNT]; /* accumulated per stage, in ns */
+	/* A name in dir was replaced or removed (drop cached entries); may be NULL. */
+	void (*kb_changed)(void *arg, struct kv_inode *dir, const char *name);
+	void *kb_arg;
+};
+
+/* Checks a name (len bytes, not NUL-terminated). Returns 0, -EINVAL or -ENAMETOOLONG. */
+int kv_batch_name_check(const char *name, size_t len, bool at_root);
+
+/* Returns the value's size, or -ENOENT, -EBUSY (still being written), -EISDIR, -ENOTDIR. */
+int64_t kv_batch_lookup(struct kv_batch *b, const char *name, size_t len, struct kv_key_info *ki);
+
+/*
+ * Stores m's km_len bytes (> 0) as the key's new value. flags: KV_BATCH_*.
+ * Returns the bytes stored, or -ENOSPC, -EEXIST, -EISDIR, -ENOENT,
+ * -ENOTDIR, or km_copy's error.
+ */
+int64_t kv_batch_put(struct kv_batch *b, const char *name, size_t len, unsigned flags,
+		     const struct kv_batch_mem *m, struct kv_key_info *ki);
+
+/*
+ * Copies the key's sealed value into m. Returns the bytes copied, or
+ * -ENOENT, -EBUSY, -EISDIR, -EMSGSIZE (ki->kki_size differs from
+ * m->km_len), -EIO, or km_copy's error.
+ */
+int64_t kv_batch_get(struct kv_batch *b, const char *name, size_t len, const struct kv_batch_mem *m,
+		     struct kv_key_info *ki);
+
+/*
+ * Removes a key, or with recursive a directory and all below it. Returns
+ * the number of keys removed, or -ENOENT, -EISDIR (a directory without
+ * recursive), -ENOTEMPTY (a directory kept filling while it was emptied).
+ */
+int64_t kv_batch_remove(struct kv_batch *b, const char *name, size_t len, bool recursive);
+
+#endif

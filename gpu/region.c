@@ -1,0 +1,480 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * gpu/region.c — the table of regions and layouts (see gpu/region.h).
+ *
+ * Ids. The table has KV_REGION_SLOTS slots for regions and as many for
+ * layouts; an id is (generation << SLOT_BITS) | slot, and a slot's
+ * generation grows each time it is reused, so a stale id names nothing
+ * (-EBADF) instead of someone else's new region. Finding an id is one
+ * array index.
+ */
+#include "gpu/region.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define SLOT_BITS	12
+#define KV_REGION_SLOTS (1u << SLOT_BITS)
+#define GEN_MAX		((UINT32_MAX >> SLOT_BITS) - 1)
+/* Pieces of daemon memory handed to one ro_copy call. */
+#define COPY_IOV 64
+
+struct kv_lseg {
+	struct kv_region *ls_region;
+	uint64_t ls_base, ls_stride, ls_len;
+};
+
+struct kv_layout {
+	uint32_t ly_id;	 /* immutable */
+	pid_t ly_owner;	 /* immutable */
+	uint64_t ly_tag; /* immutable */
+	uint64_t ly_nblocks;
+	uint64_t ly_block_len;
+	uint32_t ly_nsegs;
+	struct kv_lseg ly_segs[];
+};
+
+struct kv_region_table {
+	pthread_rwlock_t rt_lock; /* guards everything below */
+	struct kv_region *rt_region[KV_REGION_SLOTS];
+	struct kv_layout *rt_layout[KV_REGION_SLOTS];
+	uint32_t rt_rgen[KV_REGION_SLOTS], rt_lgen[KV_REGION_SLOTS];
+	uint32_t rt_nregions, rt_nlayouts;
+	uint32_t rt_rnext, rt_lnext; /* where the next free-slot search starts */
+};
+
+const struct kv_region_ops *kv_region_ops_of(uint32_t kind)
+{
+	switch (kind) {
+	case KVFS_REGION_HOST_SHM:
+		return &kv_host_shm_ops;
+	case KVFS_REGION_HOST_PROC:
+		return &kv_host_proc_ops;
+	default:
+		return NULL;
+	}
+}
+
+uint32_t kv_region_kinds(void)
+{
+	return 1u << KVFS_REGION_HOST_SHM | 1u << KVFS_REGION_HOST_PROC;
+}
+
+int kv_region_table_create(struct kv_region_table **out)
+{
+	struct kv_region_table *t = calloc(1, sizeof(*t));
+	pthread_rwlockattr_t attr;
+	int err;
+
+	if (!t)
+		return -ENOMEM;
+	pthread_rwlockattr_init(&attr);
+	/* A batch holds the lock shared for long: registrations must not starve. */
+	pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	err = -pthread_rwlock_init(&t->rt_lock, &attr);
+	pthread_rwlockattr_destroy(&attr);
+	if (err) {
+		free(t);
+		return err;
+	}
+	*out = t;
+	return 0;
+}
+
+static uint32_t slot_of(uint32_t id)
+{
+	return id & (KV_REGION_SLOTS - 1);
+}
+
+/* A free slot and its next id, or -ENOSPC (rt_lock exclusive). */
+static int slot_alloc(void *const *slots, uint32_t *gen, uint32_t *next, uint32_t *id)
+{
+	for (uint32_t i = 0; i < KV_REGION_SLOTS; i++) {
+		uint32_t s = (*next + i) & (KV_REGION_SLOTS - 1);
+
+		if (slots[s])
+			continue;
+		gen[s] = gen[s] >= GEN_MAX ? 1 : gen[s] + 1;
+		*id = gen[s] << SLOT_BITS | s;
+		*next = s + 1;
+		return 0;
+	}
+	return -ENOSPC;
+}
+
+static struct kv_region *region_find(struct kv_region_table *t, uint32_t id)
+{
+	struct kv_region *r = t->rt_region[slot_of(id)];
+
+	return r && r->rg_id == id ? r : NULL;
+}
+
+static struct kv_layout *layout_find(struct kv_region_table *t, uint32_t id)
+{
+	struct kv_layout *l = t->rt_layout[slot_of(id)];
+
+	return l && l->ly_id == id ? l : NULL;
+}
+
+static void layout_free(struct kv_region_table *t, struct kv_layout *l)
+{
+	for (uint32_t i = 0; i < l->ly_nsegs; i++)
+		l->ly_segs[i].ls_region->rg_users--;
+	t->rt_layout[slot_of(l->ly_id)] = NULL;
+	t->rt_nlayouts--;
+	free(l);
+}
+
+static bool layout_uses(const struct kv_layout *l, const struct kv_region *r)
+{
+	for (uint32_t i = 0; i < l->ly_nsegs; i++)
+		if (l->ly_segs[i].ls_region == r)
+			return true;
+	return false;
+}
+
+/* Frees a region and every layout over it (rt_lock exclusive). */
+static void region_free(struct kv_region_table *t, struct kv_region *r)
+{
+	for (uint32_t s = 0; r->rg_users && s < KV_REGION_SLOTS; s++)
+		if (t->rt_layout[s] && layout_uses(t->rt_layout[s], r))
+			layout_free(t, t->rt_layout[s]);
+	t->rt_region[slot_of(r->rg_id)] = NULL;
+	t->rt_nregions--;
+	r->rg_ops->ro_close(r);
+	if (r->rg_pidfd >= 0)
+		close(r->rg_pidfd);
+	free(r);
+}
+
+void kv_region_table_destroy(struct kv_region_table *t)
+{
+	for (uint32_t s = 0; s < KV_REGION_SLOTS; s++)
+		if (t->rt_region[s])
+			region_free(t, t->rt_region[s]);
+	pthread_rwlock_destroy(&t->rt_lock);
+	free(t);
+}
+
+/* True once the process behind a pidfd has exited. */
+static bool pidfd_exited(int pidfd)
+{
+	struct pollfd p = {.fd = pidfd, .events = POLLIN};
+
+	return pidfd >= 0 && poll(&p, 1, 0) > 0;
+}
+
+static void reap_locked(struct kv_region_table *t)
+{
+	for (uint32_t s = 0; t->rt_nregions && s < KV_REGION_SLOTS; s++)
+		if (t->rt_region[s] && pidfd_exited(t->rt_region[s]->rg_pidfd))
+			region_free(t, t->rt_region[s]);
+}
+
+void kv_region_reap(struct kv_region_table *t)
+{
+	pthread_rwlock_wrlock(&t->rt_lock);
+	reap_locked(t);
+	pthread_rwlock_unlock(&t->rt_lock);
+}
+
+static uint32_t owned_regions(struct kv_region_table *t, pid_t tgid)
+{
+	uint32_t n = 0;
+
+	for (uint32_t s = 0; s < KV_REGION_SLOTS; s++)
+		n += t->rt_region[s] && t->rt_region[s]->rg_owner == tgid;
+	return n;
+}
+
+static uint32_t owned_layouts(struct kv_region_table *t, pid_t tgid)
+{
+	uint32_t n = 0;
+
+	for (uint32_t s = 0; s < KV_REGION_SLOTS; s++)
+		n += t->rt_layout[s] && t->rt_layout[s]->ly_owner == tgid;
+	return n;
+}
+
+int kv_region_register(struct kv_region_table *t, const struct kv_caller *c,
+		       const struct kv_region_desc *d, uint32_t *id)
+{
+	const struct kv_region_ops *ops = kv_region_ops_of(d->rd_kind);
+	struct kv_region *r;
+	int err;
+
+	if (d->rd_kind < KVFS_REGION_HOST_SHM || d->rd_kind > KVFS_REGION_CUDA_VMM ||
+	    d->rd_length == 0)
+		return -EINVAL;
+	if (!ops)
+		return -EOPNOTSUPP;
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	r->rg_kind = d->rd_kind;
+	r->rg_owner = c->kc_tgid;
+	r->rg_tag = c->kc_tag;
+	r->rg_len = d->rd_length;
+	r->rg_ops = ops;
+	r->rg_pidfd = (int)syscall(SYS_pidfd_open, c->kc_tgid, 0);
+	if (r->rg_pidfd < 0) {
+		err = -errno;
+		goto out_free;
+	}
+	/* Mapping and probing happen outside the table's lock. */
+	err = ops->ro_open(r, d, c);
+	if (err)
+		goto out_pidfd;
+	pthread_rwlock_wrlock(&t->rt_lock);
+	reap_locked(t);
+	err = owned_regions(t, c->kc_tgid) >= KVFS_MAX_REGIONS ? -EMFILE : 0;
+	if (!err)
+		err = slot_alloc((void *const *)t->rt_region, t->rt_rgen, &t->rt_rnext, &r->rg_id);
+	if (!err) {
+		t->rt_region[slot_of(r->rg_id)] = r;
+		t->rt_nregions++;
+		*id = r->rg_id;
+	}
+	pthread_rwlock_unlock(&t->rt_lock);
+	if (!err)
+		return 0;
+	ops->ro_close(r);
+out_pidfd:
+	close(r->rg_pidfd);
+out_free:
+	free(r);
+	return err;
+}
+
+int kv_region_unregister(struct kv_region_table *t, const struct kv_caller *c, uint32_t id)
+{
+	struct kv_region *r;
+	int err = 0;
+
+	pthread_rwlock_wrlock(&t->rt_lock);
+	r = region_find(t, id);
+	if (!r)
+		err = -EBADF;
+	else if (r->rg_owner != c->kc_tgid)
+		err = -EPERM;
+	else if (r->rg_users)
+		err = -EBUSY;
+	else
+		region_free(t, r);
+	pthread_rwlock_unlock(&t->rt_lock);
+	return err;
+}
+
+/* Checks one segment against its region; sets *nblocks for it. */
+static int seg_check(struct kv_region_table *t, const struct kv_caller *c,
+		     const struct kvfs_ioc_seg *s, struct kv_lseg *out, uint64_t *nblocks)
+{
+	struct kv_region *r;
+	uint64_t end;
+
+	if (s->sg_pad || s->sg_length == 0)
+		return -EINVAL;
+	r = region_find(t, s->sg_region);
+	if (!r)
+		return -EBADF;
+	if (r->rg_owner != c->kc_tgid)
+		return -EPERM;
+	if (__builtin_add_overflow(s->sg_base, s->sg_length, &end) || end > r->rg_len)
+		return -EFAULT;
+	*nblocks = s->sg_stride ? (r->rg_len - end) / s->sg_stride + 1 : UINT64_MAX;
+	*out = (struct kv_lseg){r, s->sg_base, s->sg_stride, s->sg_length};
+	return 0;
+}
+
+int kv_layout_register(struct kv_region_table *t, const struct kv_caller *c,
+		       const struct kvfs_ioc_seg *segs, uint32_t nsegs, uint32_t *id,
+		       uint64_t *block_len, uint64_t *nblocks)
+{
+	struct kv_layout *l;
+	int err = 0;
+
+	if (nsegs == 0 || nsegs > KVFS_LAYOUT_MAX_SEGS)
+		return -EINVAL;
+	l = calloc(1, sizeof(*l) + nsegs * sizeof(l->ly_segs[0]));
+	if (!l)
+		return -ENOMEM;
+	l->ly_owner = c->kc_tgid;
+	l->ly_tag = c->kc_tag;
+	l->ly_nsegs = nsegs;
+	l->ly_nblocks = UINT64_MAX;
+	pthread_rwlock_wrlock(&t->rt_lock);
+	for (uint32_t i = 0; !err && i < nsegs; i++) {
+		uint64_t n;
+
+		err = seg_check(t, c, &segs[i], &l->ly_segs[i], &n);
+		if (!err &&
+		    __builtin_add_overflow(l->ly_block_len, segs[i].sg_length, &l->ly_block_len))
+			err = -EFAULT;
+		if (!err && n < l->ly_nblocks)
+			l->ly_nblocks = n;
+	}
+	if (!err && owned_layouts(t, c->kc_tgid) >= KVFS_MAX_LAYOUTS)
+		err = -EMFILE;
+	if (!err)
+		err = slot_alloc((void *const *)t->rt_layout, t->rt_lgen, &t->rt_lnext, &l->ly_id);
+	if (!err) {
+		for (uint32_t i = 0; i < nsegs; i++)
+			l->ly_segs[i].ls_region->rg_users++;
+		t->rt_layout[slot_of(l->ly_id)] = l;
+		t->rt_nlayouts++;
+		*id = l->ly_id;
+		*block_len = l->ly_block_len;
+		*nblocks = l->ly_nblocks;
+	}
+	pthread_rwlock_unlock(&t->rt_lock);
+	if (err)
+		free(l);
+	return err;
+}
+
+int kv_layout_unregister(struct kv_region_table *t, const struct kv_caller *c, uint32_t id)
+{
+	struct kv_layout *l;
+	int err = 0;
+
+	pthread_rwlock_wrlock(&t->rt_lock);
+	l = layout_find(t, id);
+	if (!l)
+		err = -EBADF;
+	else if (l->ly_owner != c->kc_tgid)
+		err = -EPERM;
+	else
+		layout_free(t, l);
+	pthread_rwlock_unlock(&t->rt_lock);
+	return err;
+}
+
+unsigned kv_region_release_tag(struct kv_region_table *t, uint64_t tag)
+{
+	unsigned n = 0;
+
+	pthread_rwlock_wrlock(&t->rt_lock);
+	for (uint32_t s = 0; t->rt_nlayouts && s < KV_REGION_SLOTS; s++)
+		if (t->rt_layout[s] && t->rt_layout[s]->ly_tag == tag) {
+			layout_free(t, t->rt_layout[s]);
+			n++;
+		}
+	for (uint32_t s = 0; t->rt_nregions && s < KV_REGION_SLOTS; s++)
+		if (t->rt_region[s] && t->rt_region[s]->rg_tag == tag) {
+			region_free(t, t->rt_region[s]);
+			n++;
+		}
+	pthread_rwlock_unlock(&t->rt_lock);
+	return n;
+}
+
+void kv_region_counts(struct kv_region_table *t, uint64_t *regions, uint64_t *layouts)
+{
+	pthread_rwlock_rdlock(&t->rt_lock);
+	*regions = t->rt_nregions;
+	*layouts = t->rt_nlayouts;
+	pthread_rwlock_unlock(&t->rt_lock);
+}
+
+void kv_region_begin(struct kv_region_table *t)
+{
+	pthread_rwlock_rdlock(&t->rt_lock);
+}
+
+void kv_region_end(struct kv_region_table *t)
+{
+	pthread_rwlock_unlock(&t->rt_lock);
+}
+
+int kv_region_span(struct kv_region_table *t, pid_t tgid, uint32_t id, uint64_t off, uint64_t len,
+		   struct kv_span *out)
+{
+	struct kv_region *r = region_find(t, id);
+	uint64_t end;
+
+	if (!r)
+		return -EBADF;
+	if (r->rg_owner != tgid)
+		return -EPERM;
+	if (len == 0)
+		return -EINVAL;
+	if (__builtin_add_overflow(off, len, &end) || end > r->rg_len)
+		return -EFAULT;
+	*out = (struct kv_span){r, off, len};
+	return 0;
+}
+
+int kv_layout_spans(struct kv_region_table *t, pid_t tgid, uint32_t id, uint64_t block,
+		    struct kv_span *out, uint64_t *total)
+{
+	struct kv_layout *l = layout_find(t, id);
+
+	if (!l)
+		return -EBADF;
+	if (l->ly_owner != tgid)
+		return -EPERM;
+	if (block >= l->ly_nblocks)
+		return -EFAULT;
+	/* block < ly_nblocks: base + block * stride + len lies inside each region. */
+	for (uint32_t i = 0; i < l->ly_nsegs; i++) {
+		const struct kv_lseg *s = &l->ly_segs[i];
+
+		out[i] =
+		    (struct kv_span){s->ls_region, s->ls_base + block * s->ls_stride, s->ls_len};
+	}
+	*total = l->ly_block_len;
+	return (int)l->ly_nsegs;
+}
+
+/*
+ * Walks the spans and the daemon's iov side by side: for each span that
+ * overlaps [off, off + total), gathers the iov pieces covering the overlap
+ * (at most COPY_IOV per call) and hands them to the span's backend.
+ */
+int kv_span_copy(const struct kv_span *sp, int nsp, bool to_region, uint64_t off,
+		 const struct iovec *iov, int niov)
+{
+	struct iovec piece[COPY_IOV];
+	uint64_t start = 0, cur = off, end = off, ioff = 0;
+	int i = 0, err = 0;
+
+	for (int k = 0; k < niov; k++)
+		end += iov[k].iov_len;
+	for (int s = 0; !err && s < nsp && cur < end; s++) {
+		uint64_t s_end = start + sp[s].sp_len;
+
+		while (!err && cur < s_end && cur < end) {
+			uint64_t roff = sp[s].sp_off + (cur - start), got = 0;
+			uint64_t want = (s_end < end ? s_end : end) - cur;
+			int n = 0;
+
+			while (got < want && n < COPY_IOV) {
+				uint64_t m = iov[i].iov_len - ioff;
+
+				if (m > want - got)
+					m = want - got;
+				piece[n].iov_base = (char *)iov[i].iov_base + ioff;
+				piece[n++].iov_len = m;
+				got += m;
+				ioff += m;
+				if (ioff == iov[i].iov_len) {
+					i++;
+					ioff = 0;
+				}
+			}
+			err = sp[s].sp_region->rg_ops->ro_copy(sp[s].sp_region, to_region, roff,
+							       piece, n);
+			cur += got;
+		}
+		start = s_end;
+	}
+	for (int s = 0; !err && s < nsp; s++)
+		if (sp[s].sp_region->rg_ops->ro_sync)
+			err = sp[s].sp_region->rg_ops->ro_sync(sp[s].sp_region);
+	return err;
+}

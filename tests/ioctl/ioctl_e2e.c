@@ -1,0 +1,501 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tests/ioctl/ioctl_e2e.c — the ioctl path end to end, with raw ioctls.
+ *
+ *   ioctl_e2e e2e DIR        regions, layouts, put/lookup/get/remove, read()
+ *                            and write() cross-checks, per-key errors
+ *   ioctl_e2e atomic DIR     lookups and gets racing puts of the same keys
+ *   ioctl_e2e isolation DIR  a second process naming the first's regions
+ *   ioctl_e2e hold DIR       registers regions, prints "ready", then puts
+ *                            forever (killed by the test mid-batch)
+ *   ioctl_e2e fuzz DIR N SEED
+ *                            N random and adversarial ioctls (tests/ioctl/fuzz.c)
+ *
+ * DIR is a directory inside a kvfs mount. Exit status 0 when every check
+ * held; a failed check prints where and exits 1. Lines "key=value" on
+ * stdout report what the Python driver (tests/integration/test_ioctl.py)
+ * checks against the daemon's statistics.
+ */
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "ioc_util.h"
+
+#define NSEG   64
+#define NBLK   512
+#define PERBAT 100
+
+int fuzz_main(int dirfd, const char *dir, long n, unsigned long seed);
+
+/* A layout as the test knows it: each segment's memory in this process. */
+struct tlayout {
+	uint32_t id;
+	uint64_t block_len;
+	struct kvfs_ioc_seg seg[NSEG];
+	char *base[NSEG]; /* the segment's region, mapped (or owned) here */
+};
+
+static uint32_t seg_len(int i)
+{
+	return 256u * (1u + (uint32_t)(i * 7) % 8u);
+}
+
+/*
+ * Lays NSEG segments over nr regions (segment i on region i % nr), blocks
+ * packed one after the other in each region. Sets the regions' sizes.
+ */
+static void plan(struct tlayout *l, int nr, uint64_t stride[])
+{
+	memset(stride, 0, sizeof(uint64_t) * (size_t)nr);
+	l->block_len = 0;
+	for (int i = 0; i < NSEG; i++) {
+		int r = i % nr;
+
+		l->seg[i] = (struct kvfs_ioc_seg){.sg_base = stride[r], .sg_length = seg_len(i)};
+		stride[r] += seg_len(i);
+		l->block_len += seg_len(i);
+	}
+	for (int i = 0; i < NSEG; i++)
+		l->seg[i].sg_stride = stride[i % nr];
+}
+
+/* Copies block b of a layout out of this process's view of its regions. */
+static void gather(const struct tlayout *l, uint64_t b, char *out)
+{
+	for (int i = 0; i < NSEG; i++) {
+		memcpy(out, l->base[i] + l->seg[i].sg_base + b * l->seg[i].sg_stride,
+		       l->seg[i].sg_length);
+		out += l->seg[i].sg_length;
+	}
+}
+
+static struct kvfs_ioc_batch *batch_new(void)
+{
+	struct kvfs_ioc_batch *bt = malloc(sizeof(*bt));
+
+	CHECK(bt, "out of memory");
+	return bt;
+}
+
+/* Puts (or gets) blocks [first, first + n) as keys e2e/blkNNNN through layout l. */
+static void put_get_blocks(int dirfd, unsigned long cmd, const struct tlayout *l, int first, int n,
+			   uint32_t flags)
+{
+	struct kvfs_ioc_batch *bt = batch_new();
+	struct bt_build b;
+	char name[64];
+
+	for (int done = 0; done < n; done += PERBAT) {
+		int m = n - done < PERBAT ? n - done : PERBAT;
+
+		bt_init(&b, bt, (uint32_t)m, 1000 + (uint64_t)done, flags);
+		for (int i = 0; i < m; i++) {
+			snprintf(name, sizeof(name), "e2e/blk%04d", first + done + i);
+			CHECK(bt_add(&b, name, l->id, (uint64_t)(first + done + i), NULL, 0) == i,
+			      "batch full at %d", i);
+		}
+		CHECK(ioc(dirfd, cmd, bt) == 0, "batch ioctl: %s", strerror(errno));
+		CHECK(bt->bt_ok == (uint32_t)m && bt->bt_prefix == (uint32_t)m,
+		      "ok %u prefix %u of %d", bt->bt_ok, bt->bt_prefix, m);
+		CHECK(bt->bt_bytes == (uint64_t)m * l->block_len, "bytes %llu",
+		      (unsigned long long)bt->bt_bytes);
+		for (int i = 0; i < m; i++)
+			CHECK(bt_key(bt, (uint32_t)i).ik_result == (int64_t)l->block_len,
+			      "key %d: %lld", i, (long long)bt_key(bt, (uint32_t)i).ik_result);
+	}
+	free(bt);
+}
+
+/* Reads a whole file with read(); returns its size (buf holds cap bytes). */
+static ssize_t read_whole(const char *dir, const char *name, char *buf, size_t cap)
+{
+	char path[4096];
+	ssize_t n, got = 0;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return -errno;
+	while ((n = read(fd, buf + got, cap - (size_t)got)) > 0)
+		got += n;
+	close(fd);
+	return n < 0 ? -errno : got;
+}
+
+static void write_whole(const char *dir, const char *name, const char *buf, size_t len)
+{
+	char path[4096];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	CHECK(fd >= 0, "open %s: %s", path, strerror(errno));
+	CHECK(write(fd, buf, len) == (ssize_t)len, "write %s", path);
+	CHECK(close(fd) == 0, "close");
+}
+
+/* One batch of a single kind with the given names; returns the batch (caller frees). */
+static struct kvfs_ioc_batch *run_names(int dirfd, unsigned long cmd, uint32_t flags,
+					const char *const *names, int n)
+{
+	struct kvfs_ioc_batch *bt = batch_new();
+	struct bt_build b;
+
+	bt_init(&b, bt, (uint32_t)n, 7, flags);
+	for (int i = 0; i < n; i++)
+		CHECK(bt_add(&b, names[i], 0, 0, NULL, 0) == i, "add %s", names[i]);
+	CHECK(ioc(dirfd, cmd, bt) == 0, "batch: %s", strerror(errno));
+	return bt;
+}
+
+struct e2e {
+	const char *dir;
+	int dirfd;
+	char shm[4][64];
+	char *a, *b, *c, *p, *q; /* src: a, b (shm), p (proc); dst: c (shm), q (proc) */
+	uint32_t ra, rb, rc, rp, rq;
+	struct tlayout src, dst;
+	char *want, *got;
+};
+
+static void e2e_regions(struct e2e *e)
+{
+	uint64_t ss[3], ds[2], nblocks;
+
+	plan(&e->src, 3, ss);
+	plan(&e->dst, 2, ds);
+	for (int i = 0; i < 3; i++)
+		snprintf(e->shm[i], sizeof(e->shm[i]), "/kvfs-e2e-%d-%d", (int)getpid(), i);
+	e->a = shm_make(e->shm[0], ss[0] * NBLK);
+	e->b = shm_make(e->shm[1], ss[1] * NBLK);
+	e->c = shm_make(e->shm[2], ds[0] * NBLK);
+	e->p = aligned_alloc(4096, (ss[2] * NBLK + 4095) / 4096 * 4096);
+	e->q = aligned_alloc(4096, (ds[1] * NBLK + 4095) / 4096 * 4096);
+	CHECK(e->p && e->q, "out of memory");
+	fill_rand(e->a, ss[0] * NBLK, 1);
+	fill_rand(e->b, ss[1] * NBLK, 2);
+	fill_rand(e->p, ss[2] * NBLK, 3);
+	CHECK(reg_shm(e->dirfd, e->shm[0], 0, ss[0] * NBLK, &e->ra) == 0, "reg a: %s",
+	      strerror(errno));
+	CHECK(reg_shm(e->dirfd, e->shm[1], 0, ss[1] * NBLK, &e->rb) == 0, "reg b");
+	CHECK(reg_shm(e->dirfd, e->shm[2], 0, ds[0] * NBLK, &e->rc) == 0, "reg c");
+	CHECK(reg_proc(e->dirfd, e->p, ss[2] * NBLK, &e->rp) == 0, "reg p: %s", strerror(errno));
+	CHECK(reg_proc(e->dirfd, e->q, ds[1] * NBLK, &e->rq) == 0, "reg q: %s", strerror(errno));
+	for (int i = 0; i < NSEG; i++) {
+		uint32_t sr[3] = {e->ra, e->rb, e->rp}, dr[2] = {e->rc, e->rq};
+		char *sb[3] = {e->a, e->b, e->p}, *db[2] = {e->c, e->q};
+
+		e->src.seg[i].sg_region = sr[i % 3];
+		e->src.base[i] = sb[i % 3];
+		e->dst.seg[i].sg_region = dr[i % 2];
+		e->dst.base[i] = db[i % 2];
+	}
+	CHECK(reg_layout(e->dirfd, e->src.seg, NSEG, &e->src.id, &e->src.block_len, &nblocks) == 0,
+	      "src layout: %s", strerror(errno));
+	CHECK(nblocks == NBLK, "src nblocks %llu", (unsigned long long)nblocks);
+	CHECK(reg_layout(e->dirfd, e->dst.seg, NSEG, &e->dst.id, &e->dst.block_len, &nblocks) == 0,
+	      "dst layout");
+	CHECK(nblocks == NBLK && e->dst.block_len == e->src.block_len, "dst layout shape");
+	e->want = malloc(e->src.block_len * 2);
+	e->got = malloc(e->src.block_len * 2);
+	CHECK(e->want && e->got, "out of memory");
+}
+
+/* Lookup with hits, a miss in the middle, a directory, and the prefix count. */
+static void e2e_lookup(struct e2e *e)
+{
+	static char names[302][32];
+	const char *np[302];
+	struct kvfs_ioc_batch *bt;
+
+	for (int i = 0; i < 300; i++)
+		snprintf(names[i < 200 ? i : i + 1], sizeof(names[0]), "e2e/blk%04d", i);
+	snprintf(names[200], sizeof(names[0]), "e2e/missing");
+	snprintf(names[301], sizeof(names[0]), "e2e");
+	for (int i = 0; i < 302; i++)
+		np[i] = names[i];
+	bt = run_names(e->dirfd, KVFS_IOC_LOOKUP, 0, np, 302);
+	CHECK(bt->bt_prefix == 200, "prefix %u", bt->bt_prefix);
+	CHECK(bt->bt_ok == 300, "ok %u", bt->bt_ok);
+	CHECK(bt->bt_bytes == 300 * e->src.block_len, "bytes");
+	for (int i = 0; i < 302; i++) {
+		struct kvfs_ioc_key k = bt_key(bt, (uint32_t)i);
+
+		if (i == 200)
+			CHECK(k.ik_result == -ENOENT && k.ik_flags == 0, "miss: %lld",
+			      (long long)k.ik_result);
+		else if (i == 301)
+			CHECK(k.ik_result == -EISDIR && (k.ik_flags & KVFS_KEY_DIR), "dir: %lld",
+			      (long long)k.ik_result);
+		else
+			CHECK(k.ik_result == (int64_t)e->src.block_len &&
+				  k.ik_size == e->src.block_len &&
+				  (k.ik_flags & (KVFS_KEY_PRESENT | KVFS_KEY_SEALED)) ==
+				      (KVFS_KEY_PRESENT | KVFS_KEY_SEALED),
+			      "hit %d: %lld flags %x", i, (long long)k.ik_result, k.ik_flags);
+	}
+	free(bt);
+}
+
+/* Gets every block into the destination layout and compares every byte; counts SSD hits. */
+static int e2e_get_all(struct e2e *e)
+{
+	struct kvfs_ioc_batch *bt = batch_new();
+	struct bt_build b;
+	char name[64];
+	int ssd = 0;
+
+	memset(e->c, 0, 1);
+	for (int done = 0; done < NBLK; done += 128) {
+		bt_init(&b, bt, 128, 2000 + (uint64_t)done, 0);
+		for (int i = 0; i < 128; i++) {
+			snprintf(name, sizeof(name), "e2e/blk%04d", done + i);
+			bt_add(&b, name, e->dst.id, (uint64_t)(done + i), NULL, 0);
+		}
+		CHECK(ioc(e->dirfd, KVFS_IOC_GET, bt) == 0, "get: %s", strerror(errno));
+		CHECK(bt->bt_ok == 128, "get ok %u", bt->bt_ok);
+		for (int i = 0; i < 128; i++) {
+			struct kvfs_ioc_key k = bt_key(bt, (uint32_t)i);
+
+			CHECK(k.ik_result == (int64_t)e->src.block_len, "get %d: %lld", done + i,
+			      (long long)k.ik_result);
+			ssd += !(k.ik_flags & KVFS_KEY_DRAM) && (k.ik_flags & KVFS_KEY_SSD);
+		}
+	}
+	for (int blk = 0; blk < NBLK; blk++) {
+		gather(&e->src, (uint64_t)blk, e->want);
+		gather(&e->dst, (uint64_t)blk, e->got);
+		CHECK(!memcmp(e->want, e->got, e->src.block_len), "block %d differs", blk);
+	}
+	free(bt);
+	return ssd;
+}
+
+/* ioctl-put keys read back through read(); file-written keys come back through ioctl get. */
+static void e2e_cross(struct e2e *e)
+{
+	struct kvfs_ioc_batch *bt = batch_new();
+	uint64_t half = e->src.block_len / 2;
+	struct kvfs_ioc_iov iov[2] = {
+	    {.iv_region = e->rc, .iv_offset = 0, .iv_length = half},
+	    {.iv_region = e->rq, .iv_offset = 0, .iv_length = e->src.block_len - half},
+	};
+	struct bt_build b;
+	char name[64];
+
+	for (int blk = 0; blk < NBLK; blk++) {
+		snprintf(name, sizeof(name), "e2e/blk%04d", blk);
+		gather(&e->src, (uint64_t)blk, e->want);
+		CHECK(read_whole(e->dir, name, e->got, e->src.block_len + 1) ==
+			  (ssize_t)e->src.block_len,
+		      "read %s", name);
+		CHECK(!memcmp(e->want, e->got, e->src.block_len), "read() of %s differs", name);
+	}
+	for (int f = 0; f < 20; f++) {
+		snprintf(name, sizeof(name), "e2e/file%02d", f);
+		fill_rand(e->want, e->src.block_len, 100 + (uint64_t)f);
+		write_whole(e->dir, name, e->want, e->src.block_len);
+		bt_init(&b, bt, 1, 3000 + (uint64_t)f, 0);
+		bt_add(&b, name, 0, 0, iov, 2);
+		CHECK(ioc(e->dirfd, KVFS_IOC_GET, bt) == 0, "get file");
+		CHECK(bt_key(bt, 0).ik_result == (int64_t)e->src.block_len, "get %s: %lld", name,
+		      (long long)bt_key(bt, 0).ik_result);
+		CHECK(!memcmp(e->want, e->c, half) &&
+			  !memcmp(e->want + half, e->q, e->src.block_len - half),
+		      "ioctl get of written %s differs", name);
+	}
+	/* An explicit range list over three regions, into a new directory. */
+	{
+		struct kvfs_ioc_iov x[3] = {
+		    {.iv_region = e->ra, .iv_offset = 5, .iv_length = 1000},
+		    {.iv_region = e->rp, .iv_offset = 77, .iv_length = 3000},
+		    {.iv_region = e->rb, .iv_offset = 0, .iv_length = 1},
+		};
+
+		bt_init(&b, bt, 1, 4000, KVFS_PUT_MKDIR);
+		bt_add(&b, "e2e/x/y/explicit", 0, 0, x, 3);
+		CHECK(ioc(e->dirfd, KVFS_IOC_PUT, bt) == 0 && bt_key(bt, 0).ik_result == 4001,
+		      "explicit put: %lld", (long long)bt_key(bt, 0).ik_result);
+		memcpy(e->want, e->a + 5, 1000);
+		memcpy(e->want + 1000, e->p + 77, 3000);
+		memcpy(e->want + 4000, e->b, 1);
+		CHECK(read_whole(e->dir, "e2e/x/y/explicit", e->got, 8192) == 4001 &&
+			  !memcmp(e->want, e->got, 4001),
+		      "explicit key read back");
+	}
+	free(bt);
+}
+
+/* A put over a key the kernel has cached is seen by the next open(). */
+static void e2e_replace(struct e2e *e)
+{
+	struct kvfs_ioc_batch *bt = batch_new();
+	struct bt_build b;
+	struct stat st;
+	char path[4096];
+
+	snprintf(path, sizeof(path), "%s/e2e/blk0100", e->dir);
+	CHECK(stat(path, &st) == 0, "stat");
+	bt_init(&b, bt, 1, 5000, 0);
+	bt_add(&b, "e2e/blk0100", e->src.id, 5, NULL, 0);
+	CHECK(ioc(e->dirfd, KVFS_IOC_PUT, bt) == 0 && bt->bt_ok == 1, "replace put");
+	gather(&e->src, 5, e->want);
+	CHECK(read_whole(e->dir, "e2e/blk0100", e->got, e->src.block_len + 1) ==
+		      (ssize_t)e->src.block_len &&
+		  !memcmp(e->want, e->got, e->src.block_len),
+	      "replaced key reads the new bytes");
+	bt_init(&b, bt, 1, 5001, KVFS_PUT_NOREPLACE);
+	bt_add(&b, "e2e/blk0100", e->src.id, 6, NULL, 0);
+	CHECK(ioc(e->dirfd, KVFS_IOC_PUT, bt) == 0 && bt_key(bt, 0).ik_result == -EEXIST,
+	      "noreplace: %lld", (long long)bt_key(bt, 0).ik_result);
+	free(bt);
+}
+
+/* Per-key errors do not fail the batch; each key gets its own errno. */
+static void e2e_errors(struct e2e *e)
+{
+	struct kvfs_ioc_batch *bt = batch_new();
+	struct kvfs_ioc_iov big = {
+	    .iv_region = e->ra, .iv_offset = UINT64_MAX - 10, .iv_length = 20};
+	struct kvfs_ioc_iov bad = {.iv_region = 77777, .iv_length = 1};
+	char longname[300];
+	struct bt_build b;
+	struct {
+		const char *name;
+		uint32_t layout;
+		uint64_t block;
+		const struct kvfs_ioc_iov *iov;
+		int64_t want;
+	} cases[] = {
+	    {"e2e/blk0001", e->dst.id, 1, NULL, (int64_t)e->src.block_len},
+	    {"e2e/blk0001", 99999, 1, NULL, -EBADF},
+	    {"e2e/blk0001", e->dst.id, NBLK, NULL, -EFAULT},
+	    {"e2e/blk0001", e->dst.id, UINT64_MAX, NULL, -EFAULT},
+	    {"e2e/blk0001", 0, 0, &big, -EFAULT},
+	    {"e2e/blk0001", 0, 0, &bad, -EBADF},
+	    {"e2e/nope", e->dst.id, 1, NULL, -ENOENT},
+	    {"e2e/x/y/explicit", e->dst.id, 1, NULL, -EMSGSIZE},
+	    {"../blk0001", e->dst.id, 1, NULL, -EINVAL},
+	    {"e2e//blk0001", e->dst.id, 1, NULL, -EINVAL},
+	    {"e2e/blk0001/", e->dst.id, 1, NULL, -EINVAL},
+	    {"e2e/./blk0001", e->dst.id, 1, NULL, -EINVAL},
+	    {longname, e->dst.id, 1, NULL, -ENAMETOOLONG},
+	    {"e2e/blk0002/x", e->dst.id, 1, NULL, -ENOTDIR},
+	    {"e2e", e->dst.id, 1, NULL, -EISDIR},
+	    {"e2e/blk0003", e->dst.id, 3, NULL, (int64_t)e->src.block_len},
+	};
+	int n = (int)(sizeof(cases) / sizeof(cases[0]));
+
+	memset(longname, 'z', sizeof(longname));
+	memcpy(longname, "e2e/", 4);
+	longname[sizeof(longname) - 1] = '\0';
+	bt_init(&b, bt, (uint32_t)n, 6000, 0);
+	for (int i = 0; i < n; i++)
+		bt_add(&b, cases[i].name, cases[i].layout, cases[i].block, cases[i].iov,
+		       cases[i].iov ? 1 : 0);
+	CHECK(ioc(e->dirfd, KVFS_IOC_GET, bt) == 0, "error batch");
+	for (int i = 0; i < n; i++)
+		CHECK(bt_key(bt, (uint32_t)i).ik_result == cases[i].want,
+		      "case %d (%s): %lld != %lld", i, cases[i].name,
+		      (long long)bt_key(bt, (uint32_t)i).ik_result, (long long)cases[i].want);
+	CHECK(bt->bt_ok == 2 && bt->bt_prefix == 1, "ok %u prefix %u", bt->bt_ok, bt->bt_prefix);
+	printf("key_errors=%d\n", n - 2);
+	free(bt);
+}
+
+/* Remove by names, then a whole prefix (a directory) with and without recursion. */
+static void e2e_remove(struct e2e *e)
+{
+	static const char *const names[] = {"e2e/blk0000", "e2e/blk0001", "e2e/blk0002",
+					    "e2e/nothere"};
+	struct kvfs_ioc_batch *bt;
+	struct bt_build b;
+	char name[64], path[4096];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "%s/e2e/blk0000", e->dir);
+	CHECK(stat(path, &st) == 0, "stat before remove");
+	bt = run_names(e->dirfd, KVFS_IOC_REMOVE, 0, names, 4);
+	CHECK(bt->bt_ok == 3 && bt_key(bt, 3).ik_result == -ENOENT, "remove by name");
+	for (int i = 0; i < 3; i++)
+		CHECK(bt_key(bt, (uint32_t)i).ik_result == 1, "removed one key");
+	free(bt);
+	CHECK(stat(path, &st) == -1 && errno == ENOENT, "removed key still visible");
+	bt = run_names(e->dirfd, KVFS_IOC_LOOKUP, 0, names, 3);
+	CHECK(bt->bt_ok == 0 && bt->bt_prefix == 0, "removed keys still found");
+	free(bt);
+
+	bt = batch_new();
+	bt_init(&b, bt, 30, 7000, KVFS_PUT_MKDIR);
+	for (int i = 0; i < 30; i++) {
+		snprintf(name, sizeof(name), "e2e/pfx/%c/k%02d", 'a' + i % 3, i);
+		bt_add(&b, name, e->src.id, (uint64_t)i, NULL, 0);
+	}
+	CHECK(ioc(e->dirfd, KVFS_IOC_PUT, bt) == 0 && bt->bt_ok == 30, "prefix put %u", bt->bt_ok);
+	free(bt);
+	{
+		static const char *const pfx[] = {"e2e/pfx"};
+
+		bt = run_names(e->dirfd, KVFS_IOC_REMOVE, 0, pfx, 1);
+		CHECK(bt_key(bt, 0).ik_result == -EISDIR, "directory without recursive");
+		free(bt);
+		bt = run_names(e->dirfd, KVFS_IOC_REMOVE, KVFS_REMOVE_RECURSIVE, pfx, 1);
+		CHECK(bt_key(bt, 0).ik_result == 30, "prefix removed %lld keys",
+		      (long long)bt_key(bt, 0).ik_result);
+		free(bt);
+	}
+	snprintf(path, sizeof(path), "%s/e2e/pfx", e->dir);
+	CHECK(stat(path, &st) == -1 && errno == ENOENT, "removed prefix still visible");
+}
+
+static int e2e_main(const char *dir)
+{
+	struct e2e e = {.dir = dir};
+	struct kvfs_ioc_version v;
+	int ssd;
+
+	e.dirfd = open(dir, O_RDONLY | O_DIRECTORY);
+	CHECK(e.dirfd >= 0, "open %s: %s", dir, strerror(errno));
+	memset(&v, 0, sizeof(v));
+	hdr_init(&v.vr_hdr, sizeof(v), 0);
+	v.vr_hdr.ih_version = 12345; /* the version query takes any */
+	CHECK(ioc(e.dirfd, KVFS_IOC_VERSION, &v) == 0, "version: %s", strerror(errno));
+	CHECK(v.vr_abi == KVFS_IOC_ABI_VERSION && (v.vr_kinds & (1u << KVFS_REGION_HOST_SHM)) &&
+		  (v.vr_kinds & (1u << KVFS_REGION_HOST_PROC)) &&
+		  v.vr_max_keys == KVFS_BATCH_MAX_KEYS && !strncmp(v.vr_daemon, "kvfs ", 5),
+	      "version reply");
+	e2e_regions(&e);
+	put_get_blocks(e.dirfd, KVFS_IOC_PUT, &e.src, 0, NBLK, KVFS_PUT_MKDIR);
+	e2e_lookup(&e);
+	ssd = e2e_get_all(&e);
+	printf("ssd_served=%d\n", ssd);
+	e2e_cross(&e);
+	e2e_replace(&e);
+	e2e_errors(&e);
+	e2e_remove(&e);
+	/* A region a layout uses stays; then the layouts go, then the regions. */
+	CHECK(unreg(e.dirfd, KVFS_IOC_REGION_UNREGISTER, e.ra) == -EBUSY, "busy region");
+	CHECK(unreg(e.dirfd, KVFS_IOC_LAYOUT_UNREGISTER, e.src.id) == 0, "unreg layout");
+	CHECK(unreg(e.dirfd, KVFS_IOC_LAYOUT_UNREGISTER, e.src.id) == -EBADF, "stale layout id");
+	CHECK(unreg(e.dirfd, KVFS_IOC_REGION_UNREGISTER, e.ra) == 0, "unreg region");
+	CHECK(unreg(e.dirfd, KVFS_IOC_REGION_UNREGISTER, e.ra) == -EBADF, "stale region id");
+	printf("block_len=%llu\n", (unsigned long long)e.src.block_len);
+	for (int i = 0; i < 3; i++)
+		shm_unlink(e.shm[i]);
+	close(e.dirfd);
+	printf("ok\n");
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc >= 3 && !strcmp(argv[1], "e2e"))
+		return e2e_main(argv[2]);
+	fprintf(stderr, "usage: ioctl_e2e e2e|atomic|isolation|hold|fuzz DIR [N SEED]\n");
+	return 2;
+}
