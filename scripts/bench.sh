@@ -148,6 +148,8 @@ kvfs_bench() {
 		"$out" "$field"
 }
 
+best() { python3 -c 'import sys; print(max(float(sys.argv[1]), float(sys.argv[2])))' "$1" "$2"; }
+
 bench_ioctl() {
 	local shape=(--layers=32 --layer-bytes=64K --blocks=16 --requests=32) sc k b
 	mount_kvfs --mem-size=4G --ssd-size=0
@@ -162,9 +164,14 @@ bench_ioctl() {
 	done
 	rm -rf "$work/mnt/px"
 	printf '%-34s %10s %10s %8s\n' "DRAM-resident get vs memcpy" "get MiB/s" "memcpy MiB/s" ratio
-	k=$(kvfs_bench mib_s "${shape[@]}" --threads=1 --scenario=get --path=ioctl "$work/mnt/io")
-	b=$(kvfs_bench mib_s "${shape[@]}" --threads=1 --scenario=memcpy "$work/mnt/io")
-	row "ioctl get, 1 thread" "$k" "$b"
+	k=0 b=0
+	for _ in 1 2 3; do # alternated, best of 3 each: other tenants' noise only slows a run
+		k=$(best "$k" "$(kvfs_bench mib_s "${shape[@]}" --threads=1 --scenario=get \
+			--path=ioctl "$work/mnt/io")")
+		b=$(best "$b" "$(kvfs_bench mib_s "${shape[@]}" --threads=1 --scenario=memcpy \
+			"$work/mnt/io")")
+	done
+	row "ioctl get, 1 thread (best of 3)" "$k" "$b"
 	kvfs_bench mib_s --layers=1 --layer-bytes=4K --blocks=1000 --requests=20 --scenario=write \
 		"$work/mnt/look" >/dev/null
 	printf '%-34s %10s %10s %8s\n' "1,000 names per request, cold" "lookup us" "stat us" speedup
