@@ -4,9 +4,9 @@
 lookup with hits, misses and a prefix, get and compare every byte, remove by
 names and by prefix, values readable through read() and files written with
 write() fetched by get; layouts over shared memory; batches larger than one
-ioctl; several threads batching on one handle; and kvfs-bench --scenario=all
-through both paths with zero failures and every byte verified, plus runs
-that must count failures.
+ioctl; several threads batching on one handle; values on the SSD tier; and
+kvfs-bench --scenario=all through both paths with zero failures and every
+byte verified, plus runs that must count failures.
 
 libkvfs.so and kvfs-bench are taken from the directory of the kvfs binary
 (--kvfs): build/client/libkvfs.so and build/kvfs-bench."""
@@ -234,6 +234,37 @@ class PythonRoundTrip(kvfstest.KvfsTestCase):
             t.join()
         self.assertEqual(errors, [])
         self.assertEqual([e for e in os.listdir(self.m.mnt) if e.startswith("t")], [])
+
+
+class SsdRoundTrip(kvfstest.KvfsTestCase):
+    """Values pushed out of a 32M pool to the SSD tier come back through an
+    ioctl get byte-exact, flagged as served from the SSD."""
+    MOUNT_OPTS = ("--mem-size=32M",)
+
+    def setUp(self):
+        if not kvfstest.has_ssd_tier():
+            self.skipTest("this kvfs has no SSD tier")
+        super().setUp()
+        _tools()
+        self.c = kvfs.Client(self.m.mnt)
+        self.addCleanup(self.c.close)
+
+    def test_get_from_ssd(self):
+        c, m = self.c, self.m
+        vals = [("v%03d" % i, pattern("v%d" % i, (1 << 20) + i)) for i in range(96)]
+        for i in range(0, len(vals), 8):
+            r = c.put_buffers(vals[i:i + 8])
+            self.assertEqual(r.ok, 8, r.errors())
+        tiers = [os.getxattr(m.path(n), "user.kvfs.tier").decode() for n, _ in vals]
+        on_ssd = [i for i, t in enumerate(tiers) if t == "ssd"]
+        self.assertGreater(len(on_ssd), 32, tiers)  # 96 MiB through a 32 MiB pool
+        outs = [(n, bytearray(len(v))) for n, v in vals]
+        g = c.get_into(outs)
+        self.assertEqual(g.ok, len(vals), g.errors())
+        for (n, out), (_, v) in zip(outs, vals):
+            self.assertEqual(bytes(out), v, n)
+        for i in on_ssd:
+            self.assertTrue(g.flags[i] & kvfs.KEY_SSD, (vals[i][0], g.flags[i]))
 
 
 class BenchTest(kvfstest.KvfsTestCase):
