@@ -508,7 +508,8 @@ class Client:
         are copied into one staging shared-memory region per call, so any
         number of buffers works; to store from memory without that copy,
         register() it once and put() with iovs or a layout. An empty buffer
-        is sent as a key with no memory."""
+        fails its key with -EINVAL: the daemon takes no key without memory,
+        so an empty value is made with open()/close() instead."""
         def run(reg, chunk, offs, tr):
             for (_, v), o in zip(chunk, offs):
                 reg.buffer[o:o + v.nbytes] = v
