@@ -178,6 +178,39 @@ class PythonRoundTrip(kvfstest.KvfsTestCase):
         self.assertFalse(os.path.exists(m.path("m")))
         self.assertEqual(c.lookup(names[:3]).ok, 0)
 
+    def test_forked_child_cannot_use_regions(self):
+        """A child after fork() shares the handle's fd but not its regions:
+        its keys fail with EPERM, it cannot unregister them, and the parent's
+        regions keep working."""
+        c = self.c
+        reg = c.alloc(8192)
+        reg.buffer[:5] = b"hello"
+        lay = c.layout([(reg, 0, 4096, 4096)])
+        self.assertEqual(list(c.put(["p"], iovs=[[(reg, 0, 5)]])), [5])
+        rd, wr = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(rd)
+            try:
+                out = [c.put(["child"], iovs=[[(reg, 0, 5)]])[0],
+                       c.get(["p"], layout=lay, blocks=[0])[0]]
+                try:
+                    c.unregister(reg.id)
+                    out.append(0)
+                except OSError as e:
+                    out.append(-e.errno)
+                os.write(wr, json.dumps(out).encode())
+            finally:
+                os._exit(0)
+        os.close(wr)
+        with os.fdopen(rd, "rb") as f:
+            got = json.loads(f.read().decode())
+        os.waitpid(pid, 0)
+        self.assertEqual(got, [-errno.EPERM] * 3)
+        self.assertFalse(os.path.exists(self.m.path("child")))
+        self.assertEqual(list(c.get(["p"], iovs=[[(reg, 100, 5)]])), [5])
+        self.assertEqual(bytes(reg.buffer[100:105]), b"hello")
+
     def test_batches_larger_than_an_ioctl(self):
         """2000 keys in one call (several ioctls), prefix over all of them."""
         c, m = self.c, self.m
