@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <numa.h>
+#include <numaif.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -67,11 +68,17 @@ static int region_ioctl(struct kvfs *kv, struct kvfs_ioc_region *rg, uint32_t *i
 	return err;
 }
 
-/* Binds [addr, +len) to `node` (-1: the caller's) before it is touched. */
-static int bind_node(void *addr, size_t len, int node)
+/*
+ * Makes `node` (-1: the node of the caller's CPU) the preferred node of
+ * [addr, +len) before it is touched. Preferred, not bound: a full node
+ * spills to another instead of failing the fault (SIGBUS on shared memory).
+ */
+static int prefer_node(void *addr, size_t len, int node)
 {
+	unsigned long mask[16] = {0};
+
 	if (numa_available() < 0)
-		return node < 0 ? 0 : -EINVAL;
+		return node <= 0 ? 0 : -EINVAL;
 	if (node < 0) {
 		int cpu = sched_getcpu();
 
@@ -79,9 +86,11 @@ static int bind_node(void *addr, size_t len, int node)
 		if (node < 0)
 			return 0;
 	}
-	if (node > numa_max_node())
+	if (node > numa_max_node() || (size_t)node >= sizeof(mask) * 8)
 		return -EINVAL;
-	numa_tonode_memory(addr, len, node);
+	mask[node / (8 * sizeof(mask[0]))] = 1ul << (node % (8 * sizeof(mask[0])));
+	if (mbind(addr, len, MPOL_PREFERRED, mask, sizeof(mask) * 8, 0))
+		return -errno;
 	return 0;
 }
 
@@ -130,7 +139,7 @@ int kvfs_region_alloc(struct kvfs *kv, size_t len, int numa_node, void **addrp, 
 		err = -errno;
 		goto out_unlink;
 	}
-	err = bind_node(addr, size, numa_node);
+	err = prefer_node(addr, size, numa_node);
 	if (err)
 		goto out_unmap;
 	memset(addr, 0, size);

@@ -162,7 +162,8 @@ void kvfs_limits(const struct kvfs *kv, uint32_t *max_keys, uint32_t *max_segs,
 /*
  * Allocates `len` bytes (rounded up to the page size) of POSIX shared
  * memory, page-aligned, zeroed and faulted in on NUMA node `numa_node` (-1:
- * the node of the CPU the caller runs on; ignored without NUMA), and
+ * the node of the CPU the caller runs on; a preference, so a full node
+ * spills over instead of failing; without NUMA only -1 and 0 are valid), and
  * registers it with the daemon as a HOST_SHM region, which the daemon maps
  * once and then copies to and from with plain memcpy (the fastest kind).
  * The object's name is removed as soon as the daemon has mapped it, so
