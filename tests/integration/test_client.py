@@ -4,7 +4,9 @@
 lookup with hits, misses and a prefix, get and compare every byte, remove by
 names and by prefix, values readable through read() and files written with
 write() fetched by get; layouts over shared memory; batches larger than one
-ioctl; several threads batching on one handle; values on the SSD tier; and
+ioctl; several threads batching on one handle; values on the SSD tier; a
+forked child refused the parent's regions; the caller's trace id in the
+daemon's --trace file on every ioctl of a split call; and
 kvfs-bench --scenario=all through both paths with zero failures and every
 byte verified, plus runs that must count failures.
 
@@ -15,8 +17,10 @@ import array
 import errno
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -298,6 +302,58 @@ class SsdRoundTrip(kvfstest.KvfsTestCase):
             self.assertEqual(bytes(out), v, n)
         for i in on_ssd:
             self.assertTrue(g.flags[i] & kvfs.KEY_SSD, (vals[i][0], g.flags[i]))
+
+
+class TraceTest(kvfstest.KvfsTestCase):
+    """The trace id a caller gives one library call reaches the daemon's
+    trace (--trace=FILE) on every ioctl the call was cut into, next to each
+    of its keys, in order; kvfs-bench's ids name scenario and request."""
+
+    def setUp(self):
+        self.tdir = tempfile.mkdtemp(prefix="kvfs-trace-", dir="/tmp")
+        self.addCleanup(shutil.rmtree, self.tdir, True)
+        self.trace = os.path.join(self.tdir, "trace.jsonl")
+        self.MOUNT_OPTS = ("--mem-size=128M", "--trace=" + self.trace)
+        super().setUp()
+        self.bench = _tools()
+
+    def lines(self):
+        with open(self.trace) as f:
+            return [json.loads(line) for line in f if line.strip()]
+
+    def test_trace_id_follows_a_split_call(self):
+        names = ["blk%05d" % i for i in range(1000)]
+        with kvfs.Client(self.m.mnt) as c:
+            r = c.put_buffers([(n, b"v") for n in names[:600]], trace=0xABCDEF)
+            self.assertEqual(r.ok, 600)
+            look = c.lookup(names, trace=0x5151)
+            self.assertGreater(look.ioctls, 1)
+            auto = c.lookup(names[:3])
+        self.assertNotEqual(auto.trace, 0)
+        lines = self.lines()
+        batches = [x for x in lines if x["type"] == "batch" and x["trace_id"] == 0x5151]
+        self.assertEqual(len(batches), look.ioctls)
+        self.assertEqual({b["op"] for b in batches}, {"lookup"})
+        self.assertEqual(sum(b["keys"] for b in batches), 1000)
+        self.assertEqual(sum(b["failures"] for b in batches), 400)
+        keys = [x for x in lines if x["type"] == "key" and x["trace_id"] == 0x5151]
+        self.assertEqual([k["key"] for k in keys], names)
+        self.assertEqual([k["status"] for k in keys], [1] * 600 + [-errno.ENOENT] * 400)
+        puts = [x for x in lines if x["type"] == "batch" and x["trace_id"] == 0xABCDEF]
+        self.assertEqual(({b["op"] for b in puts}, sum(b["keys"] for b in puts)), ({"put"}, 600))
+        self.assertEqual(len([x for x in lines if x["type"] == "batch"
+                              and x["trace_id"] == auto.trace]), 1)
+
+    def test_bench_trace_ids(self):
+        d = self.m.path("b")
+        os.mkdir(d)
+        r = subprocess.run([self.bench, "--blocks=4", "--layers=2", "--layer-bytes=4K",
+                            "--requests=3", "--scenario=all", d], stdout=subprocess.PIPE)
+        self.assertEqual(r.returncode, 0)
+        got = sorted((x["op"], x["trace_id"]) for x in self.lines() if x["type"] == "batch")
+        want = sorted((op, sc << 48 | (req + 1)) for sc, op in ((1, "put"), (2, "lookup"),
+                                                                 (3, "get")) for req in range(3))
+        self.assertEqual(got, want)
 
 
 class BenchTest(kvfstest.KvfsTestCase):
