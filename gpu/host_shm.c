@@ -100,7 +100,9 @@ static int shm_open_region(struct kv_region *r, const struct kv_region_desc *d,
 		goto out_close;
 	start = d->rd_offset & ~(uint64_t)(page - 1);
 	r->rg_map_len = end - start;
-	r->rg_map = mmap(NULL, r->rg_map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)start);
+	/* Populated now: no page fault per 4 KiB on the first copies. */
+	r->rg_map = mmap(NULL, r->rg_map_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd,
+			 (off_t)start);
 	if (r->rg_map == MAP_FAILED) {
 		err = -errno;
 		r->rg_map = NULL;

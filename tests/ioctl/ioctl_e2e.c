@@ -22,6 +22,7 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 
 #include "ioc_util.h"
 
@@ -825,8 +826,129 @@ static int hold_main(const char *dir)
 	}
 }
 
+/* --- a micro-benchmark: ioctl get against memcpy, batch lookup against stat() --- */
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+#define BLAYERS 32
+#define BSEG	(64u << 10)
+#define BKEYS	64
+#define BROUNDS 8
+#define BNAMES	1000
+
+static int bench_main(const char *dir)
+{
+	struct kvfs_ioc_batch *bt = batch_new();
+	struct kvfs_ioc_seg seg[BLAYERS];
+	const uint64_t blk = (uint64_t)BLAYERS * BSEG, total = blk * BKEYS;
+	char shm[2][64], name[64], path[4096], *src, *dst;
+	uint32_t rs, rd, ls, ld, id;
+	uint64_t blen, nb;
+	struct bt_build b;
+	struct stat st;
+	double t, t_get, t_memcpy, t_lookup, t_stat_cold, t_stat_warm;
+	int dirfd = open(dir, O_RDONLY | O_DIRECTORY);
+
+	CHECK(dirfd >= 0, "open");
+	for (int i = 0; i < 2; i++)
+		snprintf(shm[i], sizeof(shm[i]), "/kvfs-bench-%d-%d", (int)getpid(), i);
+	src = shm_make(shm[0], total);
+	dst = shm_make(shm[1], total);
+	fill_rand(src, total, 5);
+	memset(dst, 1, total);
+	CHECK(reg_shm(dirfd, shm[0], 0, total, &rs) == 0 &&
+		  reg_shm(dirfd, shm[1], 0, total, &rd) == 0,
+	      "regions");
+	/* A vLLM-like cache: one tensor per layer, block b's slice at b * 64 KiB of each. */
+	for (int l = 0; l < BLAYERS; l++)
+		seg[l] = (struct kvfs_ioc_seg){.sg_region = rs,
+					       .sg_base = (uint64_t)l * BSEG * BKEYS,
+					       .sg_stride = BSEG,
+					       .sg_length = BSEG};
+	CHECK(reg_layout(dirfd, seg, BLAYERS, &ls, &blen, &nb) == 0 && blen == blk, "layout");
+	for (int l = 0; l < BLAYERS; l++)
+		seg[l].sg_region = rd;
+	CHECK(reg_layout(dirfd, seg, BLAYERS, &ld, &blen, &nb) == 0, "layout");
+	bt_init(&b, bt, BKEYS, 1, KVFS_PUT_MKDIR);
+	for (int k = 0; k < BKEYS; k++) {
+		snprintf(name, sizeof(name), "bench/b%02d", k);
+		bt_add(&b, name, ls, (uint64_t)k, NULL, 0);
+	}
+	CHECK(ioc(dirfd, KVFS_IOC_PUT, bt) == 0 && bt->bt_ok == BKEYS, "put");
+	t = now_s();
+	for (int r = 0; r < BROUNDS; r++) {
+		bt_init(&b, bt, BKEYS, 2, 0);
+		for (int k = 0; k < BKEYS; k++) {
+			snprintf(name, sizeof(name), "bench/b%02d", k);
+			bt_add(&b, name, ld, (uint64_t)k, NULL, 0);
+		}
+		CHECK(ioc(dirfd, KVFS_IOC_GET, bt) == 0 && bt->bt_ok == BKEYS, "get");
+	}
+	t_get = now_s() - t;
+	CHECK(!memcmp(src, dst, total), "get bytes");
+	t = now_s();
+	for (int r = 0; r < BROUNDS; r++)
+		memcpy(dst, src, total);
+	t_memcpy = now_s() - t;
+
+	/* 1000 small keys, made by ioctl: the kernel has never looked them up. */
+	for (int done = 0; done < BNAMES; done += 125) {
+		struct kvfs_ioc_iov iov = {.iv_region = rs, .iv_length = 4096};
+
+		bt_init(&b, bt, 125, 3, KVFS_PUT_MKDIR);
+		for (int k = 0; k < 125; k++) {
+			snprintf(name, sizeof(name), "names/%016x", done + k);
+			CHECK(bt_add(&b, name, 0, 0, &iov, 1) == k, "fits");
+		}
+		CHECK(ioc(dirfd, KVFS_IOC_PUT, bt) == 0 && bt->bt_ok == 125, "small put");
+	}
+	t = now_s();
+	for (int done = 0; done < BNAMES; done += 250) {
+		bt_init(&b, bt, 250, 4, 0);
+		for (int k = 0; k < 250; k++) {
+			snprintf(name, sizeof(name), "names/%016x", done + k);
+			CHECK(bt_add(&b, name, 0, 0, NULL, 0) == k, "fits");
+		}
+		CHECK(ioc(dirfd, KVFS_IOC_LOOKUP, bt) == 0 && bt->bt_ok == 250, "lookup");
+	}
+	t_lookup = now_s() - t;
+	t = now_s();
+	for (int k = 0; k < BNAMES; k++) {
+		snprintf(path, sizeof(path), "%s/names/%016x", dir, k);
+		CHECK(stat(path, &st) == 0, "stat");
+	}
+	t_stat_cold = now_s() - t;
+	t = now_s();
+	for (int k = 0; k < BNAMES; k++) {
+		snprintf(path, sizeof(path), "%s/names/%016x", dir, k);
+		CHECK(stat(path, &st) == 0, "stat");
+	}
+	t_stat_warm = now_s() - t;
+	printf("get_gib_s=%.2f memcpy_gib_s=%.2f get_vs_memcpy=%.2f\n",
+	       (double)total * BROUNDS / t_get / (1 << 30),
+	       (double)total * BROUNDS / t_memcpy / (1 << 30), t_memcpy / t_get);
+	printf("lookup_1000_us=%.0f stat_1000_uncached_us=%.0f stat_1000_cached_us=%.0f "
+	       "lookup_vs_uncached_stat=%.1f lookup_vs_cached_stat=%.1f\n",
+	       t_lookup * 1e6, t_stat_cold * 1e6, t_stat_warm * 1e6, t_stat_cold / t_lookup,
+	       t_stat_warm / t_lookup);
+	(void)id;
+	shm_unlink(shm[0]);
+	shm_unlink(shm[1]);
+	free(bt);
+	close(dirfd);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc >= 3 && !strcmp(argv[1], "bench"))
+		return bench_main(argv[2]);
 	if (argc >= 3 && !strcmp(argv[1], "e2e"))
 		return e2e_main(argv[2]);
 	if (argc >= 3 && !strcmp(argv[1], "atomic"))
