@@ -24,8 +24,8 @@
 
 #include "gpu/region.h"
 
-static struct sigaction old_bus;
-static pthread_once_t bus_once = PTHREAD_ONCE_INIT;
+static struct sigaction old_bus; /* the handler before ours (bus_lock) */
+static pthread_mutex_t bus_lock = PTHREAD_MUTEX_INITIALIZER;
 static __thread sigjmp_buf *copy_jmp; /* set while this thread copies */
 
 static void on_bus(int sig, siginfo_t *si, void *uc)
@@ -43,12 +43,21 @@ static void on_bus(int sig, siginfo_t *si, void *uc)
 	signal(SIGBUS, SIG_DFL); /* returning re-runs the access: the default action */
 }
 
+/*
+ * Makes on_bus the SIGBUS handler, keeping the one it replaces. Called at
+ * every registration, so a handler installed later by someone else (a
+ * sanitizer runtime, a test framework) is chained rather than lost.
+ */
 static void install_bus(void)
 {
-	struct sigaction sa = {.sa_sigaction = on_bus, .sa_flags = SA_SIGINFO | SA_NODEFER};
+	struct sigaction cur, sa = {.sa_sigaction = on_bus, .sa_flags = SA_SIGINFO | SA_NODEFER};
 
 	sigemptyset(&sa.sa_mask);
-	sigaction(SIGBUS, &sa, &old_bus);
+	pthread_mutex_lock(&bus_lock);
+	if (sigaction(SIGBUS, NULL, &cur) == 0 &&
+	    !((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_bus))
+		sigaction(SIGBUS, &sa, &old_bus);
+	pthread_mutex_unlock(&bus_lock);
 }
 
 /* "/name": one component after the slash, NUL-terminated within KVFS_SHM_NAME_MAX. */
@@ -91,14 +100,16 @@ static int shm_open_region(struct kv_region *r, const struct kv_region_desc *d,
 		goto out_close;
 	start = d->rd_offset & ~(uint64_t)(page - 1);
 	r->rg_map_len = end - start;
-	r->rg_map = mmap(NULL, r->rg_map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)start);
+	/* Populated now: no page fault per 4 KiB on the first copies. */
+	r->rg_map = mmap(NULL, r->rg_map_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd,
+			 (off_t)start);
 	if (r->rg_map == MAP_FAILED) {
 		err = -errno;
 		r->rg_map = NULL;
 		goto out_close;
 	}
 	r->rg_base = (char *)r->rg_map + (d->rd_offset - start);
-	pthread_once(&bus_once, install_bus);
+	install_bus();
 out_close:
 	close(fd);
 	return err;

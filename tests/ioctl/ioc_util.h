@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,10 +38,48 @@ static inline void hdr_init(struct kvfs_ioc_hdr *h, uint32_t size, uint64_t trac
 	h->ih_trace_id = trace;
 }
 
-/* ioctl returning 0 or -errno. */
+/*
+ * What this program asked of the daemon, counted as the daemon's statistics
+ * count it (ops.ioctl and the ioctl section), so a test can compare them.
+ * Defined in ioctl_e2e.c.
+ */
+struct tally {
+	_Atomic uint64_t ioctls, ioctl_errors;
+	_Atomic uint64_t calls[4], keys[4], failed[4]; /* lookup, put, get, remove */
+};
+extern struct tally tally;
+
+/* ioctl returning 0 or -errno, counted in tally. */
 static inline int ioc(int fd, unsigned long cmd, void *arg)
 {
-	return ioctl(fd, cmd, arg) ? -errno : 0;
+	int err = ioctl(fd, cmd, arg) ? -errno : 0;
+	unsigned nr = _IOC_NR(cmd);
+
+	tally.ioctls++;
+	if (err) {
+		tally.ioctl_errors++;
+	} else if (_IOC_TYPE(cmd) == KVFS_IOC_MAGIC && nr >= 0x10 && nr <= 0x13 &&
+		   _IOC_SIZE(cmd) == sizeof(struct kvfs_ioc_batch)) {
+		const struct kvfs_ioc_batch *bt = arg;
+
+		tally.calls[nr - 0x10]++;
+		tally.keys[nr - 0x10] += bt->bt_nkeys;
+		tally.failed[nr - 0x10] += bt->bt_nkeys - bt->bt_ok;
+	}
+	return err;
+}
+
+static inline void tally_print(void)
+{
+	static const char *const kinds[] = {"lookup", "put", "get", "remove"};
+
+	printf("ioctls=%llu\nioctl_errors=%llu\n", (unsigned long long)tally.ioctls,
+	       (unsigned long long)tally.ioctl_errors);
+	for (int k = 0; k < 4; k++)
+		printf("calls_%s=%llu\nkeys_%s=%llu\nfailed_%s=%llu\n", kinds[k],
+		       (unsigned long long)tally.calls[k], kinds[k],
+		       (unsigned long long)tally.keys[k], kinds[k],
+		       (unsigned long long)tally.failed[k]);
 }
 
 static inline int reg_shm(int fd, const char *name, uint64_t off, uint64_t len, uint32_t *id)

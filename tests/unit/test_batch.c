@@ -1,0 +1,409 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tests/unit/test_batch.c — the batch store operations (core/batch.h) on a
+ * DRAM-only store: name validation, put/get/lookup/remove and their errors,
+ * rename-over semantics of a put (open handles keep the old bytes, counters
+ * stay exact), values still being written, failed copies that publish
+ * nothing, and (label "concurrency", also under TSan) gets and lookups
+ * racing puts of the same keys.
+ *
+ * A key's memory here is a plain buffer behind km_copy.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/batch.h"
+
+struct buf_mem {
+	char *bm_buf;
+	int bm_fail_at; /* km_copy fails when asked for bytes at or past this offset (-1: never) */
+};
+
+static int buf_copy(void *arg, bool to_store, uint64_t off, const struct iovec *iov, int n)
+{
+	struct buf_mem *m = arg;
+	uint64_t len = 0;
+
+	for (int i = 0; i < n; i++)
+		len += iov[i].iov_len;
+	if (m->bm_fail_at >= 0 && off + len > (uint64_t)m->bm_fail_at)
+		return -EIO;
+	for (int i = 0; i < n; i++) {
+		if (to_store)
+			memcpy(iov[i].iov_base, m->bm_buf + off, iov[i].iov_len);
+		else
+			memcpy(m->bm_buf + off, iov[i].iov_base, iov[i].iov_len);
+		off += iov[i].iov_len;
+	}
+	return 0;
+}
+
+static struct kv_config cfg;
+
+static struct kv_store *store_new(uint64_t mem)
+{
+	struct kv_store *st = NULL;
+
+	kv_config_defaults(&cfg);
+	cfg.kc_mem_size = mem;
+	assert_int_equal(kv_store_create(&st, &cfg, -1), 0);
+	return st;
+}
+
+static struct kv_batch batch(struct kv_store *st)
+{
+	return (struct kv_batch){
+	    .kb_st = st,
+	    .kb_dir = kv_store_root(st),
+	    .kb_cred = {getuid(), getgid()},
+	};
+}
+
+static struct kv_batch_mem mem_of(struct buf_mem *m, uint64_t len)
+{
+	return (struct kv_batch_mem){.km_len = len, .km_copy = buf_copy, .km_arg = m};
+}
+
+static int64_t put(struct kv_batch *b, const char *name, const char *data, uint64_t len,
+		   unsigned flags)
+{
+	struct buf_mem m = {(char *)data, -1};
+	struct kv_batch_mem km = mem_of(&m, len);
+	struct kv_key_info ki;
+
+	return kv_batch_put(b, name, strlen(name), flags, &km, &ki);
+}
+
+static int64_t get(struct kv_batch *b, const char *name, char *out, uint64_t len,
+		   struct kv_key_info *ki)
+{
+	struct buf_mem m = {out, -1};
+	struct kv_batch_mem km = mem_of(&m, len);
+
+	return kv_batch_get(b, name, strlen(name), &km, ki);
+}
+
+static int64_t lookup(struct kv_batch *b, const char *name, struct kv_key_info *ki)
+{
+	return kv_batch_lookup(b, name, strlen(name), ki);
+}
+
+static void test_name_check(void **state)
+{
+	static const struct {
+		const char *name;
+		bool root;
+		int want;
+	} cases[] = {
+	    {"a", true, 0},
+	    {"a/b/c", true, 0},
+	    {".kvfsx", true, 0},
+	    {"x/.kvfs", true, 0},
+	    {".kvfs", false, 0},
+	    {"..a", true, 0},
+	    {"", true, -EINVAL},
+	    {"/a", true, -EINVAL},
+	    {"a/", true, -EINVAL},
+	    {"a//b", true, -EINVAL},
+	    {".", true, -EINVAL},
+	    {"..", true, -EINVAL},
+	    {"a/../b", true, -EINVAL},
+	    {"a/./b", true, -EINVAL},
+	    {".kvfs", true, -EINVAL},
+	    {".kvfs/stats", true, -EINVAL},
+	};
+	char name[KV_BATCH_PATH_MAX + 2];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		assert_int_equal(
+		    kv_batch_name_check(cases[i].name, strlen(cases[i].name), cases[i].root),
+		    cases[i].want);
+	assert_int_equal(kv_batch_name_check("a\0b", 3, true), -EINVAL);
+	memset(name, 'n', sizeof(name));
+	assert_int_equal(kv_batch_name_check(name, KV_NAME_MAX, true), 0);
+	assert_int_equal(kv_batch_name_check(name, KV_NAME_MAX + 1, true), -ENAMETOOLONG);
+	for (int i = 200; i < KV_BATCH_PATH_MAX; i += 201)
+		name[i] = '/';
+	assert_int_equal(kv_batch_name_check(name, KV_BATCH_PATH_MAX, true), 0);
+	assert_int_equal(kv_batch_name_check(name, KV_BATCH_PATH_MAX + 1, true), -ENAMETOOLONG);
+}
+
+static void test_put_get_lookup(void **state)
+{
+	struct kv_store *st = store_new(64 << 20);
+	struct kv_batch b = batch(st);
+	char data[10000], out[10000];
+	struct kv_key_info ki;
+	struct kv_store_usage u;
+
+	(void)state;
+	for (int i = 0; i < 10000; i++)
+		data[i] = (char)(i * 13);
+	assert_int_equal(put(&b, "m/tp0/k", data, 10000, 0), -ENOENT);
+	assert_int_equal(put(&b, "m/tp0/k", data, 10000, KV_BATCH_MKDIR), 10000);
+	assert_int_equal(put(&b, "m/tp0/k2", data, 5000, 0), 5000);
+	assert_int_equal(put(&b, "m/tp0/k/x", data, 5000, KV_BATCH_MKDIR), -ENOTDIR);
+	assert_int_equal(put(&b, "m/tp0", data, 5000, 0), -EISDIR);
+	assert_int_equal(put(&b, ".kvfs", data, 5000, 0), -EINVAL);
+	kv_store_usage(st, &u);
+	assert_int_equal(u.ku_keys, 2);
+	assert_int_equal(u.ku_dirs, 3);
+	assert_int_equal(u.ku_bytes, 15000);
+
+	assert_int_equal(lookup(&b, "m/tp0/k", &ki), 10000);
+	assert_int_equal(ki.kki_size, 10000);
+	assert_int_equal(ki.kki_flags, KV_BK_PRESENT | KV_BK_SEALED | KV_BK_DRAM);
+	assert_int_equal(lookup(&b, "m/tp0/nope", &ki), -ENOENT);
+	assert_int_equal(ki.kki_flags, 0);
+	assert_int_equal(lookup(&b, "m/nope/k", &ki), -ENOENT);
+	assert_int_equal(lookup(&b, "m/tp0", &ki), -EISDIR);
+	assert_int_equal(ki.kki_flags, KV_BK_PRESENT | KV_BK_DIR);
+
+	memset(out, 0, sizeof(out));
+	assert_int_equal(get(&b, "m/tp0/k", out, 10000, &ki), 10000);
+	assert_memory_equal(out, data, 10000);
+	assert_int_equal(get(&b, "m/tp0/k", out, 9999, &ki), -EMSGSIZE);
+	assert_int_equal(ki.kki_size, 10000);
+	assert_int_equal(get(&b, "m/tp0/nope", out, 10000, &ki), -ENOENT);
+
+	/* Relative to a subdirectory. */
+	{
+		struct kv_inode *m, *tp0;
+		struct kv_attr a;
+
+		assert_int_equal(kv_store_lookup(st, kv_store_root(st), "m", &m, &a), 0);
+		assert_int_equal(kv_store_lookup(st, m, "tp0", &tp0, &a), 0);
+		b.kb_dir = tp0;
+		assert_int_equal(get(&b, "k2", out, 5000, &ki), 5000);
+		assert_memory_equal(out, data, 5000);
+		assert_int_equal(put(&b, ".kvfs", data, 10, 0), 10); /* reserved at the root only */
+		b.kb_dir = kv_store_root(st);
+		kv_store_forget(st, tp0, 1);
+		kv_store_forget(st, m, 1);
+	}
+	kv_store_destroy(st);
+}
+
+/* A put replaces a key as rename() over it would. */
+static void test_replace(void **state)
+{
+	struct kv_store *st = store_new(64 << 20);
+	struct kv_batch b = batch(st);
+	char v1[8192], v2[3000], out[8192];
+	struct kv_inode *old, *cur;
+	struct kv_attr a;
+	struct kv_read_guard g;
+	struct iovec iov[8];
+	struct kv_key_info ki;
+	struct kv_store_usage u;
+	uint64_t bytes, seq1;
+	int n;
+
+	(void)state;
+	memset(v1, 1, sizeof(v1));
+	memset(v2, 2, sizeof(v2));
+	assert_int_equal(put(&b, "k", v1, sizeof(v1), 0), (int64_t)sizeof(v1));
+	assert_int_equal(kv_store_lookup(st, kv_store_root(st), "k", &old, &a), 0);
+	seq1 = a.ka_seq;
+	assert_true(seq1 > 0);
+	assert_int_equal(kv_store_open(st, old, O_RDONLY), 0);
+
+	assert_int_equal(put(&b, "k", v2, sizeof(v2), KV_BATCH_NOREPLACE), -EEXIST);
+	assert_int_equal(put(&b, "k", v2, sizeof(v2), 0), (int64_t)sizeof(v2));
+	kv_store_usage(st, &u);
+	assert_int_equal(u.ku_keys, 1);
+	assert_int_equal(u.ku_bytes, sizeof(v2));
+	assert_int_equal(lookup(&b, "k", &ki), (int64_t)sizeof(v2));
+	assert_int_equal(get(&b, "k", out, sizeof(v2), &ki), (int64_t)sizeof(v2));
+	assert_memory_equal(out, v2, sizeof(v2));
+	assert_int_equal(kv_store_lookup(st, kv_store_root(st), "k", &cur, &a), 0);
+	assert_true(a.ka_seq > seq1);
+	assert_ptr_not_equal(cur, old);
+	kv_store_forget(st, cur, 1);
+
+	/* The handle opened before still reads the old bytes. */
+	n = kv_store_read(st, old, 0, sizeof(v1), iov, 8, &bytes, &g);
+	assert_true(n > 0);
+	assert_int_equal(bytes, sizeof(v1));
+	assert_memory_equal(iov[0].iov_base, v1, iov[0].iov_len);
+	kv_read_done(&g);
+	kv_store_release(st, old, O_RDONLY);
+	kv_store_forget(st, old, 1);
+	kv_store_destroy(st);
+}
+
+/* A key still being written is neither counted nor served. */
+static void test_open_value(void **state)
+{
+	struct kv_store *st = store_new(64 << 20);
+	struct kv_batch b = batch(st);
+	struct kv_cred c = {getuid(), getgid()};
+	struct kv_inode *ino;
+	struct kv_attr a;
+	struct kv_key_info ki;
+	char out[100];
+
+	(void)state;
+	assert_int_equal(kv_store_create_open(st, kv_store_root(st), "w", 0644, &c, &ino, &a), 0);
+	assert_int_equal(kv_store_write(st, ino, 0, "hello", 5), 0);
+	assert_int_equal(lookup(&b, "w", &ki), -EBUSY);
+	assert_int_equal(ki.kki_flags & (KV_BK_PRESENT | KV_BK_SEALED), KV_BK_PRESENT);
+	assert_int_equal(get(&b, "w", out, 5, &ki), -EBUSY);
+	kv_store_release(st, ino, O_WRONLY);
+	assert_int_equal(lookup(&b, "w", &ki), 5);
+	assert_int_equal(get(&b, "w", out, 5, &ki), 5);
+	assert_memory_equal(out, "hello", 5);
+	kv_store_forget(st, ino, 1);
+	kv_store_destroy(st);
+}
+
+/* A copy that fails, or a pool too small, publishes nothing and leaks nothing. */
+static void test_failed_put(void **state)
+{
+	struct kv_store *st = store_new(8 << 20);
+	struct kv_batch b = batch(st);
+	char *data = calloc(1, 16 << 20);
+	struct buf_mem m = {data, 1 << 20};
+	struct kv_batch_mem km = mem_of(&m, 4 << 20);
+	struct kv_key_info ki;
+
+	(void)state;
+	assert_int_equal(kv_batch_put(&b, "k", 1, 0, &km, &ki), -EIO);
+	assert_int_equal(lookup(&b, "k", &ki), -ENOENT);
+	assert_int_equal(kv_pool_used(kv_store_pool(st)), 0);
+	assert_int_equal(put(&b, "k", data, 16 << 20, 0), -ENOSPC);
+	assert_int_equal(lookup(&b, "k", &ki), -ENOENT);
+	assert_int_equal(kv_pool_used(kv_store_pool(st)), 0);
+	assert_int_equal(put(&b, "k", data, 1 << 20, 0), 1 << 20);
+	free(data);
+	kv_store_destroy(st);
+}
+
+static void test_remove(void **state)
+{
+	struct kv_store *st = store_new(64 << 20);
+	struct kv_batch b = batch(st);
+	struct kv_store_usage u;
+	struct kv_key_info ki;
+	char name[64];
+
+	(void)state;
+	for (int i = 0; i < 20; i++) {
+		snprintf(name, sizeof(name), "p/%c/%c/k%d", 'a' + i % 2, 'x' + i % 3, i);
+		assert_int_equal(put(&b, name, "v", 1, KV_BATCH_MKDIR), 1);
+	}
+	assert_int_equal(put(&b, "top", "v", 1, 0), 1);
+	assert_int_equal(kv_batch_remove(&b, "top", 3, false), 1);
+	assert_int_equal(kv_batch_remove(&b, "top", 3, false), -ENOENT);
+	assert_int_equal(kv_batch_remove(&b, "p/a", 3, false), -EISDIR);
+	assert_int_equal(kv_batch_remove(&b, "p/a", 3, true), 10);
+	assert_int_equal(lookup(&b, "p/a", &ki), -ENOENT);
+	assert_int_equal(kv_batch_remove(&b, "p", 1, true), 10);
+	assert_int_equal(kv_batch_remove(&b, ".kvfs", 5, true), -EINVAL);
+	kv_store_usage(st, &u);
+	assert_int_equal(u.ku_keys, 0);
+	assert_int_equal(u.ku_dirs, 1);
+	assert_int_equal(kv_pool_used(kv_store_pool(st)), 0);
+	kv_store_destroy(st);
+}
+
+/* --- racing puts (label concurrency) --- */
+
+#define RVAL  (256u << 10)
+#define RITER 300
+
+struct race {
+	struct kv_store *st;
+	char *va, *vb;
+	_Atomic bool done;
+	_Atomic int failures;
+};
+
+static void *race_put(void *arg)
+{
+	struct race *r = arg;
+	struct kv_batch b = batch(r->st);
+	char name[32];
+
+	for (int i = 0; i < RITER; i++) {
+		snprintf(name, sizeof(name), "fresh%d", i);
+		if (put(&b, "x", i % 2 ? r->vb : r->va, RVAL, 0) != RVAL ||
+		    put(&b, name, r->va, RVAL, 0) != RVAL)
+			r->failures++;
+	}
+	r->done = true;
+	return NULL;
+}
+
+static void *race_read(void *arg)
+{
+	struct race *r = arg;
+	struct kv_batch b = batch(r->st);
+	struct kv_key_info ki;
+	char *out = malloc(RVAL), name[32];
+
+	while (!r->done) {
+		int64_t n = get(&b, "x", out, RVAL, &ki);
+
+		if (n == RVAL && memcmp(out, r->va, RVAL) && memcmp(out, r->vb, RVAL))
+			r->failures++; /* a mix of two versions */
+		else if (n != RVAL && n != -ENOENT)
+			r->failures++;
+		for (int i = 0; i < RITER; i++) {
+			snprintf(name, sizeof(name), "fresh%d", i);
+			n = lookup(&b, name, &ki);
+			if (n == -ENOENT)
+				break;
+			if (n != RVAL) /* a counted key is complete */
+				r->failures++;
+		}
+	}
+	free(out);
+	return NULL;
+}
+
+static void test_race(void **state)
+{
+	struct race r = {.st = store_new(256 << 20)};
+	pthread_t w, rd[2];
+
+	(void)state;
+	r.va = malloc(RVAL);
+	r.vb = malloc(RVAL);
+	memset(r.va, 0xa, RVAL);
+	memset(r.vb, 0xb, RVAL);
+	pthread_create(&rd[0], NULL, race_read, &r);
+	pthread_create(&rd[1], NULL, race_read, &r);
+	pthread_create(&w, NULL, race_put, &r);
+	pthread_join(w, NULL);
+	pthread_join(rd[0], NULL);
+	pthread_join(rd[1], NULL);
+	assert_int_equal(r.failures, 0);
+	free(r.va);
+	free(r.vb);
+	kv_store_destroy(r.st);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_name_check), cmocka_unit_test(test_put_get_lookup),
+	    cmocka_unit_test(test_replace),    cmocka_unit_test(test_open_value),
+	    cmocka_unit_test(test_failed_put), cmocka_unit_test(test_remove),
+	    cmocka_unit_test(test_race),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
