@@ -623,6 +623,10 @@ static void parse(int argc, char **argv, struct opts *o)
 		exit(2);
 	}
 	o->o_dir = argv[optind];
+	if (o->o_layer_bytes > (1ull << 40) / o->o_layers / o->o_blocks) {
+		fprintf(stderr, "kvfs-bench: --blocks x --layers x --layer-bytes is over 1 TiB\n");
+		exit(2);
+	}
 }
 
 static void die(const char *what, int err)

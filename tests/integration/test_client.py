@@ -426,7 +426,8 @@ class BenchTest(kvfstest.KvfsTestCase):
             self.assertEqual(res["get"]["failures"], 1, path)
 
     def test_usage(self):
-        for args in (["--blocks=0", "x"], ["--scenario=nope", "x"], ["--path=x", "x"], []):
+        for args in (["--blocks=0", "x"], ["--scenario=nope", "x"], ["--path=x", "x"], [],
+                     ["--blocks=1048576", "--layers=65536", "--layer-bytes=1M", "x"]):
             r = subprocess.run([self.bench] + args, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE)
             self.assertEqual(r.returncode, 2, args)
