@@ -20,6 +20,7 @@
  * one handle share nothing and need no lock.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,6 +34,7 @@ static_assert(KVFS_REMOVE_FLAG_RECURSIVE == KVFS_REMOVE_RECURSIVE, "remove flags
 struct src {
 	const char *const *names;
 	const struct kvfs_key *keys;
+	bool stop_at_miss; /* kvfs_lookup_prefix: no ioctl after a chunk with a miss */
 };
 
 static const char *src_name(const struct src *s, size_t i)
@@ -149,7 +151,8 @@ static void pack(struct kvfs_ioc_batch *b, const struct src *s, const size_t *ma
  * a whole ends the call: its keys and all later ones get that error. EINTR
  * (a signal while the daemon worked) sends the chunk again, except for a
  * remove, whose second try would report keys the first one removed as
- * missing.
+ * missing. With stop_at_miss no chunk goes out once a key before it
+ * missed; the keys not asked about get -ECANCELED.
  */
 static int run(struct kvfs *kv, unsigned long cmd, uint32_t flags, const struct src *s, size_t n,
 	       uint64_t trace, struct kvfs_status *st, struct kvfs_summary *sum)
@@ -159,7 +162,7 @@ static int run(struct kvfs *kv, unsigned long cmd, uint32_t flags, const struct 
 	struct kvfs_ioc_batch *b;
 	size_t *map = NULL;
 	uint16_t *lens = NULL;
-	size_t first = 0, next, k, i;
+	size_t first = 0, hits = 0, next, k, i;
 	int err = 0;
 
 	if (!kv || (n && !s->names && !s->keys))
@@ -178,6 +181,13 @@ static int run(struct kvfs *kv, unsigned long cmd, uint32_t flags, const struct 
 		goto out_free;
 	}
 	while (first < n) {
+		while (s->stop_at_miss && hits < first && st[hits].ks_result >= 0)
+			hits++;
+		if (s->stop_at_miss && hits < first) {
+			for (i = first; i < n; i++)
+				set_status(&st[i], -ECANCELED);
+			break;
+		}
 		k = choose(kv, s, first, n, st, map, lens, &next);
 		if (k == 0) {
 			first = next;
@@ -235,6 +245,18 @@ int kvfs_lookup(struct kvfs *kv, const char *const *names, size_t n, uint64_t tr
 	if (n && !names)
 		return -EINVAL;
 	return run(kv, KVFS_IOC_LOOKUP, 0, &s, n, trace, st, sum);
+}
+
+int64_t kvfs_lookup_prefix(struct kvfs *kv, const char *const *names, size_t n, uint64_t trace)
+{
+	struct src s = {.names = names, .stop_at_miss = true};
+	struct kvfs_summary sum;
+	int err;
+
+	if (n && !names)
+		return -EINVAL;
+	err = run(kv, KVFS_IOC_LOOKUP, 0, &s, n, trace, NULL, &sum);
+	return err ? err : (int64_t)sum.ksum_prefix;
 }
 
 int kvfs_put(struct kvfs *kv, const struct kvfs_key *keys, size_t n, unsigned flags, uint64_t trace,

@@ -11,6 +11,7 @@ library only (numpy works when present, and is never needed).
         r = c.put_buffers([("blk0", b"..." * 1000), ("blk1", bytearray(4096))])
         assert r.ok == 2
         hits = c.lookup(["blk0", "blk1", "blk2"])          # hits.prefix == 2, hits[2] < 0
+        c.lookup_prefix(["blk0", "blk1", "blk2"])           # 2
         out = bytearray(4096)
         c.get_into([("blk1", out)])                         # fills `out`
 
@@ -168,6 +169,7 @@ def load(path=None):
             "kvfs_layout_unregister": (ctypes.c_int, [vp, u32]),
             "kvfs_lookup": (ctypes.c_int, [vp, P(ctypes.c_char_p), sz, u64, P(_Status),
                                            P(_Summary)]),
+            "kvfs_lookup_prefix": (ctypes.c_int64, [vp, P(ctypes.c_char_p), sz, u64]),
             "kvfs_put": (ctypes.c_int, [vp, P(_Key), sz, ctypes.c_uint, u64, P(_Status),
                                         P(_Summary)]),
             "kvfs_get": (ctypes.c_int, [vp, P(_Key), sz, u64, P(_Status), P(_Summary)]),
@@ -425,6 +427,14 @@ class Client:
         _check(self._lib.kvfs_lookup(self._h, arr, len(names), trace, st, ctypes.byref(s)),
                "kvfs_lookup")
         return BatchResult._from_c(st, len(names), s)
+
+    def lookup_prefix(self, names, trace=0):
+        """How many leading `names` are stored (a prompt's cached prefix);
+        stops asking the daemon at the first miss."""
+        names = [_name(n) for n in names]
+        arr = (ctypes.c_char_p * max(len(names), 1))(*names)
+        return _check(self._lib.kvfs_lookup_prefix(self._h, arr, len(names), trace),
+                      "kvfs_lookup_prefix")
 
     def _keys(self, names, layout, blocks, iovs):
         names = [_name(n) for n in names]

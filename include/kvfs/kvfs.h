@@ -236,6 +236,15 @@ int kvfs_lookup(struct kvfs *kv, const char *const *names, size_t n, uint64_t tr
 		struct kvfs_status *st, struct kvfs_summary *sum);
 
 /*
+ * How many leading names of `names` hold a complete value: the question a
+ * scheduler asks about a prompt's block hashes. Like kvfs_lookup, but it
+ * sends no ioctl after the first one that met a miss, so a prompt whose
+ * third block is missing costs one ioctl however long it is. Returns the
+ * length of the leading run of hits (0..n), or -errno as kvfs_lookup.
+ */
+int64_t kvfs_lookup_prefix(struct kvfs *kv, const char *const *names, size_t n, uint64_t trace);
+
+/*
  * Stores each key's memory as the key's new value: atomic per key
  * (invisible until complete, then it replaces the old value as rename()
  * would). `flags`: KVFS_PUT_FLAG_*. st[i].ks_result is the bytes stored, or

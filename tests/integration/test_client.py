@@ -74,6 +74,9 @@ class PythonRoundTrip(kvfstest.KvfsTestCase):
         self.assertEqual((look.ok, look.prefix), (4, 2))
         self.assertTrue(look.flags[0] & kvfs.KEY_SEALED)
         self.assertEqual(look.sizes[4], (1 << 20) + 5)
+        self.assertEqual(c.lookup_prefix(["a", "b", "nope", "c", "d"]), 2)
+        self.assertEqual(c.lookup_prefix(["a", "b", "c", "d"]), 4)
+        self.assertEqual(c.lookup_prefix([]), 0)
 
         # values come back through get and through read()
         outs = [(k, bytearray(len(bytes(v)))) for k, v in values.items()]
@@ -228,6 +231,8 @@ class PythonRoundTrip(kvfstest.KvfsTestCase):
         look = c.lookup(names + ["absent"] + names[:10])
         self.assertEqual((look.ok, look.prefix), (n + 10, n))
         self.assertGreater(look.ioctls, 1)
+        self.assertEqual(c.lookup_prefix(names + ["absent"] + names[:10]), n)
+        self.assertEqual(c.lookup_prefix(names[:700] + ["absent"] + names), 700)
         self.assertEqual(read_file(m.path("k01234")), bytes(buf[1234 * size:1235 * size]))
         out = bytearray(n * size)
         oreg = c.register(out)

@@ -374,6 +374,44 @@ static void test_lookup_splits_by_bytes(void **state)
 	kvfs_close(kv);
 }
 
+/*
+ * kvfs_lookup_prefix sends no ioctl after the one that met the first miss:
+ * 1000 names are 4 ioctls of 291, 291, 291, 127 when all hit.
+ */
+static void test_lookup_prefix_stops_early(void **state)
+{
+	const size_t n = 1000;
+	char **names = make_names(n, 16, "k");
+	struct kvfs *kv = mock_open(MOCK_MAX_KEYS);
+
+	(void)state;
+	assert_int_equal(kvfs_lookup_prefix(kv, (const char *const *)names, n, 9), 1000);
+	assert_int_equal(mk.mk_calls, 4);
+	memcpy(names[10], "miss", 4);
+	assert_int_equal(kvfs_lookup_prefix(kv, (const char *const *)names, n, 9), 10);
+	assert_int_equal(mk.mk_calls, 5);
+	memcpy(names[10], "kkkk", 4);
+	memcpy(names[300], "miss", 4);
+	assert_int_equal(kvfs_lookup_prefix(kv, (const char *const *)names, n, 9), 300);
+	assert_int_equal(mk.mk_calls, 7);
+	/* a miss in the last key of a chunk still stops before the next chunk */
+	memcpy(names[300], "kkkk", 4);
+	memcpy(names[290], "miss", 4);
+	assert_int_equal(kvfs_lookup_prefix(kv, (const char *const *)names, n, 9), 290);
+	assert_int_equal(mk.mk_calls, 8);
+	/* a name the library refuses is a miss too */
+	memcpy(names[290], "kkkk", 4);
+	free(names[0]);
+	names[0] = NULL;
+	assert_int_equal(kvfs_lookup_prefix(kv, (const char *const *)names, n, 9), 0);
+	assert_int_equal(mk.mk_calls, 9);
+	assert_int_equal(kvfs_lookup_prefix(kv, NULL, 0, 0), 0);
+	assert_int_equal(kvfs_lookup_prefix(kv, NULL, 5, 0), -EINVAL);
+	assert_int_equal(mk.mk_calls, 9);
+	free_names(names, n);
+	kvfs_close(kv);
+}
+
 /* Keys that fill bt_data to the last byte go in one ioctl; one byte more needs two. */
 static void test_exact_fit(void **state)
 {
@@ -713,6 +751,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_open_version, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_empty_batch_sends_nothing, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_lookup_splits_by_bytes, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_lookup_prefix_stops_early, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_exact_fit, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_key_limit, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_local_refusals, setup, teardown),
