@@ -56,6 +56,7 @@
 #include <unistd.h>
 
 #include "kvfs/kvfs.h"
+#include "kvfs/kvfs_ioctl.h"
 
 enum scenario { SC_WRITE, SC_IS_EXIST, SC_GET, SC_MEMCPY };
 static const char *const sc_names[] = {"write", "is_exist", "get", "memcpy"};
@@ -488,10 +489,11 @@ static void usage(FILE *f)
 	fprintf(
 	    f, "usage: kvfs-bench [options] DIR\n"
 	       "  --blocks=N        blocks (keys) per request (16)\n"
-	       "  --layers=L        layers of the model: a block is one slice per layer (32)\n"
+	       "  --layers=L        layers of the model, at most 256: a block is one slice per "
+	       "layer (32)\n"
 	       "  --layer-bytes=B   bytes of one block in one layer; K/M/G suffixes (64K)\n"
 	       "  --requests=R      requests in all (64)\n"
-	       "  --threads=T       threads; request r runs on thread r %% T (1)\n"
+	       "  --threads=T       threads, at most 1024; request r runs on thread r %% T (1)\n"
 	       "  --scenario=S      write | is_exist | get | all | memcpy (all)\n"
 	       "  --path=P          ioctl | posix (ioctl)\n"
 	       "  --region=K        ioctl path: shm (shared memory) | proc (process memory) (shm)\n"
@@ -565,7 +567,9 @@ static void parse(int argc, char **argv, struct opts *o)
 		case 'l':
 		case 't':
 			if (parse_u64(optarg, &v, false) || v == 0 ||
-			    v > (c == 'b' ? 1u << 20 : 65536))
+			    v > (c == 'b'   ? 1u << 20 /* block_name() packs b in 20 bits */
+				 : c == 'l' ? KVFS_LAYOUT_MAX_SEGS /* one segment per layer */
+					    : 1024))
 				bad_option(name, optarg);
 			*(c == 'b'   ? &o->o_blocks
 			  : c == 'l' ? &o->o_layers
