@@ -34,6 +34,7 @@
 #include "fs/fs.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,27 +81,26 @@ static fuse_ino_t nodeid_of(struct kv_fs *fs, struct kv_inode *ino)
 /* The thread group of thread tid, from /proc/<tid>/status. -ESRCH when gone. */
 static int tgid_of(pid_t tid, pid_t *out)
 {
-	char path[64], line[128];
-	FILE *f;
-	int err = -ESRCH;
+	char path[64], buf[1024], *p;
+	ssize_t n;
+	int fd;
 
 	if (tid <= 0)
 		return -ESRCH;
 	snprintf(path, sizeof(path), "/proc/%d/status", (int)tid);
-	f = fopen(path, "re");
-	if (!f)
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
 		return -ESRCH;
-	while (fgets(line, sizeof(line), f)) {
-		int v;
-
-		if (sscanf(line, "Tgid: %d", &v) == 1) {
-			*out = v;
-			err = 0;
-			break;
-		}
-	}
-	fclose(f);
-	return err;
+	/* Tgid comes within the first few lines. */
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return -ESRCH;
+	buf[n] = '\0';
+	p = strstr(buf, "\nTgid:");
+	if (!p || sscanf(p + 6, "%d", out) != 1 || *out <= 0)
+		return -ESRCH;
+	return 0;
 }
 
 static int caller(struct ioc *io, struct kv_caller *c)
