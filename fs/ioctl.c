@@ -244,6 +244,13 @@ static int mem_copy(void *arg, bool to_store, uint64_t off, const struct iovec *
 	return kv_span_copy(km->km_sp, km->km_n, !to_store, off, iov, n);
 }
 
+static int mem_direct(void *arg, struct iovec *iov, int max)
+{
+	struct key_mem *km = arg;
+
+	return kv_span_direct(km->km_sp, km->km_n, KV_PAGE_SIZE, iov, max);
+}
+
 /* Checks that [off, off + len) lies in bt_data after the key array. */
 static bool in_data(uint32_t nkeys, uint64_t off, uint64_t len)
 {
@@ -301,7 +308,7 @@ static int64_t one_key(struct ioc *io, struct kv_batch *b, enum kv_ioc_kind kind
 {
 	struct kv_key_info ki = {0};
 	struct key_mem km;
-	struct kv_batch_mem m = {.km_copy = mem_copy, .km_arg = &km};
+	struct kv_batch_mem m = {.km_copy = mem_copy, .km_direct = mem_direct, .km_arg = &km};
 	const char *name = (const char *)bt->bt_data + k->ik_name_off;
 	uint64_t t0 = kv_now_ns();
 	int64_t r = 0;
@@ -404,6 +411,7 @@ static int do_batch(struct ioc *io, enum kv_ioc_kind kind, struct kvfs_ioc_batch
 	total = kv_now_ns() - t0;
 	bt->bt_ns = total;
 	kv_stats_ioc(&fs->kf_stats, kind, t0, bt->bt_nkeys, failed, bt->bt_bytes, b.kb_ns);
+	atomic_fetch_add_explicit(&fs->kf_stats.ks_ssd_direct, b.kb_direct, memory_order_relaxed);
 	if (fs->kf_trace_fd >= 0)
 		trace_batch(io, kind, bt, &b, total);
 	return 0;

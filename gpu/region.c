@@ -478,3 +478,19 @@ int kv_span_copy(const struct kv_span *sp, int nsp, bool to_region, uint64_t off
 			err = sp[s].sp_region->rg_ops->ro_sync(sp[s].sp_region);
 	return err;
 }
+
+int kv_span_direct(const struct kv_span *sp, int nsp, size_t align, struct iovec *iov, int max)
+{
+	if (nsp > max)
+		return 0;
+	for (int s = 0; s < nsp; s++) {
+		const struct kv_region *r = sp[s].sp_region;
+		char *p = r->rg_ops->ro_direct ? r->rg_ops->ro_direct(sp[s].sp_region, sp[s].sp_off)
+					       : NULL;
+
+		if (!p || (uintptr_t)p % align || sp[s].sp_len % align)
+			return 0;
+		iov[s] = (struct iovec){p, sp[s].sp_len};
+	}
+	return nsp;
+}
