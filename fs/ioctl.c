@@ -24,7 +24,11 @@
  *
  * A batch runs key by key: a bad key gets its own -errno in ik_result and
  * the others go on. It holds the region table shared (kv_region_begin) for
- * its whole run, so no region is unmapped under a copy.
+ * its whole run, so no region is unmapped under a copy. A name a batch
+ * replaced or removed is dropped from the kernel's dentry cache at once
+ * (fuse_lowlevel_notify_inval_entry), so the next open() by path sees the
+ * new key, not the old one for up to KV_FS_TIMEOUT; an ioctl holds no lock
+ * of the directory that the kernel's invalidation would wait for.
  *
  * Trace (--trace=FILE): after each batch, one JSON line for the batch and
  * one per key, written with a single write() to a file opened O_APPEND, so
