@@ -20,7 +20,10 @@
  * goes with the first of its regions to go; a region a layout uses cannot
  * be unregistered explicitly (-EBUSY).
  *
- * Locking. rt_lock (a writer-preferring rwlock) guards the whole table.
+ * Locking. rt_lock (a writer-preferring rwlock) guards the whole table,
+ * except the set of tags that hold something, which has its own mutex
+ * (taken inside rt_lock, or alone by kv_region_release_tag to see at once
+ * that a closing file holds nothing).
  * Registration, release and reaping take it exclusive. A batch takes it
  * shared for its whole duration (kv_region_begin / kv_region_end), so the
  * struct kv_span pointers it resolves stay valid while it copies, and a
