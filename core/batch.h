@@ -66,6 +66,13 @@ enum {
 struct kv_batch_mem {
 	uint64_t km_len;
 	int (*km_copy)(void *arg, bool to_store, uint64_t off, const struct iovec *iov, int n);
+	/*
+	 * Optional: fills iov (room for max) with daemon addresses of the key's
+	 * memory, in order, when all of it is directly addressable and aligned
+	 * to 4 KiB (address and length); returns how many, or 0 when not. A
+	 * get of an SSD-only value then reads into it with no bounce buffer.
+	 */
+	int (*km_direct)(void *arg, struct iovec *iov, int max);
 	void *km_arg;
 };
 
@@ -75,6 +82,7 @@ struct kv_batch {
 	struct kv_inode *kb_dir;	 /* a directory; the caller holds a reference */
 	struct kv_cred kb_cred;		 /* owner of what a put creates */
 	uint64_t kb_ns[KV_STAGE__COUNT]; /* accumulated per stage, in ns */
+	uint64_t kb_direct;		 /* gets read from the SSD straight into client memory */
 	/* A name in dir was replaced or removed (drop cached entries); may be NULL. */
 	void (*kb_changed)(void *arg, struct kv_inode *dir, const char *name);
 	void *kb_arg;

@@ -33,6 +33,7 @@ void kv_config_free(struct kv_config *cfg)
 	free(cfg->kc_trace);
 	cfg->kc_data_dir = NULL;
 	cfg->kc_mountpoint = NULL;
+	cfg->kc_trace = NULL;
 }
 
 /* Parses the leading decimal digits of s; *end points past them. Returns 0, -EINVAL or -ERANGE. */

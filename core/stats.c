@@ -275,9 +275,12 @@ static void render_pcts(FILE *f, const struct kv_hist *h)
 
 static void render_ioctl(FILE *f, const struct kv_stats *st)
 {
-	fprintf(f, " \"ioctl\": {\"regions\": %" PRIu64 ", \"layouts\": %" PRIu64 ",\n",
+	fprintf(f,
+		" \"ioctl\": {\"regions\": %" PRIu64 ", \"layouts\": %" PRIu64
+		", \"ssd_direct_keys\": %" PRIu64 ",\n",
 		atomic_load_explicit(&st->ks_regions, memory_order_relaxed),
-		atomic_load_explicit(&st->ks_layouts, memory_order_relaxed));
+		atomic_load_explicit(&st->ks_layouts, memory_order_relaxed),
+		atomic_load_explicit(&st->ks_ssd_direct, memory_order_relaxed));
 	for (int k = 0; k < KV_IOC__COUNT; k++) {
 		const struct kv_ioc_stats *is = &st->ks_ioc[k];
 

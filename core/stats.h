@@ -101,6 +101,7 @@ struct kv_stats {
 	_Atomic uint64_t ks_stage_ns[KV_STAGE__COUNT];
 	_Atomic uint64_t ks_key_errno[KV_STATS_MAX_ERRNO]; /* per-key errors of batches */
 	_Atomic uint64_t ks_regions, ks_layouts;	   /* gauges, set by fs/ioctl.c */
+	_Atomic uint64_t ks_ssd_direct; /* gets read from the SSD straight into client memory */
 	uint64_t ks_start_ns; /* immutable after kv_stats_init: CLOCK_MONOTONIC at start */
 };
 
@@ -167,7 +168,7 @@ const char *kv_op_name(enum kv_op op);
  *                   "lat_ns": {"p50": N, "p90": N, "p99": N}}, ...},
  *  "errors": {"ENOSPC": N, ...},          (only kinds seen)
  *  "pool": {"size": N, "used": N, "free": N},
- *  "ioctl": {"regions": N, "layouts": N,
+ *  "ioctl": {"regions": N, "layouts": N, "ssd_direct_keys": N,
  *            "lookup": {"calls": N, "keys": N, "failed_keys": N, "bytes": N,
  *                       "lat_ns": {"p50": N, "p90": N, "p99": N}}, (put, get, remove)
  *            "stages": {"validate": {"batches": N, "total_ns": N, "p50": N, "p90": N,

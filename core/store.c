@@ -1129,6 +1129,14 @@ int kv_store_read(struct kv_store *st, struct kv_inode *ino, uint64_t off, uint6
 	return kv_obj_iov(obj, off, len, iov, maxiov, bytes);
 }
 
+int kv_store_read_direct(struct kv_store *st, struct kv_inode *ino, const struct iovec *iov, int n,
+			 uint64_t len)
+{
+	if (!st->ks_tier || S_ISDIR(ino->ki_type) || len % KV_PAGE_SIZE)
+		return -EAGAIN;
+	return kv_tier_read_direct(st->ks_tier, ino, iov, n, len);
+}
+
 void kv_read_done(struct kv_read_guard *guard)
 {
 	if (guard->krg_locked)

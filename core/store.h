@@ -263,6 +263,17 @@ int kv_store_read(struct kv_store *st, struct kv_inode *ino, uint64_t off, uint6
 void kv_read_done(struct kv_read_guard *guard);
 
 /*
+ * When the file's current value lives only on the SSD and is len bytes (a
+ * multiple of 4 KiB), reads it, verified, straight into iov: n pieces of
+ * memory aligned to 4 KiB, covering len (O_DIRECT lands there, no bounce
+ * buffer). A checksum mismatch leaves unverified bytes there and returns
+ * -EIO. Returns 0, or -EAGAIN when the value is (also) in DRAM, has
+ * another size, or reads promote it: read it with kv_store_read then.
+ */
+int kv_store_read_direct(struct kv_store *st, struct kv_inode *ino, const struct iovec *iov, int n,
+			 uint64_t len);
+
+/*
  * Writes len bytes at off; a write to a sealed value makes a new version
  * first. Returns 0, -ENOSPC (pool full; nothing written), -EISDIR.
  */

@@ -121,6 +121,14 @@ int kv_tier_make_room(struct kv_tier *t, uint64_t bytes);
 int kv_tier_read(struct kv_tier *t, struct kv_inode *ino, uint64_t off, uint64_t len,
 		 struct iovec *iov, int maxiov, uint64_t *bytes, struct kv_read_guard *guard);
 /*
+ * Reads a value that is only on SSD, verified, straight into iov (4 KiB
+ * aligned pieces covering len, a multiple of 4 KiB), with ki_lock held
+ * shared across the read. -EAGAIN when the value is not (only) on the SSD
+ * any more, is not len bytes, or reads promote it: use kv_tier_read.
+ */
+int kv_tier_read_direct(struct kv_tier *t, struct kv_inode *ino, const struct iovec *iov, int n,
+			uint64_t len);
+/*
  * Waits until every value sealed so far has been written (or failed to be)
  * and the journal is durable: syncfs. Returns the journal's sync result.
  */

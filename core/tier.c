@@ -650,6 +650,33 @@ int kv_tier_read(struct kv_tier *t, struct kv_inode *ino, uint64_t off, uint64_t
 	return 1;
 }
 
+int kv_tier_read_direct(struct kv_tier *t, struct kv_inode *ino, const struct iovec *iov, int n,
+			uint64_t len)
+{
+	struct kv_loc loc;
+	int err;
+
+	if (t->kt_st->ks_cfg->kc_promote)
+		return -EAGAIN; /* a read brings the value into DRAM: kv_tier_read does that */
+	err = ensure_csums(t, ino, &loc);
+	if (err)
+		return err;
+	/* Shared across the read, as in kv_tier_read. */
+	pthread_rwlock_rdlock(&ino->ki_lock);
+	if (ino->ki_obj || !ino->ki_loc.kl_bucket || ino->ki_loc.kl_seq != loc.kl_seq ||
+	    !ino->ki_csums || loc.kl_len != len)
+		err = -EAGAIN;
+	else
+		err = kv_bucket_read_iov(t->kt_bs, &loc, ino->ki_csums, iov, n);
+	pthread_rwlock_unlock(&ino->ki_lock);
+	if (err == -EAGAIN)
+		return err;
+	if (err)
+		return err == -ENOENT || err == -EFAULT ? -EIO : err;
+	atomic_fetch_add(&t->kt_ssd_hits, 1);
+	return 0;
+}
+
 /* --- life --- */
 
 int kv_tier_create(struct kv_store *st, int datadir_fd, struct kv_tier **out)

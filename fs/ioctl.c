@@ -24,7 +24,11 @@
  *
  * A batch runs key by key: a bad key gets its own -errno in ik_result and
  * the others go on. It holds the region table shared (kv_region_begin) for
- * its whole run, so no region is unmapped under a copy.
+ * its whole run, so no region is unmapped under a copy. A name a batch
+ * replaced or removed is dropped from the kernel's dentry cache at once
+ * (fuse_lowlevel_notify_inval_entry), so the next open() by path sees the
+ * new key, not the old one for up to KV_FS_TIMEOUT; an ioctl holds no lock
+ * of the directory that the kernel's invalidation would wait for.
  *
  * Trace (--trace=FILE): after each batch, one JSON line for the batch and
  * one per key, written with a single write() to a file opened O_APPEND, so
@@ -34,6 +38,7 @@
 #include "fs/fs.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,27 +85,26 @@ static fuse_ino_t nodeid_of(struct kv_fs *fs, struct kv_inode *ino)
 /* The thread group of thread tid, from /proc/<tid>/status. -ESRCH when gone. */
 static int tgid_of(pid_t tid, pid_t *out)
 {
-	char path[64], line[128];
-	FILE *f;
-	int err = -ESRCH;
+	char path[64], buf[1024], *p;
+	ssize_t n;
+	int fd;
 
 	if (tid <= 0)
 		return -ESRCH;
 	snprintf(path, sizeof(path), "/proc/%d/status", (int)tid);
-	f = fopen(path, "re");
-	if (!f)
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
 		return -ESRCH;
-	while (fgets(line, sizeof(line), f)) {
-		int v;
-
-		if (sscanf(line, "Tgid: %d", &v) == 1) {
-			*out = v;
-			err = 0;
-			break;
-		}
-	}
-	fclose(f);
-	return err;
+	/* Tgid comes within the first few lines. */
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return -ESRCH;
+	buf[n] = '\0';
+	p = strstr(buf, "\nTgid:");
+	if (!p || sscanf(p + 6, "%d", out) != 1 || *out <= 0)
+		return -ESRCH;
+	return 0;
 }
 
 static int caller(struct ioc *io, struct kv_caller *c)
@@ -244,6 +248,13 @@ static int mem_copy(void *arg, bool to_store, uint64_t off, const struct iovec *
 	return kv_span_copy(km->km_sp, km->km_n, !to_store, off, iov, n);
 }
 
+static int mem_direct(void *arg, struct iovec *iov, int max)
+{
+	struct key_mem *km = arg;
+
+	return kv_span_direct(km->km_sp, km->km_n, KV_PAGE_SIZE, iov, max);
+}
+
 /* Checks that [off, off + len) lies in bt_data after the key array. */
 static bool in_data(uint32_t nkeys, uint64_t off, uint64_t len)
 {
@@ -301,7 +312,7 @@ static int64_t one_key(struct ioc *io, struct kv_batch *b, enum kv_ioc_kind kind
 {
 	struct kv_key_info ki = {0};
 	struct key_mem km;
-	struct kv_batch_mem m = {.km_copy = mem_copy, .km_arg = &km};
+	struct kv_batch_mem m = {.km_copy = mem_copy, .km_direct = mem_direct, .km_arg = &km};
 	const char *name = (const char *)bt->bt_data + k->ik_name_off;
 	uint64_t t0 = kv_now_ns();
 	int64_t r = 0;
@@ -404,6 +415,7 @@ static int do_batch(struct ioc *io, enum kv_ioc_kind kind, struct kvfs_ioc_batch
 	total = kv_now_ns() - t0;
 	bt->bt_ns = total;
 	kv_stats_ioc(&fs->kf_stats, kind, t0, bt->bt_nkeys, failed, bt->bt_bytes, b.kb_ns);
+	atomic_fetch_add_explicit(&fs->kf_stats.ks_ssd_direct, b.kb_direct, memory_order_relaxed);
 	if (fs->kf_trace_fd >= 0)
 		trace_batch(io, kind, bt, &b, total);
 	return 0;

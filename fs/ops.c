@@ -6,11 +6,12 @@
  * operation in the stats (latency from arrival to reply). Errors from core/
  * are -errno and are turned into fuse_reply_err() here and only here.
  *
- * File handles: a regular file's fh is unused (the node id names the
- * inode, whose open count core/ keeps); a directory's fh is a struct
- * dir_handle holding a snapshot of its entries, taken at opendir and
+ * File handles: a regular file's fh is only a unique odd tag (the node id
+ * names the inode, whose open count core/ keeps); a directory's fh is a
+ * struct dir_handle holding a snapshot of its entries, taken at opendir and
  * retaken when a reader seeks back to 0; a control file's fh is its
- * rendered contents.
+ * rendered contents. Whatever it is, fs/ioctl.c ties the regions registered
+ * through an open file to its fh, and each release lets go of them.
  *
  * Page cache: regular files are opened with keep_cache, since every change
  * to a file reaches the store through this same kernel, which keeps its

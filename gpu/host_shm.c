@@ -148,9 +148,15 @@ static int shm_copy(struct kv_region *r, bool to_region, uint64_t off, const str
 	return 0;
 }
 
+static void *shm_direct(struct kv_region *r, uint64_t off)
+{
+	return r->rg_base + off;
+}
+
 const struct kv_region_ops kv_host_shm_ops = {
     .ro_name = "host_shm",
     .ro_open = shm_open_region,
     .ro_close = shm_close,
     .ro_copy = shm_copy,
+    .ro_direct = shm_direct,
 };

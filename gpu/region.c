@@ -39,13 +39,27 @@ struct kv_layout {
 	struct kv_lseg ly_segs[];
 };
 
+/* How many regions and layouts one open file (tag) holds. */
+struct kv_tagref {
+	uint64_t tr_tag;
+	uint32_t tr_count;
+};
+
 struct kv_region_table {
-	pthread_rwlock_t rt_lock; /* guards everything below */
+	pthread_rwlock_t rt_lock; /* guards everything below but the tags */
 	struct kv_region *rt_region[KV_REGION_SLOTS];
 	struct kv_layout *rt_layout[KV_REGION_SLOTS];
 	uint32_t rt_rgen[KV_REGION_SLOTS], rt_lgen[KV_REGION_SLOTS];
 	uint32_t rt_nregions, rt_nlayouts;
 	uint32_t rt_rnext, rt_lnext; /* where the next free-slot search starts */
+	/*
+	 * The tags holding anything, so that the close of any other file (the
+	 * common case) returns without waiting for rt_lock behind a batch.
+	 * rt_tag_lock (a mutex, taken inside rt_lock or alone) guards them.
+	 */
+	pthread_mutex_t rt_tag_lock;
+	struct kv_tagref rt_tags[2 * KV_REGION_SLOTS];
+	uint32_t rt_ntags;
 };
 
 const struct kv_region_ops *kv_region_ops_of(uint32_t kind)
@@ -82,8 +96,53 @@ int kv_region_table_create(struct kv_region_table **out)
 		free(t);
 		return err;
 	}
+	pthread_mutex_init(&t->rt_tag_lock, NULL);
 	*out = t;
 	return 0;
+}
+
+/* The entry of tag, or NULL (rt_tag_lock held). */
+static struct kv_tagref *tag_find(struct kv_region_table *t, uint64_t tag)
+{
+	for (uint32_t i = 0; i < t->rt_ntags; i++)
+		if (t->rt_tags[i].tr_tag == tag)
+			return &t->rt_tags[i];
+	return NULL;
+}
+
+static void tag_add(struct kv_region_table *t, uint64_t tag)
+{
+	struct kv_tagref *tr;
+
+	pthread_mutex_lock(&t->rt_tag_lock);
+	tr = tag_find(t, tag);
+	if (!tr) { /* one entry per region or layout at most: there is room */
+		tr = &t->rt_tags[t->rt_ntags++];
+		*tr = (struct kv_tagref){tag, 0};
+	}
+	tr->tr_count++;
+	pthread_mutex_unlock(&t->rt_tag_lock);
+}
+
+static void tag_drop(struct kv_region_table *t, uint64_t tag)
+{
+	struct kv_tagref *tr;
+
+	pthread_mutex_lock(&t->rt_tag_lock);
+	tr = tag_find(t, tag);
+	if (tr && --tr->tr_count == 0)
+		*tr = t->rt_tags[--t->rt_ntags];
+	pthread_mutex_unlock(&t->rt_tag_lock);
+}
+
+static bool tag_held(struct kv_region_table *t, uint64_t tag)
+{
+	bool held;
+
+	pthread_mutex_lock(&t->rt_tag_lock);
+	held = tag_find(t, tag) != NULL;
+	pthread_mutex_unlock(&t->rt_tag_lock);
+	return held;
 }
 
 static uint32_t slot_of(uint32_t id)
@@ -127,6 +186,7 @@ static void layout_free(struct kv_region_table *t, struct kv_layout *l)
 		l->ly_segs[i].ls_region->rg_users--;
 	t->rt_layout[slot_of(l->ly_id)] = NULL;
 	t->rt_nlayouts--;
+	tag_drop(t, l->ly_tag);
 	free(l);
 }
 
@@ -146,6 +206,7 @@ static void region_free(struct kv_region_table *t, struct kv_region *r)
 			layout_free(t, t->rt_layout[s]);
 	t->rt_region[slot_of(r->rg_id)] = NULL;
 	t->rt_nregions--;
+	tag_drop(t, r->rg_tag);
 	r->rg_ops->ro_close(r);
 	if (r->rg_pidfd >= 0)
 		close(r->rg_pidfd);
@@ -158,6 +219,7 @@ void kv_region_table_destroy(struct kv_region_table *t)
 		if (t->rt_region[s])
 			region_free(t, t->rt_region[s]);
 	pthread_rwlock_destroy(&t->rt_lock);
+	pthread_mutex_destroy(&t->rt_tag_lock);
 	free(t);
 }
 
@@ -238,6 +300,7 @@ int kv_region_register(struct kv_region_table *t, const struct kv_caller *c,
 	if (!err) {
 		t->rt_region[slot_of(r->rg_id)] = r;
 		t->rt_nregions++;
+		tag_add(t, r->rg_tag);
 		*id = r->rg_id;
 	}
 	pthread_rwlock_unlock(&t->rt_lock);
@@ -327,6 +390,7 @@ int kv_layout_register(struct kv_region_table *t, const struct kv_caller *c,
 			l->ly_segs[i].ls_region->rg_users++;
 		t->rt_layout[slot_of(l->ly_id)] = l;
 		t->rt_nlayouts++;
+		tag_add(t, l->ly_tag);
 		*id = l->ly_id;
 		*block_len = l->ly_block_len;
 		*nblocks = l->ly_nblocks;
@@ -358,6 +422,8 @@ unsigned kv_region_release_tag(struct kv_region_table *t, uint64_t tag)
 {
 	unsigned n = 0;
 
+	if (!tag_held(t, tag))
+		return 0;
 	pthread_rwlock_wrlock(&t->rt_lock);
 	for (uint32_t s = 0; t->rt_nlayouts && s < KV_REGION_SLOTS; s++)
 		if (t->rt_layout[s] && t->rt_layout[s]->ly_tag == tag) {
@@ -477,4 +543,20 @@ int kv_span_copy(const struct kv_span *sp, int nsp, bool to_region, uint64_t off
 		if (sp[s].sp_region->rg_ops->ro_sync)
 			err = sp[s].sp_region->rg_ops->ro_sync(sp[s].sp_region);
 	return err;
+}
+
+int kv_span_direct(const struct kv_span *sp, int nsp, size_t align, struct iovec *iov, int max)
+{
+	if (nsp > max)
+		return 0;
+	for (int s = 0; s < nsp; s++) {
+		const struct kv_region *r = sp[s].sp_region;
+		char *p = r->rg_ops->ro_direct ? r->rg_ops->ro_direct(sp[s].sp_region, sp[s].sp_off)
+					       : NULL;
+
+		if (!p || (uintptr_t)p % align || sp[s].sp_len % align)
+			return 0;
+		iov[s] = (struct iovec){p, sp[s].sp_len};
+	}
+	return nsp;
 }

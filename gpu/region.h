@@ -20,7 +20,10 @@
  * goes with the first of its regions to go; a region a layout uses cannot
  * be unregistered explicitly (-EBUSY).
  *
- * Locking. rt_lock (a writer-preferring rwlock) guards the whole table.
+ * Locking. rt_lock (a writer-preferring rwlock) guards the whole table,
+ * except the set of tags that hold something, which has its own mutex
+ * (taken inside rt_lock, or alone by kv_region_release_tag to see at once
+ * that a closing file holds nothing).
  * Registration, release and reaping take it exclusive. A batch takes it
  * shared for its whole duration (kv_region_begin / kv_region_end), so the
  * struct kv_span pointers it resolves stay valid while it copies, and a
@@ -69,7 +72,9 @@ struct kv_region_desc {
  * [off, off + total of iov), which the caller has checked lie inside the
  * region; it may be asynchronous for a device backend, and ro_sync waits
  * until every copy issued on the region has landed. ro_sync may be NULL
- * (copies are synchronous).
+ * (copies are synchronous). ro_direct, when the backend maps the region
+ * in the daemon, gives the address of a region byte, so that SSD reads can
+ * land there with no bounce buffer; NULL otherwise.
  */
 struct kv_region_ops {
 	const char *ro_name;
@@ -79,6 +84,8 @@ struct kv_region_ops {
 	int (*ro_copy)(struct kv_region *r, bool to_region, uint64_t off, const struct iovec *iov,
 		       int n);
 	int (*ro_sync)(struct kv_region *r);
+	/* Optional: the daemon's address of region byte off, when the daemon maps it. */
+	void *(*ro_direct)(struct kv_region *r, uint64_t off);
 };
 
 /* A region (the table owns it; fields after rg_len belong to the backend). */
@@ -183,5 +190,13 @@ int kv_layout_spans(struct kv_region_table *t, pid_t tgid, uint32_t id, uint64_t
  */
 int kv_span_copy(const struct kv_span *sp, int nsp, bool to_region, uint64_t off,
 		 const struct iovec *iov, int niov);
+
+/*
+ * Describes the spans as daemon addresses in iov (room for max) when every
+ * one is mapped by the daemon (ro_direct) with address and length aligned
+ * to `align`: what O_DIRECT needs to land in client memory. Returns nsp,
+ * or 0 when that does not hold.
+ */
+int kv_span_direct(const struct kv_span *sp, int nsp, size_t align, struct iovec *iov, int max);
 
 #endif

@@ -50,6 +50,10 @@
  *   EFAULT           a range outside the region, or one whose end overflows
  *   EOPNOTSUPP       a region kind this daemon was built without (CUDA)
  *   EMFILE           the process has KVFS_MAX_REGIONS regions (or layouts)
+ *   ENOSPC           the daemon's table of regions (or layouts) is full
+ *   ENOENT, EACCES   HOST_SHM: no such object, or the daemon may not open it
+ *   ESRCH            the calling process could not be identified (it is in
+ *                    another pid namespace, or gone)
  * Per-key errors (ik_result) are listed at each batch command.
  *
  * Regions and layouts
@@ -169,7 +173,8 @@
  * KVFS_IOC_REMOVE: removes each name as unlink() would; a directory fails
  *   with -EISDIR unless KVFS_REMOVE_RECURSIVE, which removes it and all
  *   below it as rm -rf would. ik_result: the number of keys removed, or
- *   -ENOENT, or a per-key error above.
+ *   -ENOENT, -ENOTEMPTY (the directory kept being refilled while it was
+ *   emptied), or a per-key error above.
  */
 #ifndef KVFS_KVFS_IOCTL_H
 #define KVFS_KVFS_IOCTL_H
@@ -292,7 +297,7 @@ struct kvfs_ioc_key {
 	uint16_t ik_name_off; /* in: offset of the name in bt_data */
 	uint16_t ik_name_len; /* in: bytes, no NUL */
 	uint16_t ik_iov_off;  /* in: offset of the first struct kvfs_ioc_iov (multiple of 8) */
-	uint16_t ik_niov;     /* in: explicit ranges; 0 with a layout */
+	uint16_t ik_niov;     /* in: explicit ranges, 1..KVFS_LAYOUT_MAX_SEGS; 0 with a layout */
 	uint32_t ik_layout;   /* in: layout id, or 0 for the iov list */
 	uint32_t ik_flags;    /* out: KVFS_KEY_* */
 	uint64_t ik_block;    /* in: block index in the layout */

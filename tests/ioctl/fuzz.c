@@ -190,7 +190,7 @@ static const unsigned long cmds[] = {
 };
 
 /* A batch whose every field is drawn from valid, boundary and noise values. */
-static void gen_batch(struct fz *f, struct kvfs_ioc_batch *bt)
+static void gen_batch(struct fz *f, unsigned long cmd, struct kvfs_ioc_batch *bt)
 {
 	uint32_t nkeys = below(f, 8) ? (uint32_t)below(f, 300) + 1 : (uint32_t)rnd(f);
 	uint32_t cap = nkeys <= KVFS_BATCH_MAX_KEYS ? nkeys : 1,
@@ -199,7 +199,11 @@ static void gen_batch(struct fz *f, struct kvfs_ioc_batch *bt)
 	memset(bt, 0, sizeof(*bt));
 	hdr_init(&bt->bt_hdr, sizeof(*bt), rnd(f));
 	bt->bt_nkeys = nkeys;
-	bt->bt_flags = below(f, 3) ? (uint32_t)below(f, 4) : (uint32_t)rnd(f);
+	/* Mostly the flags the command takes (so that batches run), sometimes any. */
+	bt->bt_flags = below(f, 10) == 0	? (uint32_t)rnd(f)
+		       : cmd == KVFS_IOC_PUT	? (uint32_t)below(f, 4)
+		       : cmd == KVFS_IOC_REMOVE ? (uint32_t)below(f, 2)
+						: 0;
 	if (!below(f, 20))
 		bt->bt_hdr.ih_version = (uint32_t)rnd(f);
 	for (uint32_t i = 0; i < cap; i++) {
@@ -207,7 +211,7 @@ static void gen_batch(struct fz *f, struct kvfs_ioc_batch *bt)
 		size_t room = heap < KVFS_BATCH_DATA_SIZE ? KVFS_BATCH_DATA_SIZE - heap : 0;
 
 		if (below(f, 3)) {
-			k.ik_layout = pick_id(f);
+			k.ik_layout = below(f, 2) ? f->layout : pick_id(f);
 			k.ik_block = pick64(f, RLEN / 4096);
 		} else if (room > 64) {
 			uint16_t niov = (uint16_t)(below(f, 6) ? below(f, 4) + 1 : below(f, 400));
@@ -360,7 +364,7 @@ static void one(struct fz *f, long i)
 			f->buf[k] = (uint8_t)rnd(f);
 	} else if (cmd == KVFS_IOC_LOOKUP || cmd == KVFS_IOC_PUT || cmd == KVFS_IOC_GET ||
 		   cmd == KVFS_IOC_REMOVE) {
-		gen_batch(f, (struct kvfs_ioc_batch *)f->buf);
+		gen_batch(f, cmd, (struct kvfs_ioc_batch *)f->buf);
 	} else if (cmd == KVFS_IOC_REGION_REGISTER) {
 		gen_region(f, (struct kvfs_ioc_region *)f->buf);
 	} else if (cmd == KVFS_IOC_LAYOUT_REGISTER) {

@@ -365,6 +365,43 @@ static void test_environment(void **state)
 	check_err(&p, "KVFS_MEM_SIZE", "banana");
 }
 
+/* --trace=FILE in its three forms, strongest winning; an empty name is refused. */
+static void test_trace(void **state)
+{
+	char *env[] = {"KVFS_TRACE=/env.jsonl", NULL};
+	struct parse p;
+
+	(void)state;
+	PARSE(&p, "data", "mnt");
+	check_run(&p, "");
+	assert_null(p.p_cfg.kc_trace);
+	parse_free(&p);
+
+	PARSE(&p, "--trace=/t/a.jsonl", "data", "mnt");
+	check_run(&p, "");
+	assert_string_equal(p.p_cfg.kc_trace, "/t/a.jsonl");
+	parse_free(&p);
+	assert_null(p.p_cfg.kc_trace);
+
+	PARSE(&p, "data", "mnt", "-o", "trace=rel.jsonl,allow_other");
+	check_run(&p, "allow_other");
+	assert_string_equal(p.p_cfg.kc_trace, "rel.jsonl");
+	parse_free(&p);
+
+	PARSE_ENV(&p, env, "data", "mnt");
+	check_run(&p, "");
+	assert_string_equal(p.p_cfg.kc_trace, "/env.jsonl");
+	parse_free(&p);
+
+	PARSE_ENV(&p, env, "--trace", "/cli", "data", "mnt", "-o", "trace=/o");
+	check_run(&p, "");
+	assert_string_equal(p.p_cfg.kc_trace, "/cli");
+	parse_free(&p);
+
+	PARSE(&p, "--trace=", "data", "mnt");
+	check_err(&p, "--trace", NULL);
+}
+
 static void test_threads_numa(void **state)
 {
 	static const char *const bad_threads[] = {"0", "1025", "-1", "abc", "", "4x", "4 "};
@@ -577,7 +614,7 @@ int main(void)
 	    cmocka_unit_test(test_o_options),	    cmocka_unit_test(test_environment),
 	    cmocka_unit_test(test_threads_numa),    cmocka_unit_test(test_flags),
 	    cmocka_unit_test(test_help_version),    cmocka_unit_test(test_errors),
-	    cmocka_unit_test(test_render),
+	    cmocka_unit_test(test_render),	    cmocka_unit_test(test_trace),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
