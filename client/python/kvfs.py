@@ -246,11 +246,13 @@ class Region:
     """A registered range of memory: `id` (what layouts and iovs name),
     `kind` ("shm" from Client.alloc, "proc" from Client.register), `size`,
     and for "shm" `buffer`, a writable memoryview of the shared memory —
-    valid until the region is unregistered or the Client closed."""
+    valid until the region is unregistered or the Client closed. `writable`
+    is False for read-only memory (register(bytes, writable=False)): get()
+    refuses to fill it."""
 
-    def __init__(self, client, rid, kind, size, addr=None, pinned=None):
+    def __init__(self, client, rid, kind, size, addr=None, pinned=None, writable=True):
         self.client, self.id, self.kind, self.size = client, rid, kind, size
-        self.addr = addr
+        self.addr, self.writable = addr, writable
         self._pinned = pinned
         self.buffer = None
         if kind == "shm":
@@ -266,8 +268,9 @@ class Region:
 class Layout:
     """A registered layout: `id`, `nblocks` (blocks inside every region), `block_len`."""
 
-    def __init__(self, client, lid, nblocks, block_len):
+    def __init__(self, client, lid, nblocks, block_len, writable=True):
         self.client, self.id, self.nblocks, self.block_len = client, lid, nblocks, block_len
+        self.writable = writable  # False when a segment lies in read-only memory
 
     def unregister(self):
         self.client.unregister_layout(self)
@@ -381,7 +384,7 @@ class Client:
         if rc < 0:
             p.release()
             _check(rc, "kvfs_region_register")
-        r = Region(self, rid.value, "proc", p.len, p.addr, p)
+        r = Region(self, rid.value, "proc", p.len, p.addr, p, writable)
         with self._lock:
             self._regions[r.id] = r
         return r
@@ -409,7 +412,8 @@ class Client:
         lid, nblocks = ctypes.c_uint32(), ctypes.c_uint64()
         _check(self._lib.kvfs_layout_register(self._h, segs, len(segments), ctypes.byref(lid),
                                               ctypes.byref(nblocks)), "kvfs_layout_register")
-        return Layout(self, lid.value, nblocks.value, total)
+        writable = all(getattr(seg[0], "writable", True) for seg in segments)
+        return Layout(self, lid.value, nblocks.value, total, writable)
 
     def unregister_layout(self, layout):
         """Unregisters a Layout (or layout id)."""
@@ -436,7 +440,11 @@ class Client:
         return _check(self._lib.kvfs_lookup_prefix(self._h, arr, len(names), trace),
                       "kvfs_lookup_prefix")
 
-    def _keys(self, names, layout, blocks, iovs):
+    def _keys(self, names, layout, blocks, iovs, fill=False):
+        iovs = None if iovs is None else [list(lst) for lst in iovs]
+        if fill and (not getattr(layout, "writable", True) or any(
+                not getattr(r, "writable", True) for lst in (iovs or ()) for r, _, _ in lst)):
+            raise ValueError("get into read-only memory")
         names = [_name(n) for n in names]
         n = len(names)
         keys = (_Key * max(n, 1))()
@@ -449,7 +457,6 @@ class Client:
             for i in range(n):
                 keys[i] = _Key(names[i], lid, 0, blocks[i], None)
         elif iovs is not None:
-            iovs = list(iovs)
             if len(iovs) != n:
                 raise ValueError("%d names but %d iov lists" % (n, len(iovs)))
             for i, lst in enumerate(iovs):
@@ -476,7 +483,7 @@ class Client:
         """Copies each name's value into its memory (layout or iovs as for
         put); the memory's length must equal the value's size (-EMSGSIZE
         otherwise, with sizes[i] the value's size). result = bytes or -errno."""
-        keys, n, _keep = self._keys(names, layout, blocks, iovs)
+        keys, n, _keep = self._keys(names, layout, blocks, iovs, fill=True)
         st, s = (_Status * max(n, 1))(), _Summary()
         _check(self._lib.kvfs_get(self._h, keys, n, trace, st, ctypes.byref(s)), "kvfs_get")
         return BatchResult._from_c(st, n, s)

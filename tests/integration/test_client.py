@@ -234,13 +234,18 @@ class PythonRoundTrip(kvfstest.KvfsTestCase):
         self.assertEqual(c.lookup_prefix(names + ["absent"] + names[:10]), n)
         self.assertEqual(c.lookup_prefix(names[:700] + ["absent"] + names), 700)
         self.assertEqual(read_file(m.path("k01234")), bytes(buf[1234 * size:1235 * size]))
+        ro = c.register(bytes(buf), writable=False)  # puts may read it, gets may not fill it
+        self.assertEqual(list(c.put(["ro"], iovs=[[(ro, 64, 64)]])), [64])
+        with self.assertRaises(ValueError):
+            c.get(["ro"], iovs=[[(ro, 0, 64)]])
+        ro.unregister()
         out = bytearray(n * size)
         oreg = c.register(out)
         g = c.get(names, iovs=[[(oreg, i * size, size)] for i in range(n)])
         self.assertEqual(g.ok, n, g.errors())
         self.assertEqual(out, buf)
-        rm = c.remove(names)
-        self.assertEqual(rm.ok, n)
+        rm = c.remove(names + ["ro"])
+        self.assertEqual(rm.ok, n + 1)
         self.assertEqual(len([e for e in os.listdir(m.mnt) if e.startswith("k")]), 0)
 
     def test_threads_share_one_handle(self):
