@@ -313,13 +313,15 @@ static int64_t one_key(struct ioc *io, struct kv_batch *b, enum kv_ioc_kind kind
 	struct kv_key_info ki = {0};
 	struct key_mem km;
 	struct kv_batch_mem m = {.km_copy = mem_copy, .km_direct = mem_direct, .km_arg = &km};
-	const char *name = (const char *)bt->bt_data + k->ik_name_off;
 	uint64_t t0 = kv_now_ns();
+	const char *name = NULL;
 	int64_t r = 0;
 
 	if (!kv_ioc_in_data(bt->bt_nkeys, k->ik_name_off, k->ik_name_len))
 		r = -EINVAL;
-	else if (kind == KV_IOC_PUT || kind == KV_IOC_GET)
+	else
+		name = (const char *)bt->bt_data + k->ik_name_off;
+	if (!r && (kind == KV_IOC_PUT || kind == KV_IOC_GET))
 		r = kv_ioc_key_mem(io->io_fs->kf_regions, io->io_tgid, bt, k, km.km_sp, &km.km_n,
 				   &m.km_len);
 	b->kb_ns[KV_STAGE_VALIDATE] += kv_now_ns() - t0;
