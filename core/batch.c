@@ -13,6 +13,8 @@
 
 /* iovecs handed to km_copy at a time. */
 #define BATCH_IOV 64
+/* Bytes of an SSD-only value read at a time: no value needs a buffer its whole size. */
+#define GET_CHUNK (8u << 20)
 /* Passes over a directory that keeps being refilled before rm -rf gives up. */
 #define RMTREE_TRIES 4
 
@@ -237,6 +239,48 @@ static int get_direct(struct kv_batch *b, struct kv_inode *ino, const struct kv_
 	return err;
 }
 
+/*
+ * A sealed value only on the SSD and larger than GET_CHUNK, read and copied
+ * GET_CHUNK bytes at a time. One version throughout: the sequence number
+ * is the same before the first piece and after the last, and a new version
+ * always gets a higher one (or none while it is being written). -EAGAIN
+ * when any of that does not hold (the caller reads the value in one piece).
+ */
+static int get_chunked(struct kv_batch *b, struct kv_inode *ino, const struct kv_batch_mem *m,
+		       struct kv_key_info *ki)
+{
+	struct iovec iov[BATCH_IOV];
+	struct kv_read_guard guard;
+	struct kv_attr a;
+	uint64_t seq, off, bytes = 0, t0;
+	int n, err = 0;
+
+	if (ki->kki_size <= GET_CHUNK || ki->kki_size != m->km_len ||
+	    (ki->kki_flags & (KV_BK_SEALED | KV_BK_DRAM | KV_BK_SSD)) != (KV_BK_SEALED | KV_BK_SSD))
+		return -EAGAIN;
+	kv_store_getattr(b->kb_st, ino, &a);
+	seq = a.ka_seq;
+	if (!seq || a.ka_size != m->km_len)
+		return -EAGAIN;
+	for (off = 0; !err && off < m->km_len; off += bytes) {
+		t0 = kv_now_ns();
+		n = kv_store_read(b->kb_st, ino, off, GET_CHUNK, iov, BATCH_IOV, &bytes, &guard);
+		if (n < 0)
+			return n;
+		add_ns(b, guard.krg_buf ? KV_STAGE_SSD_READ : KV_STAGE_INDEX, t0);
+		if (guard.krg_locked || bytes == 0) {
+			err = -EAGAIN;
+		} else {
+			t0 = kv_now_ns();
+			err = m->km_copy(m->km_arg, false, off, iov, n);
+			add_ns(b, KV_STAGE_COPY_OUT, t0);
+		}
+		kv_read_done(&guard);
+	}
+	kv_store_getattr(b->kb_st, ino, &a);
+	return err ? err : a.ka_seq == seq ? 0 : -EAGAIN;
+}
+
 int64_t kv_batch_get(struct kv_batch *b, const char *name, size_t len, const struct kv_batch_mem *m,
 		     struct kv_key_info *ki)
 {
@@ -250,6 +294,8 @@ int64_t kv_batch_get(struct kv_batch *b, const char *name, size_t len, const str
 	if (err)
 		return err;
 	err = get_direct(b, ino, m, ki);
+	if (err == -EAGAIN)
+		err = get_chunked(b, ino, m, ki);
 	if (err != -EAGAIN) {
 		kv_inode_put(ino);
 		return err ? err : (int64_t)m->km_len;

@@ -12,7 +12,9 @@
  *           sees the key, or its new bytes, before the copy is complete.
  *   get     pins one sealed version (a DRAM object reference, or one read
  *           of the SSD record) and copies only from it: never a mix of two
- *           versions. The value's size must equal the memory's length.
+ *           versions. The value's size must equal the memory's length. A
+ *           large SSD-only value is read in pieces, its sequence number
+ *           checked before and after, so no buffer needs its whole size.
  *   remove  is unlink, or rm -rf of a directory with `recursive`.
  *
  * Names are paths relative to kb_dir: components of 1..KV_NAME_MAX bytes

@@ -661,9 +661,13 @@ int kv_tier_read_direct(struct kv_tier *t, struct kv_inode *ino, const struct io
 	err = ensure_csums(t, ino, &loc);
 	if (err)
 		return err;
-	/* Shared across the read, as in kv_tier_read. */
+	/*
+	 * Shared across the read, as in kv_tier_read. The record must still be
+	 * where loc says (the same version, and not moved by compaction).
+	 */
 	pthread_rwlock_rdlock(&ino->ki_lock);
 	if (ino->ki_obj || !ino->ki_loc.kl_bucket || ino->ki_loc.kl_seq != loc.kl_seq ||
+	    ino->ki_loc.kl_bucket != loc.kl_bucket || ino->ki_loc.kl_off != loc.kl_off ||
 	    !ino->ki_csums || loc.kl_len != len)
 		err = -EAGAIN;
 	else

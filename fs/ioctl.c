@@ -46,6 +46,7 @@
 #include <unistd.h>
 
 #include "core/batch.h"
+#include "fs/ioctl.h"
 #include "gpu/region.h"
 #include "kvfs/kvfs_ioctl.h"
 
@@ -157,8 +158,7 @@ static int do_version(struct ioc *io, struct kvfs_ioc_version *v)
 	return 0;
 }
 
-/* The fields a kind does not read must be zero. */
-static int region_fields_check(const struct kvfs_ioc_region *rg)
+int kv_ioc_region_check(const struct kvfs_ioc_region *rg)
 {
 	bool name = !all_zero(rg->rg_shm_name, sizeof(rg->rg_shm_name));
 	bool cuda = !all_zero(rg->rg_dev_uuid, sizeof(rg->rg_dev_uuid)) ||
@@ -185,7 +185,7 @@ static int do_region_register(struct ioc *io, struct kvfs_ioc_region *rg)
 {
 	struct kv_region_desc d;
 	struct kv_caller c;
-	int err = region_fields_check(rg);
+	int err = kv_ioc_region_check(rg);
 
 	if (!err)
 		err = caller(io, &c);
@@ -219,16 +219,23 @@ static int do_unregister(struct ioc *io, struct kvfs_ioc_id *id, bool layout)
 	return err;
 }
 
+int kv_ioc_layout_check(const struct kvfs_ioc_layout *ly)
+{
+	if (ly->ly_id || ly->ly_block_len || ly->ly_nblocks)
+		return -EINVAL;
+	if (ly->ly_nsegs == 0 || ly->ly_nsegs > KVFS_LAYOUT_MAX_SEGS)
+		return -EINVAL;
+	if (!all_zero(&ly->ly_segs[ly->ly_nsegs],
+		      (KVFS_LAYOUT_MAX_SEGS - ly->ly_nsegs) * sizeof(ly->ly_segs[0])))
+		return -EINVAL;
+	return 0;
+}
+
 static int do_layout_register(struct ioc *io, struct kvfs_ioc_layout *ly)
 {
 	struct kv_caller c;
-	int err = ly->ly_id || ly->ly_block_len || ly->ly_nblocks ? -EINVAL : 0;
+	int err = kv_ioc_layout_check(ly);
 
-	if (!err && (ly->ly_nsegs == 0 || ly->ly_nsegs > KVFS_LAYOUT_MAX_SEGS))
-		err = -EINVAL;
-	if (!err && !all_zero(&ly->ly_segs[ly->ly_nsegs],
-			      (KVFS_LAYOUT_MAX_SEGS - ly->ly_nsegs) * sizeof(ly->ly_segs[0])))
-		err = -EINVAL;
 	if (!err)
 		err = caller(io, &c);
 	if (err)
@@ -255,30 +262,24 @@ static int mem_direct(void *arg, struct iovec *iov, int max)
 	return kv_span_direct(km->km_sp, km->km_n, KV_PAGE_SIZE, iov, max);
 }
 
-/* Checks that [off, off + len) lies in bt_data after the key array. */
-static bool in_data(uint32_t nkeys, uint64_t off, uint64_t len)
+bool kv_ioc_in_data(uint32_t nkeys, uint64_t off, uint64_t len)
 {
-	return off >= (uint64_t)nkeys * KEY_SIZE && off + len <= KVFS_BATCH_DATA_SIZE;
+	return off >= (uint64_t)nkeys * KEY_SIZE && off <= KVFS_BATCH_DATA_SIZE &&
+	       len <= KVFS_BATCH_DATA_SIZE - off;
 }
 
-/* Resolves a key's memory: its layout block, or its explicit ranges. Sets *len. */
-static int key_mem(struct ioc *io, const struct kvfs_ioc_batch *bt, const struct kvfs_ioc_key *k,
-		   struct key_mem *km, uint64_t *len)
+int kv_ioc_key_mem(struct kv_region_table *t, pid_t tgid, const struct kvfs_ioc_batch *bt,
+		   const struct kvfs_ioc_key *k, struct kv_span *sp, int *n, uint64_t *len)
 {
-	struct kv_region_table *t = io->io_fs->kf_regions;
-	int n;
-
 	if (k->ik_layout) {
 		if (k->ik_niov || k->ik_iov_off)
 			return -EINVAL;
-		n = kv_layout_spans(t, io->io_tgid, k->ik_layout, k->ik_block, km->km_sp, len);
-		if (n < 0)
-			return n;
-		km->km_n = n;
-		return 0;
+		*n = kv_layout_spans(t, tgid, k->ik_layout, k->ik_block, sp, len);
+		return *n < 0 ? *n : 0;
 	}
 	if (k->ik_block || k->ik_niov == 0 || k->ik_niov > KVFS_LAYOUT_MAX_SEGS ||
-	    k->ik_iov_off % 8 || !in_data(bt->bt_nkeys, k->ik_iov_off, k->ik_niov * IOV_SIZE))
+	    k->ik_iov_off % 8 ||
+	    !kv_ioc_in_data(bt->bt_nkeys, k->ik_iov_off, k->ik_niov * IOV_SIZE))
 		return -EINVAL;
 	*len = 0;
 	for (int i = 0; i < k->ik_niov; i++) {
@@ -288,14 +289,13 @@ static int key_mem(struct ioc *io, const struct kvfs_ioc_batch *bt, const struct
 		memcpy(&v, bt->bt_data + k->ik_iov_off + i * IOV_SIZE, sizeof(v));
 		if (v.iv_pad)
 			return -EINVAL;
-		err = kv_region_span(t, io->io_tgid, v.iv_region, v.iv_offset, v.iv_length,
-				     &km->km_sp[i]);
+		err = kv_region_span(t, tgid, v.iv_region, v.iv_offset, v.iv_length, &sp[i]);
 		if (!err && __builtin_add_overflow(*len, v.iv_length, len))
 			err = -EFAULT;
 		if (err)
 			return err;
 	}
-	km->km_n = k->ik_niov;
+	*n = k->ik_niov;
 	return 0;
 }
 
@@ -313,14 +313,17 @@ static int64_t one_key(struct ioc *io, struct kv_batch *b, enum kv_ioc_kind kind
 	struct kv_key_info ki = {0};
 	struct key_mem km;
 	struct kv_batch_mem m = {.km_copy = mem_copy, .km_direct = mem_direct, .km_arg = &km};
-	const char *name = (const char *)bt->bt_data + k->ik_name_off;
 	uint64_t t0 = kv_now_ns();
+	const char *name = NULL;
 	int64_t r = 0;
 
-	if (!in_data(bt->bt_nkeys, k->ik_name_off, k->ik_name_len))
+	if (!kv_ioc_in_data(bt->bt_nkeys, k->ik_name_off, k->ik_name_len))
 		r = -EINVAL;
-	else if (kind == KV_IOC_PUT || kind == KV_IOC_GET)
-		r = key_mem(io, bt, k, &km, &m.km_len);
+	else
+		name = (const char *)bt->bt_data + k->ik_name_off;
+	if (!r && (kind == KV_IOC_PUT || kind == KV_IOC_GET))
+		r = kv_ioc_key_mem(io->io_fs->kf_regions, io->io_tgid, bt, k, km.km_sp, &km.km_n,
+				   &m.km_len);
 	b->kb_ns[KV_STAGE_VALIDATE] += kv_now_ns() - t0;
 	if (r)
 		return r;
@@ -360,6 +363,15 @@ static const uint32_t batch_flags[KV_IOC__COUNT] = {
     [KV_IOC_REMOVE] = KVFS_REMOVE_RECURSIVE,
 };
 
+int kv_ioc_batch_check(enum kv_ioc_kind kind, const struct kvfs_ioc_batch *bt)
+{
+	if (bt->bt_nkeys == 0 || bt->bt_flags & ~batch_flags[kind])
+		return -EINVAL;
+	if ((uint64_t)bt->bt_nkeys * KEY_SIZE > KVFS_BATCH_DATA_SIZE)
+		return -E2BIG;
+	return 0;
+}
+
 static void trace_batch(struct ioc *io, enum kv_ioc_kind kind, const struct kvfs_ioc_batch *bt,
 			const struct kv_batch *b, uint64_t total_ns);
 
@@ -381,10 +393,9 @@ static int do_batch(struct ioc *io, enum kv_ioc_kind kind, struct kvfs_ioc_batch
 	b.kb_dir = inode_of(fs, io->io_ino);
 	if (!kv_inode_is_dir(b.kb_dir))
 		return -ENOTDIR;
-	if (bt->bt_nkeys == 0 || bt->bt_flags & ~batch_flags[kind])
-		return -EINVAL;
-	if ((uint64_t)bt->bt_nkeys * KEY_SIZE > KVFS_BATCH_DATA_SIZE)
-		return -E2BIG;
+	err = kv_ioc_batch_check(kind, bt);
+	if (err)
+		return err;
 	if (regions) {
 		err = tgid_of(io->io_tid, &io->io_tgid);
 		if (err)
@@ -468,7 +479,7 @@ static void trace_batch(struct ioc *io, enum kv_ioc_kind kind, const struct kvfs
 
 		memcpy(&k, bt->bt_data + i * KEY_SIZE, sizeof(k));
 		fprintf(f, "{\"type\": \"key\", \"trace_id\": %" PRIu64 ", \"key\": \"", id);
-		if (in_data(bt->bt_nkeys, k.ik_name_off, k.ik_name_len))
+		if (kv_ioc_in_data(bt->bt_nkeys, k.ik_name_off, k.ik_name_len))
 			json_str(f, (const char *)bt->bt_data + k.ik_name_off, k.ik_name_len);
 		fprintf(f,
 			"\", \"size\": %" PRIu64 ", \"tier\": \"%s\", \"status\": %" PRId64 "}\n",
@@ -482,7 +493,7 @@ static void trace_batch(struct ioc *io, enum kv_ioc_kind kind, const struct kvfs
 
 /* --- dispatch --- */
 
-static enum kv_ioc_kind kind_of(unsigned int cmd)
+enum kv_ioc_kind kv_ioc_kind_of(unsigned int cmd)
 {
 	switch (cmd) {
 	case KVFS_IOC_LOOKUP:
@@ -496,8 +507,7 @@ static enum kv_ioc_kind kind_of(unsigned int cmd)
 	}
 }
 
-/* Checks the header every struct starts with. */
-static int hdr_check(unsigned int cmd, const struct kvfs_ioc_hdr *h)
+int kv_ioc_hdr_check(unsigned int cmd, const struct kvfs_ioc_hdr *h)
 {
 	if (h->ih_size != _IOC_SIZE(cmd))
 		return -EINVAL;
@@ -508,7 +518,7 @@ static int hdr_check(unsigned int cmd, const struct kvfs_ioc_hdr *h)
 
 static int dispatch(struct ioc *io, unsigned int cmd, void *buf, uint64_t t0)
 {
-	int err = hdr_check(cmd, buf);
+	int err = kv_ioc_hdr_check(cmd, buf);
 
 	if (err)
 		return err;
@@ -524,11 +534,11 @@ static int dispatch(struct ioc *io, unsigned int cmd, void *buf, uint64_t t0)
 	case KVFS_IOC_LAYOUT_UNREGISTER:
 		return do_unregister(io, buf, true);
 	default:
-		return do_batch(io, kind_of(cmd), buf, t0);
+		return do_batch(io, kv_ioc_kind_of(cmd), buf, t0);
 	}
 }
 
-static bool known_cmd(unsigned int cmd)
+bool kv_ioc_known(unsigned int cmd)
 {
 	switch (cmd) {
 	case KVFS_IOC_VERSION:
@@ -563,7 +573,7 @@ void kv_fs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 	void *buf = NULL;
 	int err;
 
-	if (!known_cmd(cmd) || (flags & FUSE_IOCTL_UNRESTRICTED))
+	if (!kv_ioc_known(cmd) || (flags & FUSE_IOCTL_UNRESTRICTED))
 		err = -ENOTTY;
 	else if (in_bufsz != size || out_bufsz != size)
 		err = -EINVAL;

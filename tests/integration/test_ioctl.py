@@ -136,7 +136,7 @@ class EndToEndTest(IoctlCase):
         trace = os.path.join(self.m.root, "unused")
         self.assertFalse(os.path.exists(trace))
         kv = self.run_e2e_on(self.m)
-        self.assertEqual(kv["ssd_served"], 0)
+        self.assertEqual((kv["ssd_served"], kv["big_ssd"]), (0, 0))
         self.assertEqual(stats(self.m)["ioctl"]["ssd_direct_keys"], 0)
         self.assertEqual(self.m.config()["trace"], "off")
         io = self.m.stats()["ioctl"]
@@ -151,6 +151,7 @@ class EndToEndTest(IoctlCase):
         m = self.mount(["--mem-size=24M", "--flush-delay=1ms"], name="ssd")
         kv = self.run_e2e_on(m)
         self.assertGreater(kv["ssd_served"], 0)
+        self.assertEqual(kv["big_ssd"], 1)  # 12 MiB from the SSD, in 8 MiB pieces
         st = m.stats()
         # The oldest blocks, fetched into 4 KiB-aligned shared memory, came
         # straight from the buckets (and matched byte for byte).

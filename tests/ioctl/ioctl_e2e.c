@@ -211,6 +211,46 @@ static void e2e_regions(struct e2e *e)
 	CHECK(e->want && e->got, "out of memory");
 }
 
+/*
+ * A value larger than the daemon's read piece (8 MiB): all of region a as
+ * one key, put before the blocks (so a small pool has evicted it by the
+ * time it is fetched, into process memory). Returns 1 when it came from the
+ * SSD. Run before e2e_get_all, which overwrites q.
+ */
+static int e2e_big_put(struct e2e *e, uint64_t *len)
+{
+	struct kvfs_ioc_batch *bt = batch_new();
+	struct kvfs_ioc_iov iov = {.iv_region = e->ra, .iv_length = e->src.seg[0].sg_stride * NBLK};
+	struct bt_build b;
+
+	*len = iov.iv_length;
+	CHECK(*len > (8u << 20), "region a holds %llu bytes", (unsigned long long)*len);
+	bt_init(&b, bt, 1, 1500, KVFS_PUT_MKDIR);
+	bt_add(&b, "e2e/big", 0, 0, &iov, 1);
+	CHECK(ioc(e->dirfd, KVFS_IOC_PUT, bt) == 0 && bt_key(bt, 0).ik_result == (int64_t)*len,
+	      "big put: %lld", (long long)bt_key(bt, 0).ik_result);
+	free(bt);
+	return 0;
+}
+
+static int e2e_big_get(struct e2e *e, uint64_t len)
+{
+	struct kvfs_ioc_batch *bt = batch_new();
+	struct kvfs_ioc_iov iov = {.iv_region = e->rq, .iv_length = len};
+	struct bt_build b;
+	struct kvfs_ioc_key k;
+
+	CHECK(len <= e->dst.seg[1].sg_stride * NBLK, "q too small");
+	bt_init(&b, bt, 1, 1600, 0);
+	bt_add(&b, "e2e/big", 0, 0, &iov, 1);
+	CHECK(ioc(e->dirfd, KVFS_IOC_GET, bt) == 0, "big get");
+	k = bt_key(bt, 0);
+	CHECK(k.ik_result == (int64_t)len, "big get: %lld", (long long)k.ik_result);
+	CHECK(!memcmp(e->q, e->a, len), "big value differs");
+	free(bt);
+	return !(k.ik_flags & KVFS_KEY_DRAM) && (k.ik_flags & KVFS_KEY_SSD);
+}
+
 /* Lookup with hits, a miss in the middle, a directory, and the prefix count. */
 static void e2e_lookup(struct e2e *e)
 {
@@ -502,6 +542,7 @@ static int e2e_main(const char *dir)
 {
 	struct e2e e = {.dir = dir};
 	struct kvfs_ioc_version v;
+	uint64_t big;
 	int ssd;
 
 	e.dirfd = open(dir, O_RDONLY | O_DIRECTORY);
@@ -515,7 +556,9 @@ static int e2e_main(const char *dir)
 		  v.vr_max_keys == KVFS_BATCH_MAX_KEYS && !strncmp(v.vr_daemon, "kvfs ", 5),
 	      "version reply");
 	e2e_regions(&e);
+	e2e_big_put(&e, &big);
 	put_get_blocks(e.dirfd, KVFS_IOC_PUT, &e.src, 0, NBLK, KVFS_PUT_MKDIR);
+	printf("big_ssd=%d\n", e2e_big_get(&e, big));
 	e2e_lookup(&e);
 	ssd = e2e_get_all(&e);
 	printf("ssd_served=%d\n", ssd);
