@@ -11,7 +11,7 @@
  *
  * stays within KVFS_BATCH_DATA_SIZE and the count within the daemon's
  * key limit. A key that could never fit (a name over the daemon's path
- * limit, an iov list larger than bt_data) gets its error without being
+ * limit, more iovs than KVFS_LAYOUT_MAX_SEGS) gets its error without being
  * sent, and the chunk goes on with the next key, so one bad key costs
  * nothing but itself. The chunks go out one after another with the call's
  * trace id; per-key results are copied back through the chunk's index map.
@@ -64,7 +64,7 @@ static long key_need(const struct kvfs *kv, const struct src *s, size_t i, size_
 	len = strnlen(name, (size_t)kv->kv_path_max + 1);
 	if (len > kv->kv_path_max || len > UINT16_MAX)
 		return -ENAMETOOLONG;
-	if (niov > UINT16_MAX)
+	if (niov > KVFS_LAYOUT_MAX_SEGS)
 		return -E2BIG;
 	need = sizeof(struct kvfs_ioc_key) + niov * sizeof(struct kvfs_ioc_iov) + len;
 	if (need > KVFS_BATCH_DATA_SIZE)

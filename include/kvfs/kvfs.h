@@ -37,8 +37,8 @@
  * statuses; that ioctl's keys and all later ones get the error.
  * Per-key errors are those of kvfs_ioctl.h, plus two the library decides
  * without asking the daemon: -ENAMETOOLONG for a name over the daemon's
- * path limit (KVFS_PATH_MAX), -E2BIG for a key whose iov list does not fit
- * one ioctl on its own.
+ * path limit (KVFS_PATH_MAX), -E2BIG for a key with more than
+ * KVFS_LAYOUT_MAX_SEGS ranges in its iov list.
  *
  * Trace ids. Every call that talks to the daemon carries a 64-bit trace id
  * that the daemon writes next to each batch and key in its trace (kvfs

@@ -518,7 +518,7 @@ static void test_local_refusals(void **state)
 
 /*
  * Puts and gets by layout and by iov lists: the iov lists arrive intact and
- * 8-aligned, a list too long for any ioctl is refused alone (-E2BIG), and
+ * 8-aligned, a list over KVFS_LAYOUT_MAX_SEGS ranges is refused alone (-E2BIG), and
  * lists that need several ioctls are cut between keys, never inside one.
  */
 static void test_put_get_iovs(void **state)
@@ -581,6 +581,13 @@ static void test_put_get_iovs(void **state)
 		assert_int_equal(sum.ksum_prefix, 7);
 		mk.mk_calls = 0;
 	}
+	/* the ABI's most ranges per key is sent; one more is refused here */
+	keys[0] = (struct kvfs_key){.kk_name = names[0], .kk_iov = huge, .kk_niov = 256};
+	keys[1] = (struct kvfs_key){.kk_name = names[1], .kk_iov = huge, .kk_niov = 257};
+	assert_int_equal(kvfs_put(kv, keys, 2, 0, 0, st, &sum), 0);
+	assert_int_equal(st[0].ks_result, 256 * 1001);
+	assert_int_equal(st[1].ks_result, -E2BIG);
+	assert_int_equal(sum.ksum_ioctls, 1);
 	free(huge);
 	free(iov);
 	free_names(names, n);
