@@ -153,8 +153,64 @@ bool kv_bucket_valid(struct kv_bucket_set *bs, const struct kv_loc *loc);
 /* Sets how many bytes of a bucket's records are live (recovery); the rest are dead. */
 void kv_bucket_set_live(struct kv_bucket_set *bs, uint64_t id, uint64_t live);
 
-/* Removes a bucket file whose records are all dead (never one whose header is unreadable). */
-void kv_bucket_drop(struct kv_bucket_set *bs, uint64_t id);
+/*
+ * Removes a bucket file whose records are all dead. New reads of it fail
+ * with -ENOENT at once; the file goes when the reads in flight are done
+ * (every read holds a reference on its bucket for its I/O). Returns 0,
+ * -ENOENT (no such bucket) or -EBUSY: the active bucket, a compaction's
+ * output, a pinned bucket, or one whose header is unreadable (kept for
+ * salvage) is never removed.
+ */
+int kv_bucket_drop(struct kv_bucket_set *bs, uint64_t id);
+
+/*
+ * Pins (pin) or unpins a bucket: a key deleted while open keeps reading
+ * its record, so the bucket may not be dropped until the last close.
+ */
+void kv_bucket_pin(struct kv_bucket_set *bs, uint64_t id, bool pin);
+
+/* What compaction needs to know of one bucket (kv_bucket_list). */
+struct kv_bucket_info {
+	uint64_t bi_id;
+	uint64_t bi_size;      /* bytes of the file (what it counts against the quota) */
+	uint64_t bi_records;   /* bytes of its records */
+	uint64_t bi_dead;      /* bytes of its dead records */
+	uint64_t bi_access_ns; /* last read or append, CLOCK_MONOTONIC (0: not since start) */
+	uint64_t bi_count;     /* records */
+	bool bi_busy;	       /* not a candidate: open, active, pinned, broken or being written */
+	bool bi_active;	       /* the bucket appends go to */
+};
+
+/* A snapshot of every bucket, by id (malloc'ed, *n entries). Returns 0 or -ENOMEM. */
+int kv_bucket_list(struct kv_bucket_set *bs, struct kv_bucket_info **out, uint32_t *n);
+
+/* Seals the active bucket (if it has records), so its dead records can be compacted. */
+int kv_bucket_seal_active(struct kv_bucket_set *bs);
+
+/*
+ * Compaction output (ssd side of core/gc.c): a new bucket that live
+ * records are copied into, never the active one. kv_compact_copy reads
+ * the record at `from` (head checked, every value chunk verified against
+ * its checksum) and appends it byte for byte, so the copy keeps its
+ * sequence number and chunk checksums; it sets *to. A record that fails
+ * its checks is not copied (-EIO, counted in bst_csum_errors); -ENOSPC
+ * when the output is full (bo_bucket_size or bo_bucket_keys; a first
+ * record always fits), -ENOENT when `from`'s bucket is gone.
+ * kv_compact_commit seals the output (index block, trailer, fdatasync): its
+ * records are durable when it returns 0; it frees c. kv_compact_abort
+ * removes the output and frees c. The output counts against the quota from
+ * the start, and may take it over the cap by up to one bucket.
+ * One struct kv_compact is used by one thread at a time.
+ */
+struct kv_compact;
+
+int kv_compact_begin(struct kv_bucket_set *bs, struct kv_compact **out);
+int kv_compact_copy(struct kv_compact *c, const struct kv_loc *from, struct kv_loc *to);
+/* The output's bucket id and how many records it holds. */
+uint64_t kv_compact_id(const struct kv_compact *c);
+uint64_t kv_compact_records(const struct kv_compact *c);
+int kv_compact_commit(struct kv_compact *c);
+void kv_compact_abort(struct kv_compact *c);
 
 /* Never hands out a bucket id below `next` again (ids recorded in the metadata). */
 void kv_bucket_min_id(struct kv_bucket_set *bs, uint64_t next);
