@@ -601,7 +601,7 @@ static size_t add_entry(fuse_req_t req, fuse_ino_t dino, struct dir_handle *h, u
 static unsigned dir_count(fuse_ino_t ino, const struct dir_handle *h)
 {
 	if (ino == KV_CTL_DIR)
-		return 2 + 2;
+		return 2 + (KV_CTL__END - KV_CTL_STATS); /* ".", "..", the control files */
 	return dir_fixed(ino) + h->dh_snap.kds_count;
 }
 
