@@ -19,6 +19,8 @@
 
 /* Bytes/s a periodic pass copies when --gc-rate is 0. */
 #define AUTO_RATE (256ull << 20)
+/* Journal bytes after which the thread writes a checkpoint. */
+#define CHECKPOINT_BYTES (64ull << 20)
 
 static const char *const point_names[KV_GC__POINTS] = {
     [KV_GC_AFTER_COPY] = "gc_after_copy",	[KV_GC_AFTER_DURABLE] = "gc_after_durable",
@@ -35,7 +37,7 @@ enum pass_kind {
 struct kv_gc {
 	struct kv_store *kg_st;	     /* immutable */
 	struct kv_bucket_set *kg_bs; /* immutable */
-	kv_gc_evict_fn kg_evict;     /* immutable */
+	const struct kv_gc_ops *kg_ops; /* immutable */
 	int kg_fault;		     /* immutable: the KVFS_FAULT point, or -1 */
 
 	pthread_mutex_t kg_pass_lock;			/* one pass at a time; before ks_ns_lock */
@@ -456,7 +458,7 @@ static void evict_lru(struct kv_gc *gc)
 		uint64_t bytes;
 
 		if (live > target &&
-		    gc->kg_evict(gc->kg_st, cs.cs_a[i].c_ino, cs.cs_a[i].c_used, &bytes) == 0) {
+		    gc->kg_ops->go_evict(gc->kg_st, cs.cs_a[i].c_ino, cs.cs_a[i].c_used, &bytes) == 0) {
 			live = live > bytes ? live - bytes : 0;
 			atomic_fetch_add(&gc->kg_evicted_keys, 1);
 			atomic_fetch_add(&gc->kg_evicted_bytes, bytes);
@@ -628,13 +630,15 @@ static void *gc_thread(void *arg)
 			break;
 		pthread_mutex_unlock(&gc->kg_lock);
 		pass(gc, PASS_PERIODIC, &did);
+		if (did && kv_journal_size(gc->kg_st->ks_journal) > CHECKPOINT_BYTES)
+			gc->kg_ops->go_checkpoint(gc->kg_st);
 		pthread_mutex_lock(&gc->kg_lock);
 	}
 	pthread_mutex_unlock(&gc->kg_lock);
 	return NULL;
 }
 
-int kv_gc_create(struct kv_store *st, struct kv_bucket_set *bs, kv_gc_evict_fn evict,
+int kv_gc_create(struct kv_store *st, struct kv_bucket_set *bs, const struct kv_gc_ops *ops,
 		 struct kv_gc **out)
 {
 	struct kv_gc *gc = calloc(1, sizeof(*gc));
@@ -645,7 +649,7 @@ int kv_gc_create(struct kv_store *st, struct kv_bucket_set *bs, kv_gc_evict_fn e
 		return -ENOMEM;
 	gc->kg_st = st;
 	gc->kg_bs = bs;
-	gc->kg_evict = evict;
+	gc->kg_ops = ops;
 	gc->kg_fault = -1;
 	for (int i = 0; fault && i < KV_GC__POINTS; i++)
 		if (!strcmp(fault, point_names[i]))

@@ -52,9 +52,11 @@
  *
  * Calls. The collector reads the index (struct kv_inode, core/store_int.h)
  * under its locks, writes buckets and journal entries (ssd/), and calls
- * into the store only through the evict callback given to kv_gc_create;
+ * into the store only through the callbacks given to kv_gc_create;
  * the store and the tier call the kv_gc_* functions below. It never calls
- * the tier.
+ * the tier. After a pass the thread writes a checkpoint when the journal
+ * has grown past 64 MiB, so moves and tombstones are folded into it like
+ * every other entry and replay stays bounded.
  *
  * Locks: kg_pass_lock (a mutex) serialises passes; it is taken with no
  * other lock held, so it comes before ks_ns_lock. kg_lock guards kg_stop
@@ -109,13 +111,17 @@ struct kv_gc_policy {
 uint32_t kv_gc_select(struct kv_bucket_info *info, uint32_t n, const struct kv_gc_policy *p,
 		      uint64_t *ids);
 
-/*
- * Deletes a key as unlink would, for cache mode: only if it still has a
- * name, no fd holds it open and it was not used since `used` (its
- * last-use stamp). Returns 0 and its record's bytes in *bytes, or -errno.
- */
-typedef int (*kv_gc_evict_fn)(struct kv_store *st, struct kv_inode *ino, uint64_t used,
-			      uint64_t *bytes);
+/* What the store lends the collector: its only calls back into the store. */
+struct kv_gc_ops {
+	/*
+	 * Deletes a key as unlink would, for cache mode: only if it still has
+	 * a name, no fd holds it open and it was not used since `used` (its
+	 * last-use stamp). Returns 0 and its record's bytes in *bytes, or -errno.
+	 */
+	int (*go_evict)(struct kv_store *st, struct kv_inode *ino, uint64_t used, uint64_t *bytes);
+	/* Writes a checkpoint (the journal grew past a bound with moves and tombstones). */
+	int (*go_checkpoint)(struct kv_store *st);
+};
 
 /* The places a pass can be stopped at by KVFS_FAULT=<name> (crash tests) or a test hook. */
 enum kv_gc_point {
@@ -128,7 +134,7 @@ enum kv_gc_point {
 	KV_GC__POINTS,
 };
 
-int kv_gc_create(struct kv_store *st, struct kv_bucket_set *bs, kv_gc_evict_fn evict,
+int kv_gc_create(struct kv_store *st, struct kv_bucket_set *bs, const struct kv_gc_ops *ops,
 		 struct kv_gc **out);
 /* Starts the thread (unless --gc=off). */
 void kv_gc_start(struct kv_gc *gc);

@@ -507,6 +507,7 @@ int kv_persist_checkpoint(struct kv_store *st)
 
 	if (!st->ks_journal)
 		return 0;
+	pthread_mutex_lock(&st->ks_ckpt_lock);
 	/* Frozen: no namespace change and no PUT can slip between rotation and snapshot. */
 	pthread_rwlock_wrlock(&st->ks_ns_lock);
 	err = kv_journal_rotate(st->ks_journal, &gen);
@@ -521,6 +522,7 @@ int kv_persist_checkpoint(struct kv_store *st)
 		err = kv_ckpt_write(st->ks_datadir_fd, next_seq, next_bucket, gen, snap_next, &sn);
 	if (!err)
 		kv_journal_drop_before(st->ks_datadir_fd, gen);
+	pthread_mutex_unlock(&st->ks_ckpt_lock);
 	for (size_t i = 0; i < sn.sn_n; i++)
 		free((char *)sn.sn_ent[i].je_path);
 	free(sn.sn_ent);

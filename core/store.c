@@ -155,6 +155,12 @@ static void tree_free(struct kv_inode *dir);
 
 static int evict_key(struct kv_store *st, struct kv_inode *ino, uint64_t used, uint64_t *bytes);
 
+/* What the compactor calls back (core/gc.h). */
+static const struct kv_gc_ops gc_ops = {
+    .go_evict = evict_key,
+    .go_checkpoint = kv_persist_checkpoint,
+};
+
 int kv_store_create(struct kv_store **out, const struct kv_config *cfg, int datadir_fd)
 {
 	struct kv_cred cred = {.kc_uid = getuid(), .kc_gid = getgid()};
@@ -169,6 +175,7 @@ int kv_store_create(struct kv_store **out, const struct kv_config *cfg, int data
 	err = -ENOMEM;
 	if (pthread_rwlock_init(&st->ks_ns_lock, NULL))
 		goto out_pool;
+	pthread_mutex_init(&st->ks_ckpt_lock, NULL);
 	atomic_init(&st->ks_next_ino, 1);
 	err = inode_new(st, S_IFDIR | 0755, &cred, &st->ks_root);
 	if (err)
@@ -184,7 +191,7 @@ int kv_store_create(struct kv_store **out, const struct kv_config *cfg, int data
 			goto out_root;
 		err = kv_persist_recover(st, kv_tier_buckets(st->ks_tier), datadir_fd);
 		if (!err)
-			err = kv_gc_create(st, kv_tier_buckets(st->ks_tier), evict_key, &st->ks_gc);
+			err = kv_gc_create(st, kv_tier_buckets(st->ks_tier), &gc_ops, &st->ks_gc);
 		if (err)
 			goto out_tier;
 		kv_tier_start(st->ks_tier);
@@ -201,6 +208,7 @@ out_tier:
 out_root:
 	tree_free(st->ks_root);
 out_lock:
+	pthread_mutex_destroy(&st->ks_ckpt_lock);
 	pthread_rwlock_destroy(&st->ks_ns_lock);
 out_pool:
 	kv_pool_destroy(st->ks_pool);
@@ -261,6 +269,7 @@ uint64_t kv_store_destroy(struct kv_store *st)
 		st->ks_tier = NULL;
 	}
 	tree_free(st->ks_root);
+	pthread_mutex_destroy(&st->ks_ckpt_lock);
 	pthread_rwlock_destroy(&st->ks_ns_lock);
 	kv_pool_destroy(st->ks_pool);
 	free(st);
@@ -874,7 +883,7 @@ static int remove_name(struct kv_store *st, struct kv_inode *dir, const char *na
 }
 
 /*
- * Cache mode's delete (kv_gc_evict_fn): takes ino's name exactly as unlink
+ * Cache mode's delete (kv_gc_ops.go_evict): takes ino's name exactly as unlink
  * would, if it still has one, no fd holds it open and it was not used
  * since `used`.
  */

@@ -78,6 +78,8 @@ struct kv_store {
 	struct kv_tier *ks_tier;	/* NULL: DRAM only (no data directory, or --ssd-size=0) */
 	struct kv_journal *ks_journal;	/* NULL with ks_tier */
 	struct kv_gc *ks_gc;		/* compaction (core/gc.h); NULL with ks_tier */
+	pthread_mutex_t ks_ckpt_lock;	/* one checkpoint at a time (offloader, compactor); taken
+					   before ks_ns_lock */
 	const struct kv_config *ks_cfg; /* immutable */
 	int ks_datadir_fd;		/* immutable: DATA_DIR, or -1 */
 	_Atomic int ks_meta_err;	/* a journal entry was lost: fsync fails with it */
