@@ -52,7 +52,8 @@ struct kv_bucket_set {
 	int bs_dirfd;			/* immutable: DATA_DIR/buckets */
 	struct kv_bucket_opts bs_opts;	/* immutable */
 	struct kv_aio *bs_aio;		/* immutable */
-	pthread_mutex_t bs_append_lock; /* one appender: guards bs_active's writing */
+	pthread_mutex_t bs_append_lock; /* one appender: guards bs_active's writing; bs_active
+					   changes under both locks, so either reads it */
 	pthread_mutex_t bs_lock;	/* guards bs_tab, bs_n, bs_next_id, bs_used, kb_* */
 	pthread_cond_t bs_drained;	/* with bs_lock: a dropped bucket's last reader is done */
 	struct kv_bucket **bs_tab;	/* sorted by id */
@@ -823,7 +824,9 @@ static struct kv_bucket *room_for(struct kv_bucket_set *bs, uint64_t size, int *
 		*err = bucket_seal(bs, b);
 		if (*err)
 			return NULL;
+		pthread_mutex_lock(&bs->bs_lock);
 		bs->bs_active = NULL;
+		pthread_mutex_unlock(&bs->bs_lock);
 	}
 	prealloc = KV_BLOCK + size > o->bo_bucket_size ? KV_BLOCK + size : o->bo_bucket_size;
 	pthread_mutex_lock(&bs->bs_lock);
@@ -835,11 +838,10 @@ static struct kv_bucket *room_for(struct kv_bucket_set *bs, uint64_t size, int *
 		else
 			bs->bs_used += KV_BLOCK;
 	}
+	if (!*err)
+		bs->bs_active = nb;
 	pthread_mutex_unlock(&bs->bs_lock);
-	if (*err)
-		return NULL;
-	bs->bs_active = nb;
-	return nb;
+	return *err ? NULL : nb;
 }
 
 /* What one put becomes: two writes, head then value. */
@@ -1307,8 +1309,10 @@ int kv_bucket_seal_active(struct kv_bucket_set *bs)
 	pthread_mutex_lock(&bs->bs_append_lock);
 	if (bs->bs_active && bs->bs_active->kb_count) {
 		err = bucket_seal(bs, bs->bs_active);
+		pthread_mutex_lock(&bs->bs_lock);
 		if (!err)
 			bs->bs_active = NULL;
+		pthread_mutex_unlock(&bs->bs_lock);
 	}
 	pthread_mutex_unlock(&bs->bs_append_lock);
 	return err;
