@@ -35,10 +35,10 @@ enum pass_kind {
 };
 
 struct kv_gc {
-	struct kv_store *kg_st;	     /* immutable */
-	struct kv_bucket_set *kg_bs; /* immutable */
+	struct kv_store *kg_st;		/* immutable */
+	struct kv_bucket_set *kg_bs;	/* immutable */
 	const struct kv_gc_ops *kg_ops; /* immutable */
-	int kg_fault;		     /* immutable: the KVFS_FAULT point, or -1 */
+	int kg_fault;			/* immutable: the KVFS_FAULT point, or -1 */
 
 	pthread_mutex_t kg_pass_lock;			/* one pass at a time; before ks_ns_lock */
 	void (*kg_hook)(enum kv_gc_point p, void *arg); /* kg_pass_lock */
@@ -354,9 +354,8 @@ static int copy_all(struct pass *p)
 			if (!err && !(err = kv_compact_begin(gc->kg_bs, &out)))
 				err = kv_compact_copy(out, &r->r_from, &r->r_to);
 		}
-		if (err == -EIO) {
-			/* Damaged: not copied; the key keeps pointing at it, so its bucket stays.
-			 */
+		if (err == -EBADMSG) {
+			/* Damaged: not copied; its key still points at it, so its bucket stays. */
 			atomic_fetch_add(&gc->kg_csum_failures, 1);
 			memset(&r->r_to, 0, sizeof(r->r_to));
 			v->v_keep = true;
@@ -457,8 +456,8 @@ static void evict_lru(struct kv_gc *gc)
 	for (size_t i = 0; i < cs.cs_n; i++) {
 		uint64_t bytes;
 
-		if (live > target &&
-		    gc->kg_ops->go_evict(gc->kg_st, cs.cs_a[i].c_ino, cs.cs_a[i].c_used, &bytes) == 0) {
+		if (live > target && gc->kg_ops->go_evict(gc->kg_st, cs.cs_a[i].c_ino,
+							  cs.cs_a[i].c_used, &bytes) == 0) {
 			live = live > bytes ? live - bytes : 0;
 			atomic_fetch_add(&gc->kg_evicted_keys, 1);
 			atomic_fetch_add(&gc->kg_evicted_bytes, bytes);

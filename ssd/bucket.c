@@ -1446,33 +1446,38 @@ static int copy_record(struct kv_compact *c, struct kv_bucket *src, const struct
 	struct kv_bucket_set *bs = c->kc_bs;
 	struct kv_bucket *b = c->kc_b;
 	const struct kv_rec_head *h;
-	const uint64_t *csums;
-	uint64_t at = b->kb_end + from->kl_head_len;
+	uint64_t *csums, at = b->kb_end + from->kl_head_len;
 	int err;
 
 	err = read_head(bs, src, from->kl_off, head);
 	if (err) {
 		atomic_fetch_add(&bs->bs_csum_errors, 1);
-		return err;
+		return err == -ENOMEM ? err : -EBADMSG;
 	}
 	h = *head;
 	if (h->rh_seq != from->kl_seq || h->rh_value_len != from->kl_len ||
 	    h->rh_head_len != from->kl_head_len) {
 		atomic_fetch_add(&bs->bs_csum_errors, 1);
-		return -EIO;
+		return -EBADMSG;
 	}
-	csums = (const uint64_t *)((const char *)*head + sizeof(*h) + h->rh_key_len);
-	err = rw(b->kb_fd, true, *head, from->kl_head_len, b->kb_end);
+	/* The checksums follow the key in the head: copied out, 8-byte aligned. */
+	csums = malloc((size_t)h->rh_nchunks * 8 + 8);
+	if (!csums)
+		return -ENOMEM;
+	memcpy(csums, (const char *)*head + sizeof(*h) + h->rh_key_len, (size_t)h->rh_nchunks * 8);
+	/* Errors writing the output are -EIO; the record's own (unreadable, damaged) -EBADMSG. */
+	err = rw(b->kb_fd, true, *head, from->kl_head_len, b->kb_end) ? -EIO : 0;
 	for (uint64_t off = 0; !err && off < from->kl_len; off += READ_PIECE) {
 		uint64_t n = from->kl_len - off < READ_PIECE ? from->kl_len - off : READ_PIECE;
 
-		err = rw(src->kb_fd, false, c->kc_buf, ROUND_UP(n),
-			 from->kl_off + from->kl_head_len + off);
-		if (!err)
-			err = verify(bs, c->kc_buf, n, off / CHUNK, csums);
-		if (!err)
-			err = rw(b->kb_fd, true, c->kc_buf, ROUND_UP(n), at + off);
+		if (rw(src->kb_fd, false, c->kc_buf, ROUND_UP(n),
+		       from->kl_off + from->kl_head_len + off) ||
+		    verify(bs, c->kc_buf, n, off / CHUNK, csums))
+			err = -EBADMSG;
+		else if (rw(b->kb_fd, true, c->kc_buf, ROUND_UP(n), at + off))
+			err = -EIO;
 	}
+	free(csums);
 	return err;
 }
 
@@ -1486,8 +1491,8 @@ int kv_compact_copy(struct kv_compact *c, const struct kv_loc *from, struct kv_l
 	uint32_t klen;
 	int err;
 
-	if (b->kb_count &&
-	    (b->kb_end + size > bs->bs_opts.bo_bucket_size || b->kb_count >= bs->bs_opts.bo_bucket_keys))
+	if (b->kb_count && (b->kb_end + size > bs->bs_opts.bo_bucket_size ||
+			    b->kb_count >= bs->bs_opts.bo_bucket_keys))
 		return -ENOSPC;
 	src = bucket_get(bs, from);
 	if (!src)
@@ -1496,7 +1501,7 @@ int kv_compact_copy(struct kv_compact *c, const struct kv_loc *from, struct kv_l
 	bucket_release(bs, src);
 	if (err) {
 		free(head);
-		return err == -ENOMEM ? err : -EIO;
+		return err;
 	}
 	h = head;
 	klen = h->rh_key_len;

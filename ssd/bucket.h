@@ -192,10 +192,11 @@ int kv_bucket_seal_active(struct kv_bucket_set *bs);
  * records are copied into, never the active one. kv_compact_copy reads
  * the record at `from` (head checked, every value chunk verified against
  * its checksum) and appends it byte for byte, so the copy keeps its
- * sequence number and chunk checksums; it sets *to. A record that fails
- * its checks is not copied (-EIO, counted in bst_csum_errors); -ENOSPC
- * when the output is full (bo_bucket_size or bo_bucket_keys; a first
- * record always fits), -ENOENT when `from`'s bucket is gone.
+ * sequence number and chunk checksums; it sets *to. A record that cannot
+ * be read or fails its checks is not copied (-EBADMSG, counted in
+ * bst_csum_errors); -ENOSPC when the output is full (bo_bucket_size or
+ * bo_bucket_keys; a first record always fits), -ENOENT when `from`'s
+ * bucket is gone, -EIO when writing the output failed.
  * kv_compact_commit seals the output (index block, trailer, fdatasync): its
  * records are durable when it returns 0; it frees c. kv_compact_abort
  * removes the output and frees c. The output counts against the quota from
