@@ -34,7 +34,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kvfstest  # noqa: E402
 from kvfstest import pattern, read_file, write_file  # noqa: E402
-from test_ssd import SsdTestCase, digest, fsync_path, put, tree, MIB  # noqa: E402
+from test_ssd import (SsdTestCase, digest, find_record, flip_byte, fsync_path, put,  # noqa: E402
+                      read_direct, tree, MIB)
 
 KIB = 1 << 10
 GC_BYTES = kvfstest.parse_size(os.environ.get("KVFS_GC_BYTES", "256M"))
@@ -208,6 +209,31 @@ class ReclaimTest(GcTestCase):
         self.assertEqual(m.stats()["ssd"]["dead"], 0)
         m.stop()
         self.fsck_clean()
+
+    def test_damaged_record_is_not_copied(self):
+        """A record failing its checksum is not copied as good data: the pass
+        counts it, keeps its bucket, the key reads EIO, the others are
+        exact."""
+        m = self.start("damaged", opts=list(self.OPTS) + ["--mem-size=16M"])
+        keys = self.fill(m, 32)
+        m.stop()
+        names = sorted(keys)
+        bad = names[1]
+        path, off, head_len, _ = find_record(self.data, bad)
+        flip_byte(path, off + head_len + 5000)
+        m = self.start("damaged-2")
+        for k in names[2::2]:
+            os.unlink(m.path(k))
+            del keys[k]
+        del keys[bad]
+        syncfs(m)
+        run_gc(m)
+        g = m.stats()["gc"]
+        self.assertGreaterEqual(g["csum_failures"], 1, g)
+        self.assertIn(os.path.basename(path), bucket_files(self.data))
+        self.assertErrno(errno.EIO, read_direct, m.path(bad))
+        self.verify_keys(m, keys, "the undamaged keys")
+        m.stop()
 
     def test_open_deleted_key_keeps_its_bucket(self):
         """An fd open on a deleted key reads its bytes across a pass (the
