@@ -177,11 +177,11 @@ bench_gc() {
 	mkdir -p "$work/direct"
 	mount_kvfs --mem-size=128M --bucket-size=16M --gc=off
 	mkdir "$work/mnt/r"
-	fio --name=fill --directory="$work/mnt/r" --rw=write --bs=1M --direct=1 --nrfiles=512 \
+	fio --name=fill --directory="$work/mnt/r" --rw=write --bs=1M --direct=1 --nrfiles=512 --openfiles=1 \
 		--filesize=1m --filename_format='r.$jobnum.$filenum' --output-format=json >/dev/null
 	fsync_root() { python3 -c "import os; fd=os.open('$work/mnt', os.O_RDONLY); os.fsync(fd)"; }
 	fsync_root
-	printf '\n%-40s %10s %10s %8s\n' "GC: fio randread O_DIRECT, 512 x 1 MiB" "idle" "during gc" ratio
+	printf '\n%-40s %10s %10s %8s\n' "GC: fio randread O_DIRECT, 512 x 1 MiB" "during gc" "idle" ratio
 	# the garbage: 4 GiB in 256 KiB keys, every other one deleted: every bucket a victim
 	make_garbage "$work/mnt/g" 16384 262144 2
 	l4i=$(fio_lat "$work/mnt/r" 4k 5 512 1m)

@@ -210,6 +210,26 @@ class ReclaimTest(GcTestCase):
         m.stop()
         self.fsck_clean()
 
+    def test_large_value_is_copied_in_pieces(self):
+        """A value larger than the compactor's 8 MiB staging buffer."""
+        m = self.start("large", opts=["--mem-size=64M", "--bucket-size=64M", "--gc=off"])
+        big = pattern("big", 20 * MIB + 12345)
+        write_file(m.path("big"), big)
+        small = self.fill(m, 16, size=MIB)
+        for k in small:
+            os.unlink(m.path(k))
+        syncfs(m)
+        run_gc(m)
+        g = m.stats()["gc"]
+        self.assertEqual(g["buckets_compacted"], 1, g)
+        self.assertGreaterEqual(g["bytes_rewritten"], len(big), g)
+        self.assertEqual(digest(read_direct(m.path("big"))), digest(big))
+        m.stop()
+        m = self.start("large-again", opts=["--mem-size=64M", "--bucket-size=64M"])
+        self.assertEqual(digest(read_direct(m.path("big"))), digest(big))
+        m.stop()
+        self.fsck_clean()
+
     def test_damaged_record_is_not_copied(self):
         """A record failing its checksum is not copied as good data: the pass
         counts it, keeps its bucket, the key reads EIO, the others are
