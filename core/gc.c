@@ -332,40 +332,60 @@ static void pace(struct pass *p, uint64_t bytes)
 	}
 }
 
+/* Records handed to the bucket set at a time (their reads run together). */
+#define BATCH 64
+
 /* Copies every record of the victims, finishing outputs as they fill. */
 static int copy_all(struct pass *p)
 {
 	struct kv_gc *gc = p->p_gc;
 	struct kv_compact *out = NULL;
 	size_t first = 0; /* the first record in `out` */
+	size_t i = 0;
 	int err = 0;
 
-	for (size_t i = 0; i < p->p_nrec && !err; i++) {
-		struct rec *r = &p->p_rec[i];
-		struct victim *v = victim_of(p, r->r_from.kl_bucket);
+	while (i < p->p_nrec) {
+		struct kv_loc from[BATCH], to[BATCH];
+		int errs[BATCH], k;
+		unsigned n = 0;
 
 		if (!out && (err = kv_compact_begin(gc->kg_bs, &out)))
 			break;
-		err = kv_compact_copy(out, &r->r_from, &r->r_to);
-		if (err == -ENOSPC) { /* the output is full: finish it, start another */
+		while (n < BATCH && i + n < p->p_nrec) {
+			from[n] = p->p_rec[i + n].r_from;
+			n++;
+		}
+		k = kv_compact_copy_many(out, from, to, errs, n);
+		if (k == 0) { /* the output is full: finish it, start another */
 			err = finish(p, out, first, i);
 			out = NULL;
 			first = i;
-			if (!err && !(err = kv_compact_begin(gc->kg_bs, &out)))
-				err = kv_compact_copy(out, &r->r_from, &r->r_to);
+			if (err)
+				break;
+			continue;
 		}
-		if (err == -EBADMSG) {
-			/* Damaged: not copied; its key still points at it, so its bucket stays. */
-			atomic_fetch_add(&gc->kg_csum_failures, 1);
-			memset(&r->r_to, 0, sizeof(r->r_to));
-			v->v_keep = true;
-			err = 0;
-		} else if (!err) {
-			atomic_fetch_add(&gc->kg_copied, kv_loc_size(&r->r_to));
-			pace(p, kv_loc_size(&r->r_to));
+		if (k < 0) {
+			err = k;
+			break;
 		}
-		if (!err && (i + 1 == p->p_nrec || p->p_rec[i + 1].r_from.kl_bucket != v->v_id))
-			v->v_done = true;
+		for (int j = 0; j < k; j++, i++) {
+			struct rec *r = &p->p_rec[i];
+			struct victim *v = victim_of(p, r->r_from.kl_bucket);
+
+			if (errs[j]) {
+				/* Damaged: not copied; its key still points at it: its bucket
+				 * stays. */
+				atomic_fetch_add(&gc->kg_csum_failures, 1);
+				memset(&r->r_to, 0, sizeof(r->r_to));
+				v->v_keep = true;
+			} else {
+				r->r_to = to[j];
+				atomic_fetch_add(&gc->kg_copied, kv_loc_size(&r->r_to));
+				pace(p, kv_loc_size(&r->r_to));
+			}
+			if (i + 1 == p->p_nrec || p->p_rec[i + 1].r_from.kl_bucket != v->v_id)
+				v->v_done = true;
+		}
 	}
 	if (err) {
 		if (out)

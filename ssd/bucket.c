@@ -1535,7 +1535,8 @@ static int copy_large(struct kv_compact *c, struct kv_bucket *src, const struct 
 	return err;
 }
 
-int kv_compact_copy(struct kv_compact *c, const struct kv_loc *from, struct kv_loc *to)
+/* Copies one record (see kv_compact_copy_many): 0, -EBADMSG, -ENOSPC (output full) or -errno. */
+static int copy_one(struct kv_compact *c, const struct kv_loc *from, struct kv_loc *to)
 {
 	struct kv_bucket_set *bs = c->kc_bs;
 	struct kv_bucket *b = c->kc_b, *src;
@@ -1588,6 +1589,107 @@ out_release:
 	bs->bs_used += size;
 	pthread_mutex_unlock(&bs->bs_lock);
 	return 0;
+}
+
+/* Takes a checked record staged at `rec` into the output's index and counts (bs_lock not held). */
+static int take(struct kv_compact *c, const char *rec, const struct kv_loc *from, struct kv_loc *to)
+{
+	struct kv_bucket_set *bs = c->kc_bs;
+	struct kv_bucket *b = c->kc_b;
+	uint64_t size = kv_loc_size(from);
+	struct kv_rec_head h;
+	int err;
+
+	memcpy(&h, rec, sizeof(h));
+	*to = *from;
+	to->kl_bucket = b->kb_id;
+	to->kl_off = b->kb_end;
+	err = idx_add(b, to, rec + sizeof(h), h.rh_key_len);
+	if (err)
+		return err;
+	c->kc_fill += size;
+	pthread_mutex_lock(&bs->bs_lock);
+	b->kb_end += size;
+	b->kb_count++;
+	b->kb_idx_bytes += idx_bytes(h.rh_key_len);
+	bs->bs_used += size;
+	pthread_mutex_unlock(&bs->bs_lock);
+	return 0;
+}
+
+#define MANY 64 /* records read at once */
+
+int kv_compact_copy_many(struct kv_compact *c, const struct kv_loc *from, struct kv_loc *to,
+			 int *errs, unsigned n)
+{
+	struct kv_bucket_set *bs = c->kc_bs;
+	const struct kv_bucket_opts *o = &bs->bs_opts;
+	struct kv_bucket *b = c->kc_b, *src[MANY];
+	struct kv_aio_op ops[MANY];
+	struct iovec iov[MANY];
+	uint64_t end = b->kb_end, count = b->kb_count, fill = c->kc_fill;
+	unsigned k = 0;
+	int err = 0;
+
+	if (n && kv_loc_size(&from[0]) > STAGE) {
+		err = copy_one(c, &from[0], &to[0]);
+		errs[0] = err == -EBADMSG ? err : 0;
+		return err == -ENOSPC ? 0 : err && err != -EBADMSG ? err : 1;
+	}
+	if (n && fill + kv_loc_size(&from[0]) > STAGE) {
+		err = stage_flush(c);
+		if (err)
+			return err;
+		fill = 0;
+	}
+	/* As many as fit the output and the staging buffer, read together. */
+	while (k < n && k < MANY) {
+		uint64_t size = kv_loc_size(&from[k]);
+
+		if (size > STAGE || fill + size > STAGE ||
+		    (count && (end + size > o->bo_bucket_size || count >= o->bo_bucket_keys)))
+			break;
+		src[k] = bucket_get(bs, &from[k]);
+		if (!src[k]) {
+			err = -ENOENT;
+			break;
+		}
+		iov[k] = (struct iovec){.iov_base = c->kc_buf + fill, .iov_len = size};
+		ops[k] = (struct kv_aio_op){.kao_fd = src[k]->kb_fd,
+					    .kao_off = from[k].kl_off,
+					    .kao_iov = &iov[k],
+					    .kao_iovcnt = 1};
+		fill += size;
+		end += size;
+		count++;
+		k++;
+	}
+	if (k && !err)
+		err = kv_aio_run(bs->bs_aio, ops, k) == -ENOMEM ? -ENOMEM : 0;
+	for (unsigned i = 0; i < k; i++)
+		bucket_release(bs, src[i]);
+	if (err)
+		return err;
+	/* Check each; the good ones move down over the gaps the damaged leave. */
+	for (unsigned i = 0; i < k; i++) {
+		char *rec = iov[i].iov_base, *at = c->kc_buf + c->kc_fill;
+
+		errs[i] = ops[i].kao_res == (ssize_t)iov[i].iov_len
+			      ? record_check(bs, rec, &from[i])
+			      : -EBADMSG;
+		if (ops[i].kao_res != (ssize_t)iov[i].iov_len)
+			atomic_fetch_add(&bs->bs_csum_errors, 1);
+		if (errs[i] == -ENOMEM)
+			return -ENOMEM;
+		if (errs[i])
+			continue;
+		if (at != rec)
+			memmove(at, rec, iov[i].iov_len);
+		err = take(c, at, &from[i], &to[i]);
+		if (err)
+			return err;
+	}
+	return (int)k;
 }
 
 uint64_t kv_compact_id(const struct kv_compact *c)

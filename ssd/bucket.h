@@ -189,14 +189,18 @@ int kv_bucket_seal_active(struct kv_bucket_set *bs);
 
 /*
  * Compaction output (ssd side of core/gc.c): a new bucket that live
- * records are copied into, never the active one. kv_compact_copy reads
- * the record at `from` (head checked, every value chunk verified against
- * its checksum) and appends it byte for byte, so the copy keeps its
- * sequence number and chunk checksums; it sets *to. A record that cannot
- * be read or fails its checks is not copied (-EBADMSG, counted in
- * bst_csum_errors); -ENOSPC when the output is full (bo_bucket_size or
- * bo_bucket_keys; a first record always fits), -ENOENT when `from`'s
- * bucket is gone, -EIO when writing the output failed.
+ * records are copied into, never the active one. kv_compact_copy_many
+ * reads the records at from[0..n), in order, as many as the output takes
+ * (bo_bucket_size, bo_bucket_keys; a first record always fits), with their
+ * reads in flight together; checks each (head, and every value chunk
+ * against its checksum) and appends it byte for byte, so a copy keeps its
+ * sequence number and chunk checksums. For each record taken, errs[i] is
+ * 0 (to[i] set) or -EBADMSG: it could not be read or failed its checks,
+ * and was not copied (counted in bst_csum_errors). Returns how many it
+ * took — 0 when the output is full (commit it, begin another) — or
+ * -ENOENT (a source bucket is gone), -EIO (writing the output failed),
+ * -ENOMEM. Records are written through an 8 MiB staging buffer (a larger
+ * one straight through, in pieces).
  * kv_compact_commit seals the output (index block, trailer, fdatasync): its
  * records are durable when it returns 0; it frees c. kv_compact_abort
  * removes the output and frees c. The output counts against the quota from
@@ -206,7 +210,8 @@ int kv_bucket_seal_active(struct kv_bucket_set *bs);
 struct kv_compact;
 
 int kv_compact_begin(struct kv_bucket_set *bs, struct kv_compact **out);
-int kv_compact_copy(struct kv_compact *c, const struct kv_loc *from, struct kv_loc *to);
+int kv_compact_copy_many(struct kv_compact *c, const struct kv_loc *from, struct kv_loc *to,
+			 int *errs, unsigned n);
 /* The output's bucket id and how many records it holds. */
 uint64_t kv_compact_id(const struct kv_compact *c);
 uint64_t kv_compact_records(const struct kv_compact *c);
