@@ -7,12 +7,15 @@
 #include "core/gc.h"
 
 #include <errno.h>
+#include <linux/ioprio.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/stats.h"
 #include "core/store_int.h"
@@ -595,14 +598,26 @@ out:
 	return err;
 }
 
-/* Runs a pass. Returns 0 or -errno; *did: it found victims. */
+/*
+ * Runs a pass. Returns 0 or -errno; *did: it found victims. Periodic and
+ * forced passes run in the idle I/O class (the disk serves them when no
+ * foreground I/O waits; mq-deadline and BFQ honour it, and age it so they
+ * are not starved); an urgent pass, which writers wait for, keeps the
+ * caller's class. The calling thread's class is restored after.
+ */
 static int pass(struct kv_gc *gc, enum pass_kind kind, bool *did)
 {
+	long prio = kind == PASS_URGENT ? -1 : syscall(SYS_ioprio_get, IOPRIO_WHO_PROCESS, 0);
 	int err;
 
+	if (prio >= 0)
+		syscall(SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0,
+			IOPRIO_PRIO_VALUE(IOPRIO_CLASS_IDLE, 0));
 	pthread_mutex_lock(&gc->kg_pass_lock);
 	err = pass_locked(gc, kind, did);
 	pthread_mutex_unlock(&gc->kg_pass_lock);
+	if (prio >= 0)
+		syscall(SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, (int)prio);
 	return err;
 }
 

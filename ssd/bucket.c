@@ -412,6 +412,11 @@ static int read_value(struct kv_bucket_set *bs, struct kv_bucket *b, const struc
 
 /* --- opening --- */
 
+/*
+ * Creates a new bucket file (header written and synced, directory synced).
+ * Call without bs_lock: it takes it only for the id, so readers are not
+ * held up by the syncs.
+ */
 static int bucket_create(struct kv_bucket_set *bs, uint64_t prealloc, struct kv_bucket **out)
 {
 	struct kv_bucket_hdr *h;
@@ -426,7 +431,9 @@ static int bucket_create(struct kv_bucket_set *bs, uint64_t prealloc, struct kv_
 		err = -ENOMEM;
 		goto out_free;
 	}
+	pthread_mutex_lock(&bs->bs_lock);
 	b->kb_id = bs->bs_next_id++;
+	pthread_mutex_unlock(&bs->bs_lock);
 	name_of(b->kb_id, name, sizeof(name));
 	b->kb_fd =
 	    openat(bs->bs_dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
@@ -829,8 +836,8 @@ static struct kv_bucket *room_for(struct kv_bucket_set *bs, uint64_t size, int *
 		pthread_mutex_unlock(&bs->bs_lock);
 	}
 	prealloc = KV_BLOCK + size > o->bo_bucket_size ? KV_BLOCK + size : o->bo_bucket_size;
-	pthread_mutex_lock(&bs->bs_lock);
 	*err = bucket_create(bs, prealloc, &nb);
+	pthread_mutex_lock(&bs->bs_lock);
 	if (!*err) {
 		*err = insert(bs, nb);
 		if (*err)
@@ -1219,7 +1226,12 @@ void kv_bucket_set_live(struct kv_bucket_set *bs, uint64_t id, uint64_t live)
 	pthread_mutex_unlock(&bs->bs_lock);
 }
 
-/* Takes b out of the table (bs_lock held) and removes its file once its reads are done. */
+/*
+ * Takes b out of the table and waits until its reads are done (bs_lock
+ * held; released while waiting), then removes its file and frees it with
+ * bs_lock dropped: unlinking a large file takes a while, and readers of
+ * other buckets need bs_lock meanwhile. Returns with bs_lock held.
+ */
 static void unlink_drained(struct kv_bucket_set *bs, struct kv_bucket *b)
 {
 	char name[32];
@@ -1232,9 +1244,11 @@ static void unlink_drained(struct kv_bucket_set *bs, struct kv_bucket *b)
 	bs->bs_used -= b->kb_end;
 	while (b->kb_readers)
 		pthread_cond_wait(&bs->bs_drained, &bs->bs_lock);
+	pthread_mutex_unlock(&bs->bs_lock);
 	name_of(b->kb_id, name, sizeof(name));
 	unlinkat(bs->bs_dirfd, name, 0);
 	bucket_free(b);
+	pthread_mutex_lock(&bs->bs_lock);
 }
 
 int kv_bucket_drop(struct kv_bucket_set *bs, uint64_t id)
@@ -1425,8 +1439,8 @@ int kv_compact_begin(struct kv_bucket_set *bs, struct kv_compact **out)
 	c->kc_buf = aligned_buf(STAGE, false);
 	if (!c->kc_buf)
 		goto out_free;
-	pthread_mutex_lock(&bs->bs_lock);
 	err = bucket_create(bs, bs->bs_opts.bo_bucket_size, &b);
+	pthread_mutex_lock(&bs->bs_lock);
 	if (!err) {
 		b->kb_compacting = true;
 		b->kb_access_ns = mono_ns();
