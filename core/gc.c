@@ -599,15 +599,16 @@ out:
 }
 
 /*
- * Runs a pass. Returns 0 or -errno; *did: it found victims. Periodic and
- * forced passes run in the idle I/O class (the disk serves them when no
- * foreground I/O waits; mq-deadline and BFQ honour it, and age it so they
- * are not starved); an urgent pass, which writers wait for, keeps the
- * caller's class. The calling thread's class is restored after.
+ * Runs a pass. Returns 0 or -errno; *did: it found victims. The thread's
+ * periodic passes run in the idle I/O class: the disk serves them when no
+ * foreground I/O waits (mq-deadline and BFQ honour it, and age it so they
+ * are not starved). A forced pass (MNT/.kvfs/ctl, "flat out") and an
+ * urgent one (writers wait for it) keep the caller's class, which is
+ * restored after in any case.
  */
 static int pass(struct kv_gc *gc, enum pass_kind kind, bool *did)
 {
-	long prio = kind == PASS_URGENT ? -1 : syscall(SYS_ioprio_get, IOPRIO_WHO_PROCESS, 0);
+	long prio = kind != PASS_PERIODIC ? -1 : syscall(SYS_ioprio_get, IOPRIO_WHO_PROCESS, 0);
 	int err;
 
 	if (prio >= 0)

@@ -48,7 +48,9 @@
  * as unlink would) until the live bytes are under --gc-low-watermark.
  *
  * Pacing: below the high watermark a periodic pass copies at most
- * --gc-rate bytes/s (0: 256 MiB/s); urgent and forced passes are unpaced.
+ * --gc-rate bytes/s (0: 256 MiB/s), in the idle I/O class; urgent and
+ * forced passes are unpaced. Reads of the victims go 32 at a time
+ * (libaio) and the output is written 8 MiB at a time.
  *
  * Calls. The collector reads the index (struct kv_inode, core/store_int.h)
  * under its locks, writes buckets and journal entries (ssd/), and calls

@@ -1631,7 +1631,7 @@ static int take(struct kv_compact *c, const char *rec, const struct kv_loc *from
 	return 0;
 }
 
-#define MANY 64 /* records read at once */
+#define MANY 32 /* records read at once */
 
 int kv_compact_copy_many(struct kv_compact *c, const struct kv_loc *from, struct kv_loc *to,
 			 int *errs, unsigned n)
