@@ -241,10 +241,10 @@ static void switch_keys(struct pass *p, size_t from, size_t to)
 			continue;
 		pthread_rwlock_rdlock(&st->ks_ns_lock);
 		pthread_rwlock_wrlock(&ino->ki_lock);
+		/* Same bytes, same chunk checksums: ki_csums stays right. */
 		if (ino->ki_parent && atomic_load(&ino->ki_nlink) &&
 		    loc_eq(&ino->ki_loc, &r->r_from)) {
-			ino->ki_loc =
-			    r->r_to; /* same bytes, same chunk checksums: ki_csums stays */
+			ino->ki_loc = r->r_to;
 			journal_move(st, ino);
 			moved = true;
 		}

@@ -28,6 +28,8 @@
 #include "core/gc.h"
 #include "core/store.h"
 #include "core/store_int.h"
+#include "ssd/aio.h"
+#include "ssd/bucket.h"
 
 #define KIB	  1024u
 #define MIB	  (1024u * KIB)
@@ -430,6 +432,94 @@ static void test_replay_void_move(void **state)
 	assert_int_equal(kv_store_destroy(st), 0);
 }
 
+/* ---- a dropped bucket outlives the reads in flight on it ---- */
+
+struct reader {
+	struct kv_bucket_set *rd_bs;
+	struct kv_loc rd_loc;
+	uint64_t *rd_csums;
+	const char *rd_want;
+	int rd_ok, rd_gone, rd_bad;
+};
+
+/* Reads until the bucket is gone: every read is whole and exact, or -ENOENT. */
+static void *read_loop(void *arg)
+{
+	struct reader *r = arg;
+
+	for (;;) {
+		void *buf;
+		char *data;
+		uint64_t n;
+		int err =
+		    kv_bucket_read(r->rd_bs, &r->rd_loc, r->rd_csums, 0, VAL, &buf, &data, &n);
+
+		if (err == -ENOENT) {
+			r->rd_gone++;
+			break;
+		}
+		if (err || n != VAL || memcmp(data, r->rd_want, VAL))
+			r->rd_bad++;
+		else
+			r->rd_ok++;
+		kv_bucket_read_free(buf);
+	}
+	return NULL;
+}
+
+static void test_drop_waits_for_reads(void **state)
+{
+	struct fix *f = *state;
+	struct kv_bucket_opts o = {.bo_bucket_size = MIB, .bo_bucket_keys = 64, .bo_cap = 64 * MIB};
+	struct reader r[4];
+	pthread_t th[4];
+	struct kv_bucket_set *bs;
+	struct kv_aio *aio;
+	struct kv_bucket_put p;
+	struct iovec iov;
+	uint32_t nchunks;
+	char *val = NULL;
+
+	if (f->f_dirfd < 0)
+		skip();
+	assert_int_equal(posix_memalign((void **)&val, 4096, VAL), 0);
+	fill(val, VAL, 9);
+	assert_int_equal(kv_aio_create(&aio, 16), 0);
+	assert_int_equal(kv_bucket_open(&bs, f->f_dirfd, &o, aio), 0);
+	iov = (struct iovec){.iov_base = val, .iov_len = VAL};
+	p = (struct kv_bucket_put){.bp_key = "k",
+				   .bp_key_len = 1,
+				   .bp_seq = 1,
+				   .bp_len = VAL,
+				   .bp_iov = &iov,
+				   .bp_iovcnt = 1};
+	assert_int_equal(kv_bucket_append(bs, &p, 1), 0);
+	/* The active bucket is never dropped: seal it first. */
+	assert_int_equal(kv_bucket_drop(bs, p.bp_loc.kl_bucket), -EBUSY);
+	assert_int_equal(kv_bucket_seal_active(bs), 0);
+	/* Nor a pinned one. */
+	kv_bucket_pin(bs, p.bp_loc.kl_bucket, true);
+	assert_int_equal(kv_bucket_drop(bs, p.bp_loc.kl_bucket), -EBUSY);
+	kv_bucket_pin(bs, p.bp_loc.kl_bucket, false);
+	for (int i = 0; i < 4; i++) {
+		r[i] = (struct reader){.rd_bs = bs, .rd_loc = p.bp_loc, .rd_want = val};
+		assert_int_equal(kv_bucket_load_csums(bs, &p.bp_loc, &r[i].rd_csums, &nchunks), 0);
+		assert_int_equal(pthread_create(&th[i], NULL, read_loop, &r[i]), 0);
+	}
+	usleep(20 * 1000);
+	assert_int_equal(kv_bucket_drop(bs, p.bp_loc.kl_bucket), 0);
+	for (int i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		assert_int_equal(r[i].rd_bad, 0);
+		assert_int_equal(r[i].rd_gone, 1);
+		free(r[i].rd_csums);
+	}
+	assert_int_equal(kv_bucket_drop(bs, p.bp_loc.kl_bucket), -ENOENT);
+	kv_bucket_close(bs);
+	kv_aio_destroy(aio);
+	free(val);
+}
+
 /* ---- threads changing keys while passes run ---- */
 
 struct model {
@@ -592,6 +682,7 @@ int main(void)
 	    cmocka_unit_test(test_select),
 	    cmocka_unit_test_setup_teardown(test_revalidation, fix_setup, fix_teardown),
 	    cmocka_unit_test_setup_teardown(test_replay_void_move, fix_setup, fix_teardown),
+	    cmocka_unit_test_setup_teardown(test_drop_waits_for_reads, fix_setup, fix_teardown),
 	    cmocka_unit_test_setup_teardown(test_threads, fix_setup, fix_teardown),
 	};
 
