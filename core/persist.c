@@ -581,12 +581,13 @@ static void fsck_buckets(struct kv_bucket_set *bs, FILE *out)
 		return;
 	for (uint32_t i = 0; i < n; i++)
 		fprintf(out,
-			"fsck: bucket %016" PRIx64 ": %" PRIu64 " bytes, %" PRIu64 " records, %" PRIu64
-			" record bytes, %" PRIu64 " dead (%.1f%%)\n",
+			"fsck: bucket %016" PRIx64 ": %" PRIu64 " bytes, %" PRIu64
+			" records, %" PRIu64 " record bytes, %" PRIu64 " dead (%.1f%%)\n",
 			info[i].bi_id, info[i].bi_size, info[i].bi_count, info[i].bi_records,
 			info[i].bi_dead,
-			info[i].bi_records ? 100.0 * (double)info[i].bi_dead / (double)info[i].bi_records
-					   : 0.0);
+			info[i].bi_records
+			    ? 100.0 * (double)info[i].bi_dead / (double)info[i].bi_records
+			    : 0.0);
 	free(info);
 }
 

@@ -26,7 +26,8 @@ static void touch(struct kv_inode *ino)
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-	atomic_store_explicit(&ino->ki_used, (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec,
+	atomic_store_explicit(&ino->ki_used,
+			      (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec,
 			      memory_order_relaxed);
 }
 

@@ -69,10 +69,13 @@ static int add_gc_stats(struct kv_fs *fs, const struct kv_store_usage *u, char *
 		     ", \"write_amplification\": %.3f, \"revalidation_skips\": %" PRIu64
 		     ", \"csum_failures\": %" PRIu64 ", \"seconds\": %.3f, \"room_waits\": %" PRIu64
 		     ", \"evicted_keys\": %" PRIu64 ", \"evicted_bytes\": %" PRIu64 "}",
-		     *extra, g.gs_passes, g.gs_compacted, g.gs_dropped, g.gs_reclaimed, g.gs_rewritten,
-		     g.gs_copied, u->ku_ssd_written ? (double)(u->ku_ssd_written + g.gs_copied) / (double)u->ku_ssd_written : 1.0,
-		     g.gs_skips, g.gs_csum_failures, g.gs_ns / 1e9, g.gs_room_waits, g.gs_evicted_keys,
-		     g.gs_evicted_bytes) < 0)
+		     *extra, g.gs_passes, g.gs_compacted, g.gs_dropped, g.gs_reclaimed,
+		     g.gs_rewritten, g.gs_copied,
+		     u->ku_ssd_written
+			 ? (double)(u->ku_ssd_written + g.gs_copied) / (double)u->ku_ssd_written
+			 : 1.0,
+		     g.gs_skips, g.gs_csum_failures, g.gs_ns / 1e9, g.gs_room_waits,
+		     g.gs_evicted_keys, g.gs_evicted_bytes) < 0)
 		return -ENOMEM;
 	free(*extra);
 	*extra = n;

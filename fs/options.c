@@ -241,10 +241,14 @@ static int set_evict(struct kv_config *cfg, const char *val)
 }
 
 static const struct setting settings[] = {
-    {"mem-size", set_mem_size},	      {"threads", set_threads},
-    {"numa-node", set_numa_node},     {"ssd-size", set_ssd_size},
-    {"bucket-size", set_bucket_size}, {"bucket-keys", set_bucket_keys},
-    {"flush-delay", set_flush_delay}, {"promote", set_promote},
+    {"mem-size", set_mem_size},
+    {"threads", set_threads},
+    {"numa-node", set_numa_node},
+    {"ssd-size", set_ssd_size},
+    {"bucket-size", set_bucket_size},
+    {"bucket-keys", set_bucket_keys},
+    {"flush-delay", set_flush_delay},
+    {"promote", set_promote},
     {"gc", set_gc},
     {"gc-interval", set_gc_interval},
     {"gc-dead-ratio", set_gc_dead_ratio},
