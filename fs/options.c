@@ -34,7 +34,7 @@ const char kv_options_usage[] =
     "  --gc-low-watermark=R   --evict=lru evicts down to this share (default: 0.8)\n"
     "  --gc-max-buckets=N  buckets per pass (default: 4)\n"
     "  --gc-rate=SIZE      bytes/s compaction copies below the high watermark\n"
-    "                      (default: 0 = a quarter of the disk's write rate, 256M)\n"
+    "                      (default: 0 = 256 MiB/s; above the watermark: unpaced)\n"
     "  --evict=none|lru    at the quota: none = new puts fail with ENOSPC,\n"
     "                      lru = delete least recently used keys (default: none)\n"
     "  --fsck              kvfs --fsck DATA_DIR: check a data directory, report, exit\n"

@@ -236,6 +236,12 @@ class ReclaimTest(GcTestCase):
         m = self.start("dead-restart")
         self.assertEqual(m.stats()["ssd"]["dead"], dead)
         m.stop()
+        # --fsck reports the dead bytes of each bucket
+        out = self.fsck_clean()
+        per_bucket = [int(line.split(" dead")[0].rsplit(" ", 1)[1])
+                      for line in out.splitlines() if line.startswith("fsck: bucket ")]
+        self.assertTrue(per_bucket, out)
+        self.assertEqual(sum(per_bucket), dead, out)
 
     def test_large_value_is_copied_in_pieces(self):
         """A value larger than the compactor's 8 MiB staging buffer."""
