@@ -24,6 +24,12 @@ void kv_config_defaults(struct kv_config *cfg)
 	cfg->kc_bucket_keys = 16384;
 	cfg->kc_flush_delay_ns = 20ull * 1000 * 1000;
 	cfg->kc_backpressure_ns = 30ull * 1000 * 1000 * 1000;
+	cfg->kc_gc = true;
+	cfg->kc_gc_interval_ns = 1000ull * 1000 * 1000;
+	cfg->kc_gc_dead_ratio = 0.25;
+	cfg->kc_gc_high_watermark = 0.9;
+	cfg->kc_gc_low_watermark = 0.8;
+	cfg->kc_gc_max_buckets = 4;
 }
 
 void kv_config_free(struct kv_config *cfg)
@@ -128,6 +134,14 @@ int kv_config_render(const struct kv_config *cfg, char **buf, size_t *len)
 	fprintf(f, "bucket_keys = %u\n", cfg->kc_bucket_keys);
 	fprintf(f, "flush_delay_ms = %.3f\n", cfg->kc_flush_delay_ns / 1e6);
 	fprintf(f, "promote = %s\n", cfg->kc_promote ? "on" : "off");
+	fprintf(f, "gc = %s\n", cfg->kc_gc ? "on" : "off");
+	fprintf(f, "gc_interval_ms = %.3f\n", cfg->kc_gc_interval_ns / 1e6);
+	fprintf(f, "gc_dead_ratio = %.3f\n", cfg->kc_gc_dead_ratio);
+	fprintf(f, "gc_high_watermark = %.3f\n", cfg->kc_gc_high_watermark);
+	fprintf(f, "gc_low_watermark = %.3f\n", cfg->kc_gc_low_watermark);
+	fprintf(f, "gc_max_buckets = %u\n", cfg->kc_gc_max_buckets);
+	fprintf(f, "gc_rate = %llu\n", (unsigned long long)cfg->kc_gc_rate);
+	fprintf(f, "evict = %s\n", cfg->kc_evict_lru ? "lru" : "none");
 	fprintf(f, "allow_other = %d\n", cfg->kc_allow_other);
 	fprintf(f, "debug = %d\n", cfg->kc_debug);
 	fprintf(f, "trace = %s\n", cfg->kc_trace ? cfg->kc_trace : "off");

@@ -26,6 +26,15 @@ struct kv_config {
 	uint64_t kc_flush_delay_ns;  /* a sealed value waits at most this long before its write */
 	uint64_t kc_backpressure_ns; /* a writer waits at most this long for room in DRAM */
 	bool kc_promote;	     /* reads of SSD-only values bring them into DRAM */
+	/* compaction and cache mode (core/gc.c) */
+	bool kc_gc;		       /* the compaction thread runs (--gc=on|off) */
+	uint64_t kc_gc_interval_ns;    /* it looks for victims this often */
+	double kc_gc_dead_ratio;       /* a bucket this dead is a victim */
+	double kc_gc_high_watermark;   /* above this share of the quota: deadest first, any ratio */
+	double kc_gc_low_watermark;    /* cache mode evicts down to this share of the quota */
+	uint32_t kc_gc_max_buckets;    /* victims per pass */
+	uint64_t kc_gc_rate;	       /* bytes/s copied below the high watermark; 0: automatic */
+	bool kc_evict_lru;	       /* --evict=lru: a cache; --evict=none: ENOSPC at the quota */
 	bool kc_fsck;		     /* kvfs --fsck DATA_DIR: check and exit */
 	bool kc_salvage;	     /* kvfs --salvage DATA_DIR: rebuild metadata from buckets */
 	bool kc_foreground;

@@ -299,6 +299,16 @@ static int apply(const struct kv_jent *e, uint64_t lsn, void *arg)
 		if (c)
 			attrs_from(c, e);
 		return 0;
+	case KV_J_MOVE:
+		/* Only onto the very value moved: a later put or delete voids it. */
+		dir = walk_to_parent(st, e->je_path, e->je_path_len, false, buf, &name);
+		c = dir ? kv_store_child(dir, name) : NULL;
+		if (c && !S_ISDIR(c->ki_type) && c->ki_loc.kl_seq == e->je_seq &&
+		    c->ki_loc.kl_len == e->je_len) {
+			c->ki_loc.kl_bucket = e->je_bucket;
+			c->ki_loc.kl_off = e->je_off;
+		}
+		return 0;
 	default:
 		return 0;
 	}
@@ -497,6 +507,7 @@ int kv_persist_checkpoint(struct kv_store *st)
 
 	if (!st->ks_journal)
 		return 0;
+	pthread_mutex_lock(&st->ks_ckpt_lock);
 	/* Frozen: no namespace change and no PUT can slip between rotation and snapshot. */
 	pthread_rwlock_wrlock(&st->ks_ns_lock);
 	err = kv_journal_rotate(st->ks_journal, &gen);
@@ -511,6 +522,7 @@ int kv_persist_checkpoint(struct kv_store *st)
 		err = kv_ckpt_write(st->ks_datadir_fd, next_seq, next_bucket, gen, snap_next, &sn);
 	if (!err)
 		kv_journal_drop_before(st->ks_datadir_fd, gen);
+	pthread_mutex_unlock(&st->ks_ckpt_lock);
 	for (size_t i = 0; i < sn.sn_n; i++)
 		free((char *)sn.sn_ent[i].je_path);
 	free(sn.sn_ent);
@@ -559,6 +571,26 @@ static void fsck_key(struct kv_store *st, struct kv_inode *dir, struct kv_inode 
 	}
 }
 
+/* One line per bucket: its size, live and dead bytes (compaction's view). */
+static void fsck_buckets(struct kv_bucket_set *bs, FILE *out)
+{
+	struct kv_bucket_info *info;
+	uint32_t n;
+
+	if (kv_bucket_list(bs, &info, &n))
+		return;
+	for (uint32_t i = 0; i < n; i++)
+		fprintf(out,
+			"fsck: bucket %016" PRIx64 ": %" PRIu64 " bytes, %" PRIu64
+			" records, %" PRIu64 " record bytes, %" PRIu64 " dead (%.1f%%)\n",
+			info[i].bi_id, info[i].bi_size, info[i].bi_count, info[i].bi_records,
+			info[i].bi_dead,
+			info[i].bi_records
+			    ? 100.0 * (double)info[i].bi_dead / (double)info[i].bi_records
+			    : 0.0);
+	free(info);
+}
+
 static int count_rec(const struct kv_bucket_rec *r, void *arg)
 {
 	(*(uint64_t *)arg)++;
@@ -576,6 +608,7 @@ int kv_store_fsck(const struct kv_config *cfg, int datadir_fd, FILE *out)
 
 	c.kc_mem_size = 16u << 20;
 	c.kc_ssd_size = UINT64_MAX;
+	c.kc_gc = false;
 	err = kv_store_create(&st, &c, datadir_fd);
 	if (err) {
 		fprintf(out, "fsck: cannot recover the data directory: %s\nfsck: DAMAGED\n",
@@ -598,6 +631,7 @@ int kv_store_fsck(const struct kv_config *cfg, int datadir_fd, FILE *out)
 		u.ku_recovery_ns / 1e9, u.ku_keys, u.ku_dirs - 1, u.ku_buckets, u.ku_ssd_used,
 		u.ku_ssd_dead, u.ku_torn_buckets, records, bad, fk.fk_keys, fk.fk_bytes,
 		fk.fk_bad_keys, u.ku_lost_keys);
+	fsck_buckets(fk.fk_bs, out);
 	kv_store_destroy(st);
 	bad += fk.fk_bad_keys + u.ku_lost_keys;
 	fprintf(out, "fsck: %s\n", bad ? "DAMAGED" : "clean");

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include "core/store.h"
+#include "core/gc.h"
 #include "core/store_int.h"
 
 #include <errno.h>
@@ -18,6 +19,17 @@ void kv_store_now(struct timespec *ts)
 }
 
 #define now kv_store_now
+
+/* Stamps ino as used now (cache mode evicts the least recently used). */
+static void touch(struct kv_inode *ino)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	atomic_store_explicit(&ino->ki_used,
+			      (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec,
+			      memory_order_relaxed);
+}
 
 static uint64_t name_hash(const char *name, size_t len)
 {
@@ -109,6 +121,8 @@ static void inode_free(struct kv_inode *ino)
 
 	if (st->ks_tier)
 		kv_tier_forget(st->ks_tier, ino);
+	if (st->ks_tier && ino->ki_pinned)
+		kv_bucket_pin(kv_tier_buckets(st->ks_tier), ino->ki_loc.kl_bucket, false);
 	if (atomic_load(&ino->ki_nlink) && !S_ISDIR(ino->ki_type))
 		atomic_fetch_sub(&st->ks_bytes, cur_size(ino));
 	if (ino->ki_obj)
@@ -140,6 +154,14 @@ void kv_store_forget(struct kv_store *st, struct kv_inode *ino, uint64_t n)
 
 static void tree_free(struct kv_inode *dir);
 
+static int evict_key(struct kv_store *st, struct kv_inode *ino, uint64_t used, uint64_t *bytes);
+
+/* What the compactor calls back (core/gc.h). */
+static const struct kv_gc_ops gc_ops = {
+    .go_evict = evict_key,
+    .go_checkpoint = kv_persist_checkpoint,
+};
+
 int kv_store_create(struct kv_store **out, const struct kv_config *cfg, int datadir_fd)
 {
 	struct kv_cred cred = {.kc_uid = getuid(), .kc_gid = getgid()};
@@ -154,6 +176,7 @@ int kv_store_create(struct kv_store **out, const struct kv_config *cfg, int data
 	err = -ENOMEM;
 	if (pthread_rwlock_init(&st->ks_ns_lock, NULL))
 		goto out_pool;
+	pthread_mutex_init(&st->ks_ckpt_lock, NULL);
 	atomic_init(&st->ks_next_ino, 1);
 	err = inode_new(st, S_IFDIR | 0755, &cred, &st->ks_root);
 	if (err)
@@ -168,9 +191,12 @@ int kv_store_create(struct kv_store **out, const struct kv_config *cfg, int data
 		if (err)
 			goto out_root;
 		err = kv_persist_recover(st, kv_tier_buckets(st->ks_tier), datadir_fd);
+		if (!err)
+			err = kv_gc_create(st, kv_tier_buckets(st->ks_tier), &gc_ops, &st->ks_gc);
 		if (err)
 			goto out_tier;
 		kv_tier_start(st->ks_tier);
+		kv_gc_start(st->ks_gc);
 	}
 	*out = st;
 	return 0;
@@ -183,6 +209,7 @@ out_tier:
 out_root:
 	tree_free(st->ks_root);
 out_lock:
+	pthread_mutex_destroy(&st->ks_ckpt_lock);
 	pthread_rwlock_destroy(&st->ks_ns_lock);
 out_pool:
 	kv_pool_destroy(st->ks_pool);
@@ -231,14 +258,19 @@ uint64_t kv_store_destroy(struct kv_store *st)
 	uint64_t lost = 0;
 
 	if (st->ks_tier) {
+		/* The offloader may still need compaction for room: passes run in its thread. */
+		kv_gc_stop(st->ks_gc);
 		kv_tier_flush_stop(st->ks_tier);
 		lost = count_dirty(st->ks_root);
 		kv_persist_checkpoint(st);
+		kv_gc_destroy(st->ks_gc);
+		st->ks_gc = NULL;
 		kv_journal_close(st->ks_journal);
 		kv_tier_destroy(st->ks_tier);
 		st->ks_tier = NULL;
 	}
 	tree_free(st->ks_root);
+	pthread_mutex_destroy(&st->ks_ckpt_lock);
 	pthread_rwlock_destroy(&st->ks_ns_lock);
 	kv_pool_destroy(st->ks_pool);
 	free(st);
@@ -525,6 +557,7 @@ static void install(struct kv_inode *ino, struct kv_obj *obj, uint64_t old_size)
 		ino->ki_obj = obj;
 	}
 	ino->ki_offload_err = 0;
+	touch(ino);
 	/* namespace.bytes counts keys with a name only. */
 	if (atomic_load(&ino->ki_nlink) && obj->ko_size > old_size)
 		atomic_fetch_add(&st->ks_bytes, obj->ko_size - old_size);
@@ -768,17 +801,26 @@ static void drop_name(struct kv_store *st, struct kv_inode *dir, struct kv_inode
 }
 
 /*
- * A file lost its name for good (unlink, replaced by rename): its durable
- * record, if any, is dead space in its bucket. Open handles may still read
- * it. ks_ns_lock held.
+ * A file lost its name for good (unlink, replaced by rename, evicted): its
+ * durable record, if any, is dead space in its bucket. Open handles may
+ * still read it: then its bucket is pinned (never dropped by compaction)
+ * until the last close. ks_ns_lock held.
  */
 static void name_gone(struct kv_store *st, struct kv_inode *ino)
 {
+	struct kv_bucket_set *bs;
+
 	if (!st->ks_tier || S_ISDIR(ino->ki_type))
 		return;
-	pthread_rwlock_rdlock(&ino->ki_lock);
-	if (ino->ki_loc.kl_bucket)
-		kv_bucket_dead(kv_tier_buckets(st->ks_tier), &ino->ki_loc);
+	bs = kv_tier_buckets(st->ks_tier);
+	pthread_rwlock_wrlock(&ino->ki_lock);
+	if (ino->ki_loc.kl_bucket) {
+		kv_bucket_dead(bs, &ino->ki_loc);
+		if (ino->ki_nopen && !ino->ki_pinned) {
+			kv_bucket_pin(bs, ino->ki_loc.kl_bucket, true);
+			ino->ki_pinned = true;
+		}
+	}
 	pthread_rwlock_unlock(&ino->ki_lock);
 }
 
@@ -839,6 +881,50 @@ static int remove_name(struct kv_store *st, struct kv_inode *dir, const char *na
 	pthread_rwlock_unlock(&c->ki_lock);
 	kv_inode_put(c); /* the name's reference */
 	return 0;
+}
+
+/*
+ * Cache mode's delete (kv_gc_ops.go_evict): takes ino's name exactly as unlink
+ * would, if it still has one, no fd holds it open and it was not used
+ * since `used`.
+ */
+static int evict_key(struct kv_store *st, struct kv_inode *ino, uint64_t used, uint64_t *bytes)
+{
+	struct kv_inode *dir;
+	struct timespec ts;
+	bool ok;
+
+	pthread_rwlock_wrlock(&st->ks_ns_lock);
+	dir = ino->ki_parent;
+	pthread_rwlock_rdlock(&ino->ki_lock);
+	ok = dir && atomic_load(&ino->ki_nlink) && ino->ki_nopen == 0 &&
+	     atomic_load(&ino->ki_used) == used && ino->ki_loc.kl_bucket;
+	*bytes = kv_loc_size(&ino->ki_loc);
+	pthread_rwlock_unlock(&ino->ki_lock);
+	if (!ok) {
+		pthread_rwlock_unlock(&st->ks_ns_lock);
+		return -EBUSY;
+	}
+	journal_del(st, ino);
+	name_gone(st, ino);
+	drop_name(st, dir, ino);
+	now(&ts);
+	dir_touch(dir, &ts);
+	pthread_rwlock_unlock(&st->ks_ns_lock);
+	kv_inode_put(ino); /* the name's reference */
+	return 0;
+}
+
+int kv_store_gc(struct kv_store *st)
+{
+	return st->ks_gc ? kv_gc_run(st->ks_gc) : 0;
+}
+
+bool kv_store_gc_stats(struct kv_store *st, struct kv_gc_stats *out)
+{
+	if (st->ks_gc)
+		kv_gc_stats(st->ks_gc, out);
+	return st->ks_gc != NULL;
 }
 
 int kv_store_unlink(struct kv_store *st, struct kv_inode *dir, const char *name)
@@ -1095,6 +1181,10 @@ void kv_store_release(struct kv_store *st, struct kv_inode *ino, int flags)
 {
 	pthread_rwlock_wrlock(&ino->ki_lock);
 	ino->ki_nopen--;
+	if (ino->ki_nopen == 0 && ino->ki_pinned) {
+		kv_bucket_pin(kv_tier_buckets(st->ks_tier), ino->ki_loc.kl_bucket, false);
+		ino->ki_pinned = false;
+	}
 	settle(ino);
 	pthread_rwlock_unlock(&ino->ki_lock);
 	atomic_fetch_sub(&st->ks_open, 1);
@@ -1111,6 +1201,7 @@ int kv_store_read(struct kv_store *st, struct kv_inode *ino, uint64_t off, uint6
 	guard->krg_buf = NULL;
 	guard->krg_locked = NULL;
 	guard->krg_obj = NULL;
+	touch(ino);
 	pthread_rwlock_rdlock(&ino->ki_lock);
 	obj = ino->ki_obj;
 	if (!obj) {

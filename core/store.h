@@ -324,4 +324,18 @@ void kv_dir_snap_free(struct kv_dir_snap *snap);
 bool kv_inode_is_dir(const struct kv_inode *ino);
 uint64_t kv_inode_ino(const struct kv_inode *ino);
 
+/* --- compaction (core/gc.h) --- */
+
+struct kv_gc_stats;
+
+/*
+ * Runs one full compaction pass over every bucket with a dead byte and
+ * returns when it is done (MNT/.kvfs/ctl `gc`). 0 at once without an SSD
+ * tier. Returns 0 or -errno.
+ */
+int kv_store_gc(struct kv_store *st);
+
+/* The compactor's counters; false (and nothing filled) without an SSD tier. */
+bool kv_store_gc_stats(struct kv_store *st, struct kv_gc_stats *out);
+
 #endif

@@ -6,7 +6,12 @@
  * checkpoint, recovery, fsck and salvage). Not for use outside core/.
  *
  * Lock order (see also core/store.h), outermost first:
+ *   kg_pass_lock (core/gc.c: one compaction pass)  >
  *   ks_ns_lock  >  ki_lock  >  kt_lock (tier queue)  >  kt_clock_lock
+ * and below all of them the bucket set's bs_append_lock > bs_lock and the
+ * journal's own lock (ssd/). A compaction pass holds kg_pass_lock alone
+ * when it starts, so the offloader (which calls kv_gc_make_room holding
+ * nothing) and MNT/.kvfs/ctl may both run passes.
  * kt_clock_lock may also be taken while holding ki_lock; while holding
  * kt_clock_lock, a ki_lock is only ever *tried* (never waited for), so
  * eviction cannot deadlock with a writer.
@@ -19,6 +24,7 @@
 #include "ssd/journal.h"
 
 struct kv_tier;
+struct kv_gc;
 
 /* Lock order and ownership of every field: see the comment in store.h. */
 struct kv_inode {
@@ -48,6 +54,8 @@ struct kv_inode {
 	struct kv_loc ki_loc; /* the newest durable version on SSD (kl_bucket 0: none) */
 	uint64_t *ki_csums;   /* ki_loc's chunk checksums, loaded on first SSD read */
 	int ki_offload_err;   /* why the newest version could not be offloaded, or 0 */
+	bool ki_pinned;	      /* deleted while open: ki_loc's bucket is pinned until the last close */
+	_Atomic uint64_t ki_used; /* last read or write (CLOCK_MONOTONIC_COARSE ns): cache mode */
 
 	/* kt_lock */
 	bool ki_queued;	    /* on the offload queue */
@@ -69,6 +77,9 @@ struct kv_store {
 	_Atomic uint64_t ks_keys, ks_dirs, ks_open, ks_bytes, ks_inodes;
 	struct kv_tier *ks_tier;	/* NULL: DRAM only (no data directory, or --ssd-size=0) */
 	struct kv_journal *ks_journal;	/* NULL with ks_tier */
+	struct kv_gc *ks_gc;		/* compaction (core/gc.h); NULL with ks_tier */
+	pthread_mutex_t ks_ckpt_lock;	/* one checkpoint at a time (offloader, compactor); taken
+					   before ks_ns_lock */
 	const struct kv_config *ks_cfg; /* immutable */
 	int ks_datadir_fd;		/* immutable: DATA_DIR, or -1 */
 	_Atomic int ks_meta_err;	/* a journal entry was lost: fsync fails with it */

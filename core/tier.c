@@ -23,6 +23,12 @@
  * nothing is queued or being written there is nothing to wait for: ENOSPC
  * at once.
  *
+ * The SSD quota. A put the buckets refuse (-ENOSPC) is retried while
+ * compaction gives space back (kv_gc_make_room runs an urgent pass in the
+ * offloader's thread), for at most the back-pressure bound: with dead
+ * space on the SSD the offload waits instead of failing; with none
+ * (explicit-delete mode at the quota) it fails at once.
+ *
  * Locks: kt_lock guards the queue, kt_stop, kt_busy and kt_batches, and
  * goes with two condition variables (kt_wake: work for the offloader;
  * kt_done: a batch finished). kt_clock_lock guards the clock. See
@@ -34,6 +40,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/gc.h"
 #include "core/store_int.h"
 #include "core/stats.h"
 
@@ -332,6 +339,33 @@ static void item_finish(struct kv_tier *t, struct item *it, const struct kv_buck
 	pthread_rwlock_unlock(&st->ks_ns_lock);
 }
 
+/* Appends puts[0..n), retrying those the quota refused while compaction makes room. */
+static void append_with_room(struct kv_tier *t, struct kv_bucket_put *puts, unsigned n)
+{
+	struct kv_gc *gc = t->kt_st->ks_gc;
+	struct timespec until, now;
+
+	kv_bucket_append(t->kt_bs, puts, n);
+	deadline_in(&until, t->kt_st->ks_cfg->kc_backpressure_ns);
+	for (;;) {
+		struct kv_bucket_put again[BATCH_KEYS];
+		unsigned map[BATCH_KEYS], k = 0;
+
+		for (unsigned i = 0; i < n; i++)
+			if (puts[i].bp_err == -ENOSPC) {
+				again[k] = puts[i];
+				again[k].bp_err = 0;
+				map[k++] = i;
+			}
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (!k || !gc || now.tv_sec > until.tv_sec || kv_gc_make_room(gc))
+			return;
+		kv_bucket_append(t->kt_bs, again, k);
+		for (unsigned i = 0; i < k; i++)
+			puts[map[i]] = again[i];
+	}
+}
+
 static void run_batch(struct kv_tier *t, struct item *items, unsigned n)
 {
 	struct kv_bucket_put puts[BATCH_KEYS];
@@ -350,7 +384,7 @@ static void run_batch(struct kv_tier *t, struct item *items, unsigned n)
 				map[k++] = i;
 			}
 		if (k)
-			kv_bucket_append(t->kt_bs, w, k);
+			append_with_room(t, w, k);
 		for (i = 0; i < k; i++)
 			puts[map[i]] = w[i];
 	}
@@ -530,6 +564,16 @@ int kv_tier_drain(struct kv_tier *t)
 
 /* --- reads of values that are only on SSD --- */
 
+/*
+ * Whether ino still has the value at loc in the same place: compaction
+ * moves a value (same sequence number) to another bucket, and the reader
+ * then reads it there (ki_lock held).
+ */
+static bool same_loc(const struct kv_loc *a, const struct kv_loc *b)
+{
+	return a->kl_seq == b->kl_seq && a->kl_bucket == b->kl_bucket && a->kl_off == b->kl_off;
+}
+
 /* Loads ino's chunk checksums if missing (ki_lock not held). */
 static int ensure_csums(struct kv_tier *t, struct kv_inode *ino, struct kv_loc *loc)
 {
@@ -589,7 +633,7 @@ static int promote(struct kv_tier *t, struct kv_inode *ino, const struct kv_loc 
 		iov[n - 1].iov_len =
 		    (iov[n - 1].iov_len + KV_PAGE_SIZE - 1) / KV_PAGE_SIZE * KV_PAGE_SIZE;
 	pthread_rwlock_rdlock(&ino->ki_lock);
-	err = ino->ki_csums && ino->ki_loc.kl_seq == loc->kl_seq
+	err = ino->ki_csums && same_loc(&ino->ki_loc, loc)
 		  ? (n ? kv_bucket_read_iov(t->kt_bs, loc, ino->ki_csums, iov, n) : 0)
 		  : -EAGAIN;
 	pthread_rwlock_unlock(&ino->ki_lock);
@@ -632,7 +676,7 @@ int kv_tier_read(struct kv_tier *t, struct kv_inode *ino, uint64_t off, uint64_t
 	 * a newer location. Other readers go on; a writer of this key waits.
 	 */
 	pthread_rwlock_rdlock(&ino->ki_lock);
-	if (ino->ki_loc.kl_seq != loc.kl_seq || !ino->ki_csums)
+	if (!same_loc(&ino->ki_loc, &loc) || !ino->ki_csums)
 		err = -EAGAIN;
 	else
 		err = kv_bucket_read(t->kt_bs, &loc, ino->ki_csums, off, len, &guard->krg_buf,

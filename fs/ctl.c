@@ -11,6 +11,7 @@
 #include "fs/fs.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,9 +19,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/gc.h"
 #include "gpu/dev.h"
 
-const char *const kv_ctl_names[] = {"stats", "config", NULL};
+const char *const kv_ctl_names[] = {"stats", "config", "ctl", NULL};
 
 /* st_ino of control nodes: far from the store's inode numbers. */
 #define CTL_ST_INO_BASE (1ull << 62)
@@ -39,7 +41,7 @@ void kv_ctl_entry(const struct kv_fs *fs, fuse_ino_t ino, struct fuse_entry_para
 		e->attr.st_mode = S_IFDIR | 0555;
 		e->attr.st_nlink = 2;
 	} else {
-		e->attr.st_mode = S_IFREG | 0444;
+		e->attr.st_mode = S_IFREG | (ino == KV_CTL_CMD ? 0200 : 0444);
 		e->attr.st_nlink = 1;
 	}
 }
@@ -49,6 +51,34 @@ fuse_ino_t kv_ctl_lookup(const char *name)
 	for (int i = 0; kv_ctl_names[i]; i++)
 		if (!strcmp(name, kv_ctl_names[i]))
 			return KV_CTL_STATS + i;
+	return 0;
+}
+
+/* Appends the "gc" section to the extra stats (only with an SSD tier). */
+static int add_gc_stats(struct kv_fs *fs, const struct kv_store_usage *u, char **extra)
+{
+	struct kv_gc_stats g;
+	char *n;
+
+	if (!*extra || !kv_store_gc_stats(fs->kf_store, &g))
+		return 0;
+	if (asprintf(&n,
+		     "%s,\n \"gc\": {\"passes\": %" PRIu64 ", \"buckets_compacted\": %" PRIu64
+		     ", \"buckets_dropped\": %" PRIu64 ", \"bytes_reclaimed\": %" PRIu64
+		     ", \"bytes_rewritten\": %" PRIu64 ", \"bytes_copied\": %" PRIu64
+		     ", \"write_amplification\": %.3f, \"revalidation_skips\": %" PRIu64
+		     ", \"csum_failures\": %" PRIu64 ", \"seconds\": %.3f, \"room_waits\": %" PRIu64
+		     ", \"evicted_keys\": %" PRIu64 ", \"evicted_bytes\": %" PRIu64 "}",
+		     *extra, g.gs_passes, g.gs_compacted, g.gs_dropped, g.gs_reclaimed,
+		     g.gs_rewritten, g.gs_copied,
+		     u->ku_ssd_written
+			 ? (double)(u->ku_ssd_written + g.gs_copied) / (double)u->ku_ssd_written
+			 : 1.0,
+		     g.gs_skips, g.gs_csum_failures, g.gs_ns / 1e9, g.gs_room_waits,
+		     g.gs_evicted_keys, g.gs_evicted_bytes) < 0)
+		return -ENOMEM;
+	free(*extra);
+	*extra = n;
 	return 0;
 }
 
@@ -78,6 +108,11 @@ static int render_stats(struct kv_fs *fs, char **buf, size_t *len)
 		     u.ku_promotions, u.ku_recovery_ns / 1e9, u.ku_recovered_keys,
 		     u.ku_torn_buckets, u.ku_lost_keys) < 0)
 		return -ENOMEM;
+	err = add_gc_stats(fs, &u, &extra);
+	if (err) {
+		free(extra);
+		return err;
+	}
 	g = (struct kv_stats_gauges){
 	    .kg_pool_size = kv_pool_size(pool),
 	    .kg_pool_used = kv_pool_used(pool),
@@ -121,4 +156,20 @@ int kv_ctl_render(struct kv_fs *fs, fuse_ino_t ino, char **buf, size_t *len)
 	default:
 		return -EISDIR;
 	}
+}
+
+int kv_ctl_cmd_open(struct kv_fs *fs, uid_t uid, int flags)
+{
+	if ((flags & O_ACCMODE) != O_WRONLY)
+		return -EACCES;
+	return uid == 0 || uid == getuid() ? 0 : -EACCES;
+}
+
+int kv_ctl_cmd(struct kv_fs *fs, const char *buf, size_t len)
+{
+	while (len && (buf[len - 1] == '\n' || buf[len - 1] == ' '))
+		len--;
+	if (len == 2 && !memcmp(buf, "gc", 2))
+		return kv_store_gc(fs->kf_store);
+	return -EINVAL;
 }

@@ -45,6 +45,7 @@ enum {
 	KV_CTL_DIR = 2, /* MNT/.kvfs */
 	KV_CTL_STATS,	/* MNT/.kvfs/stats */
 	KV_CTL_CONFIG,	/* MNT/.kvfs/config */
+	KV_CTL_CMD,	/* MNT/.kvfs/ctl: write-only commands (fs/ctl.c) */
 	KV_CTL__END,
 };
 
@@ -61,6 +62,16 @@ fuse_ino_t kv_ctl_lookup(const char *name);
 
 /* Renders a control file's contents into a malloc'ed buffer. Returns 0 or -errno. */
 int kv_ctl_render(struct kv_fs *fs, fuse_ino_t ino, char **buf, size_t *len);
+
+/*
+ * MNT/.kvfs/ctl: opening it for writing is for root and the mount's owner
+ * only (-EACCES otherwise, and for any read access). Each write is one
+ * command; `gc` (a trailing newline allowed) runs a full compaction pass
+ * and the write returns when it is done. Returns 0, -EINVAL for an unknown
+ * command, or the command's -errno.
+ */
+int kv_ctl_cmd_open(struct kv_fs *fs, uid_t uid, int flags);
+int kv_ctl_cmd(struct kv_fs *fs, const char *buf, size_t len);
 
 /* The names in the control directory, NULL-terminated, in readdir order. */
 extern const char *const kv_ctl_names[];

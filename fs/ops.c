@@ -381,6 +381,16 @@ static void ctl_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, 
 	struct ctl_handle *h;
 	int err;
 
+	if (ino == KV_CTL_CMD) { /* write-only commands: no handle */
+		err = kv_ctl_cmd_open(fs_of(req), fuse_req_ctx(req)->uid, fi->flags);
+		if (err)
+			return reply_err(req, KV_OP_OPEN, t0, err);
+		fi->fh = 0;
+		fi->direct_io = 1;
+		done(req, KV_OP_OPEN, t0, 0, 0);
+		fuse_reply_open(req, fi);
+		return;
+	}
 	if ((fi->flags & O_ACCMODE) != O_RDONLY)
 		return reply_err(req, KV_OP_OPEN, t0, -EACCES);
 	h = calloc(1, sizeof(*h));
@@ -468,7 +478,9 @@ static void kv_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	struct kv_fs *fs = fs_of(req);
 	int err = -EBADF;
 
-	if (!kv_ctl_is(ino))
+	if (ino == KV_CTL_CMD)
+		err = kv_ctl_cmd(fs, buf, size);
+	else if (!kv_ctl_is(ino))
 		err = kv_store_write(fs->kf_store, inode_of(fs, ino), (uint64_t)off, buf, size);
 	if (err)
 		return reply_err(req, KV_OP_WRITE, t0, err);
@@ -492,7 +504,8 @@ static void kv_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	if (kv_ctl_is(ino)) {
 		struct ctl_handle *h = (struct ctl_handle *)(uintptr_t)fi->fh;
 
-		free(h->ch_buf);
+		if (h)
+			free(h->ch_buf);
 		free(h);
 	} else {
 		kv_store_release(fs->kf_store, inode_of(fs, ino), fi->flags);
@@ -594,7 +607,7 @@ static size_t add_entry(fuse_req_t req, fuse_ino_t dino, struct dir_handle *h, u
 static unsigned dir_count(fuse_ino_t ino, const struct dir_handle *h)
 {
 	if (ino == KV_CTL_DIR)
-		return 2 + 2;
+		return 2 + (KV_CTL__END - KV_CTL_STATS); /* ".", "..", the control files */
 	return dir_fixed(ino) + h->dh_snap.kds_count;
 }
 

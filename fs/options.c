@@ -28,6 +28,17 @@ const char kv_options_usage[] =
     "  --promote=on|off    reads of SSD-only values bring them into DRAM (default: off)\n"
     "  --trace=FILE        append a JSON line per ioctl batch and per key to FILE\n"
     "                      (default: off)\n"
+    "  --gc=on|off         the compaction thread (default: on)\n"
+    "  --gc-interval=TIME  how often it looks for buckets to compact (default: 1s)\n"
+    "  --gc-dead-ratio=R   compact a bucket this dead, 0..1 (default: 0.25)\n"
+    "  --gc-high-watermark=R  above this share of --ssd-size compact the deadest\n"
+    "                      buckets whatever their ratio, at full speed (default: 0.9)\n"
+    "  --gc-low-watermark=R   --evict=lru evicts down to this share (default: 0.8)\n"
+    "  --gc-max-buckets=N  buckets per pass (default: 4)\n"
+    "  --gc-rate=SIZE      bytes/s compaction copies below the high watermark\n"
+    "                      (default: 0 = 256 MiB/s; above the watermark: unpaced)\n"
+    "  --evict=none|lru    at the quota: none = new puts fail with ENOSPC,\n"
+    "                      lru = delete least recently used keys (default: none)\n"
     "  --fsck              kvfs --fsck DATA_DIR: check a data directory, report, exit\n"
     "  --salvage           kvfs --salvage DATA_DIR: rebuild the metadata from the buckets\n"
     "  -f                  stay in the foreground\n"
@@ -162,6 +173,89 @@ static int set_trace(struct kv_config *cfg, const char *val)
 	return 0;
 }
 
+/* --- compaction and cache mode --- */
+
+static int set_gc(struct kv_config *cfg, const char *val)
+{
+	if (!strcmp(val, "on"))
+		cfg->kc_gc = true;
+	else if (!strcmp(val, "off"))
+		cfg->kc_gc = false;
+	else
+		return -EINVAL;
+	return 0;
+}
+
+static int set_gc_interval(struct kv_config *cfg, const char *val)
+{
+	uint64_t v;
+	int err = kv_parse_duration(val, &v);
+
+	if (err)
+		return err;
+	if (v < 1000 * 1000 || v > 3600ull * 1000 * 1000 * 1000)
+		return -ERANGE;
+	cfg->kc_gc_interval_ns = v;
+	return 0;
+}
+
+/* A ratio: a decimal number in [0, 1]. */
+static int parse_ratio(const char *val, double *out)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(val, &end);
+	if (errno || end == val || *end || v != v)
+		return -EINVAL;
+	if (v < 0 || v > 1)
+		return -ERANGE;
+	*out = v;
+	return 0;
+}
+
+static int set_gc_dead_ratio(struct kv_config *cfg, const char *val)
+{
+	return parse_ratio(val, &cfg->kc_gc_dead_ratio);
+}
+
+static int set_gc_high_watermark(struct kv_config *cfg, const char *val)
+{
+	return parse_ratio(val, &cfg->kc_gc_high_watermark);
+}
+
+static int set_gc_low_watermark(struct kv_config *cfg, const char *val)
+{
+	return parse_ratio(val, &cfg->kc_gc_low_watermark);
+}
+
+static int set_gc_max_buckets(struct kv_config *cfg, const char *val)
+{
+	long v;
+	int err = parse_long(val, 1, 1 << 20, &v);
+
+	if (!err)
+		cfg->kc_gc_max_buckets = (uint32_t)v;
+	return err;
+}
+
+static int set_gc_rate(struct kv_config *cfg, const char *val)
+{
+	return kv_parse_size(val, &cfg->kc_gc_rate);
+}
+
+static int set_evict(struct kv_config *cfg, const char *val)
+{
+	if (!strcmp(val, "lru"))
+		cfg->kc_evict_lru = true;
+	else if (!strcmp(val, "none"))
+		cfg->kc_evict_lru = false;
+	else
+		return -EINVAL;
+	return 0;
+}
+
 static const struct setting settings[] = {
     {"mem-size", set_mem_size},
     {"threads", set_threads},
@@ -172,6 +266,14 @@ static const struct setting settings[] = {
     {"flush-delay", set_flush_delay},
     {"promote", set_promote},
     {"trace", set_trace},
+    {"gc", set_gc},
+    {"gc-interval", set_gc_interval},
+    {"gc-dead-ratio", set_gc_dead_ratio},
+    {"gc-high-watermark", set_gc_high_watermark},
+    {"gc-low-watermark", set_gc_low_watermark},
+    {"gc-max-buckets", set_gc_max_buckets},
+    {"gc-rate", set_gc_rate},
+    {"evict", set_evict},
 };
 
 /* Words of an fstab line that mean nothing to a mount of kvfs. */
@@ -406,5 +508,7 @@ int kv_options_parse(int argc, char **argv, char **environ_, struct kv_config *c
 	}
 	if (!cfg->kc_mountpoint)
 		return fail(err, err_len, "kvfs: need DATA_DIR and MOUNTPOINT (see --help)");
+	if (cfg->kc_gc_low_watermark > cfg->kc_gc_high_watermark)
+		return fail(err, err_len, "kvfs: --gc-low-watermark is above --gc-high-watermark");
 	return KV_OPT_RUN;
 }

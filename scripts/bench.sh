@@ -17,7 +17,13 @@
 #            within the 1 s entry timeout); ioctl get of DRAM-resident blocks next to one
 #            thread's memcpy of the same bytes (kvfs-bench --scenario=memcpy).
 #
-#   scripts/bench.sh [dram] [ssd] [ioctl] [--keys=N]     (default: every part)
+#   gc       compaction: fio random 4 KiB and 1 MiB reads (p50, p99) with
+#            compaction idle, then while a forced pass runs flat out; the
+#            pass's copy rate next to the disk's direct write bandwidth;
+#            the write amplification of the 75%-delete scenario; rm -rf of
+#            100,000 keys.
+#
+#   scripts/bench.sh [dram] [ssd] [ioctl] [gc] [--keys=N]     (default: every part)
 # Needs root (mounts, drop_caches).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -27,12 +33,12 @@ kvfs_install_deps
 parts=() keys=100000
 for a in "$@"; do
 	case $a in
-	dram | ssd | ioctl) parts+=("$a") ;;
+	dram | ssd | ioctl | gc) parts+=("$a") ;;
 	--keys=*) keys=${a#*=} ;;
 	*) echo "bench.sh: unknown argument '$a'" >&2; exit 2 ;;
 	esac
 done
-[ ${#parts[@]} -gt 0 ] || parts=(dram ssd ioctl)
+[ ${#parts[@]} -gt 0 ] || parts=(dram ssd ioctl gc)
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)" --target kvfs kvfs-bench >/dev/null
 
@@ -187,6 +193,117 @@ bench_ioctl() {
 		--scenario=is_exist --path=posix "$work/mnt/look")
 	printf '%-34s %10s %10s %8s\n' "... stat() on cached dentries" "$k" "$b" \
 		"$(python3 -c "print('%.1f' % ($b / $k))")"
+	umount_kvfs
+	rm -rf "$work/data"
+}
+
+# fio_lat DIR BS SECONDS NRFILES FILESIZE -> "p50_us p99_us" of O_DIRECT random reads.
+fio_lat() {
+	fio --name=lat --directory="$1" --rw=randread --bs="$2" --direct=1 --ioengine=psync \
+		--runtime="$3" --time_based --nrfiles="$4" --filesize="$5" --openfiles=16 \
+		--filename_format='r.$jobnum.$filenum' --invalidate=0 --output-format=json |
+		python3 -c 'import json,sys; p=json.load(sys.stdin)["jobs"][0]["read"]["clat_ns"]["percentile"]
+print("%.0f %.0f" % (p["50.000000"] / 1e3, p["99.000000"] / 1e3))'
+}
+
+# gc_stat FIELD -> a field of the "gc" stats section
+gc_stat() {
+	python3 -c "import json; print(json.load(open('$work/mnt/.kvfs/stats'))['gc']['$1'])"
+}
+
+# make_garbage DIR NFILES SIZE EVERY: writes NFILES files, syncs, deletes all but every EVERY-th
+make_garbage() {
+	python3 - "$@" <<'PY'
+import os, sys
+d, n, size, every = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+os.makedirs(d, exist_ok=True)
+buf = os.urandom(size)
+for i in range(n):
+    with open(os.path.join(d, "g%06d" % i), "wb") as f:
+        f.write(buf)
+fd = os.open(os.path.dirname(d), os.O_RDONLY)
+os.fsync(fd)
+for i in range(n):
+    if i % every:
+        os.unlink(os.path.join(d, "g%06d" % i))
+os.fsync(fd)
+os.close(fd)
+PY
+}
+
+bench_gc() {
+	local k b l4i l4g l1i l1g t0 t1 c0 c1 s0 s1 w0 w1 g0 g1
+	mkdir -p "$work/direct"
+	mount_kvfs --mem-size=128M --bucket-size=16M --gc=off
+	mkdir "$work/mnt/r"
+	fio --name=fill --directory="$work/mnt/r" --rw=write --bs=1M --direct=1 --nrfiles=512 --openfiles=1 \
+		--filesize=1m --filename_format='r.$jobnum.$filenum' --output-format=json >/dev/null
+	fsync_root() { python3 -c "import os; fd=os.open('$work/mnt', os.O_RDONLY); os.fsync(fd)"; }
+	fsync_root
+	printf '\n%-40s %10s %10s %8s\n' "GC: fio randread O_DIRECT, 512 x 1 MiB" "during gc" "idle" ratio
+	# the garbage: 4 GiB in 256 KiB keys, every other one deleted: every bucket a victim
+	make_garbage "$work/mnt/g" 16384 262144 2
+	l4i=$(fio_lat "$work/mnt/r" 4k 5 512 1m)
+	l1i=$(fio_lat "$work/mnt/r" 1m 5 512 1m)
+	c0=$(gc_stat bytes_copied); s0=$(gc_stat seconds)
+	echo gc >"$work/mnt/.kvfs/ctl" &
+	local gcpid=$!
+	l4g=$(fio_lat "$work/mnt/r" 4k 2 512 1m)
+	l1g=$(fio_lat "$work/mnt/r" 1m 2 512 1m)
+	wait $gcpid
+	c1=$(gc_stat bytes_copied); s1=$(gc_stat seconds)
+	row "random 4 KiB read p50 (us)" "${l4g% *}" "${l4i% *}"
+	row "random 4 KiB read p99 (us)" "${l4g#* }" "${l4i#* }"
+	row "random 1 MiB read p50 (us)" "${l1g% *}" "${l1i% *}"
+	row "random 1 MiB read p99 (us)" "${l1g#* }" "${l1i#* }"
+	echo "  (ratio = during gc / idle; the gc pass ran $(python3 -c "print('%.2f' % ($s1 - $s0))") s," \
+		"copying $(python3 -c "print('%.0f' % (($c1 - $c0) / 2**20 / max($s1 - $s0, 1e-9)))") MiB/s beside the reads)"
+	# the copy rate alone: the same garbage again, a pass with nothing else running
+	rm -rf "$work/mnt/g"
+	make_garbage "$work/mnt/g" 16384 262144 2
+	c0=$(gc_stat bytes_copied); s0=$(gc_stat seconds)
+	echo gc >"$work/mnt/.kvfs/ctl"
+	c1=$(gc_stat bytes_copied); s1=$(gc_stat seconds)
+	k=$(python3 -c "print('%.0f' % (($c1 - $c0) / 2**20 / max($s1 - $s0, 1e-9)))")
+	b=$(fio_bw "$work/direct" write 1 0 64 16m 1)
+	printf '%-40s %10s %10s %8s\n' "" "gc MiB/s" "disk MiB/s" ratio
+	row "compaction copy rate vs direct write" "$k" "$b"
+	rm -rf "$work/direct" "$work/mnt/g"
+	echo gc >"$work/mnt/.kvfs/ctl"
+
+	# write amplification of the 75%-delete scenario: 1 GiB put, 3/4 deleted, one pass
+	w0=$(python3 -c "import json; print(json.load(open('$work/mnt/.kvfs/stats'))['ssd']['bytes_written'])")
+	g0=$(gc_stat bytes_copied)
+	make_garbage "$work/mnt/w" 4096 262144 4
+	echo gc >"$work/mnt/.kvfs/ctl"
+	w1=$(python3 -c "import json; print(json.load(open('$work/mnt/.kvfs/stats'))['ssd']['bytes_written'])")
+	g1=$(gc_stat bytes_copied)
+	echo "write amplification, 1 GiB put, 75% deleted, one pass: $(python3 -c "print('%.3f' % (($w1 - $w0 + $g1 - $g0) / ($w1 - $w0)))") (bytes to buckets / bytes put)"
+	umount_kvfs
+	rm -rf "$work/data"
+
+	mount_kvfs --mem-size=256M
+	for d in "$work/mnt" "$work"; do
+		python3 - "$d" "$keys" <<'PY'
+import os, sys
+mnt, n = sys.argv[1], int(sys.argv[2])
+os.mkdir(os.path.join(mnt, "rm"))
+for d in range(100):
+    os.mkdir(os.path.join(mnt, "rm", "d%02d" % d))
+for i in range(n):
+    with open(os.path.join(mnt, "rm", "d%02d" % (i % 100), "k%06d" % i), "wb") as f:
+        f.write(b"%064d" % i)
+fd = os.open(mnt, os.O_RDONLY)
+os.fsync(fd)
+PY
+	done
+	sync
+	t0=$(date +%s.%N); rm -rf "$work/mnt/rm"; t1=$(date +%s.%N)
+	k=$(python3 -c "print('%.2f' % ($t1 - $t0))")
+	t0=$(date +%s.%N); rm -rf "$work/rm"; t1=$(date +%s.%N)
+	b=$(python3 -c "print('%.2f' % ($t1 - $t0))")
+	printf '%-40s %10s %10s %8s\n' "" "kvfs s" "disk fs s" ratio
+	row "rm -rf of $keys keys in 100 dirs" "$k" "$b"
 	umount_kvfs
 	rm -rf "$work/data"
 }

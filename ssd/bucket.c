@@ -39,6 +39,10 @@ struct kv_bucket {
 	uint64_t kb_dead;    /* bytes of dead records */
 	bool kb_sealed;
 	bool kb_broken;		/* unreadable header: kept for fsck, never read */
+	bool kb_compacting;	/* the output of a compaction being written (struct kv_compact) */
+	uint32_t kb_readers;	/* reads in flight: a dropped bucket is freed when they are done */
+	uint32_t kb_pins;	/* deleted keys still open with their record here: never dropped */
+	uint64_t kb_access_ns;	/* last read or append (CLOCK_MONOTONIC): how cold it is */
 	struct idx_rec *kb_idx; /* active bucket only */
 	uint64_t kb_nidx, kb_maxidx;
 	uint64_t kb_idx_bytes; /* active bucket: bytes its index block will take */
@@ -48,8 +52,10 @@ struct kv_bucket_set {
 	int bs_dirfd;			/* immutable: DATA_DIR/buckets */
 	struct kv_bucket_opts bs_opts;	/* immutable */
 	struct kv_aio *bs_aio;		/* immutable */
-	pthread_mutex_t bs_append_lock; /* one appender: guards bs_active's writing */
+	pthread_mutex_t bs_append_lock; /* one appender: guards bs_active's writing; bs_active
+					   changes under both locks, so either reads it */
 	pthread_mutex_t bs_lock;	/* guards bs_tab, bs_n, bs_next_id, bs_used, kb_* */
+	pthread_cond_t bs_drained;	/* with bs_lock: a dropped bucket's last reader is done */
 	struct kv_bucket **bs_tab;	/* sorted by id */
 	uint32_t bs_n, bs_max;
 	struct kv_bucket *bs_active;
@@ -61,6 +67,14 @@ struct kv_bucket_set {
 uint64_t kv_loc_size(const struct kv_loc *loc)
 {
 	return loc->kl_head_len + ROUND_UP(loc->kl_len);
+}
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 static void name_of(uint64_t id, char *buf, size_t len)
@@ -398,6 +412,11 @@ static int read_value(struct kv_bucket_set *bs, struct kv_bucket *b, const struc
 
 /* --- opening --- */
 
+/*
+ * Creates a new bucket file (header written and synced, directory synced).
+ * Call without bs_lock: it takes it only for the id, so readers are not
+ * held up by the syncs.
+ */
 static int bucket_create(struct kv_bucket_set *bs, uint64_t prealloc, struct kv_bucket **out)
 {
 	struct kv_bucket_hdr *h;
@@ -412,7 +431,9 @@ static int bucket_create(struct kv_bucket_set *bs, uint64_t prealloc, struct kv_
 		err = -ENOMEM;
 		goto out_free;
 	}
+	pthread_mutex_lock(&bs->bs_lock);
 	b->kb_id = bs->bs_next_id++;
+	pthread_mutex_unlock(&bs->bs_lock);
 	name_of(b->kb_id, name, sizeof(name));
 	b->kb_fd =
 	    openat(bs->bs_dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
@@ -737,6 +758,7 @@ int kv_bucket_open(struct kv_bucket_set **out, int datadir_fd, const struct kv_b
 	bs->bs_next_id = 1;
 	pthread_mutex_init(&bs->bs_lock, NULL);
 	pthread_mutex_init(&bs->bs_append_lock, NULL);
+	pthread_cond_init(&bs->bs_drained, NULL);
 	if (mkdirat(datadir_fd, "buckets", 0700) < 0 && errno != EEXIST) {
 		err = -errno;
 		goto out_free;
@@ -760,6 +782,7 @@ out_close:
 out_free:
 	pthread_mutex_destroy(&bs->bs_lock);
 	pthread_mutex_destroy(&bs->bs_append_lock);
+	pthread_cond_destroy(&bs->bs_drained);
 	free(bs);
 	return err;
 }
@@ -776,6 +799,7 @@ void kv_bucket_close(struct kv_bucket_set *bs)
 	close(bs->bs_dirfd);
 	pthread_mutex_destroy(&bs->bs_lock);
 	pthread_mutex_destroy(&bs->bs_append_lock);
+	pthread_cond_destroy(&bs->bs_drained);
 	free(bs);
 }
 
@@ -807,11 +831,13 @@ static struct kv_bucket *room_for(struct kv_bucket_set *bs, uint64_t size, int *
 		*err = bucket_seal(bs, b);
 		if (*err)
 			return NULL;
+		pthread_mutex_lock(&bs->bs_lock);
 		bs->bs_active = NULL;
+		pthread_mutex_unlock(&bs->bs_lock);
 	}
 	prealloc = KV_BLOCK + size > o->bo_bucket_size ? KV_BLOCK + size : o->bo_bucket_size;
-	pthread_mutex_lock(&bs->bs_lock);
 	*err = bucket_create(bs, prealloc, &nb);
+	pthread_mutex_lock(&bs->bs_lock);
 	if (!*err) {
 		*err = insert(bs, nb);
 		if (*err)
@@ -819,11 +845,10 @@ static struct kv_bucket *room_for(struct kv_bucket_set *bs, uint64_t size, int *
 		else
 			bs->bs_used += KV_BLOCK;
 	}
+	if (!*err)
+		bs->bs_active = nb;
 	pthread_mutex_unlock(&bs->bs_lock);
-	if (*err)
-		return NULL;
-	bs->bs_active = nb;
-	return nb;
+	return *err ? NULL : nb;
 }
 
 /* What one put becomes: two writes, head then value. */
@@ -1038,6 +1063,7 @@ int kv_bucket_append(struct kv_bucket_set *bs, struct kv_bucket_put *puts, unsig
 		b->kb_end += size;
 		b->kb_count++;
 		b->kb_idx_bytes += idx_bytes(p->bp_key_len);
+		b->kb_access_ns = mono_ns();
 		bs->bs_used += size;
 		pthread_mutex_unlock(&bs->bs_lock);
 		if (idx_add(b, &p->bp_loc, p->bp_key, p->bp_key_len))
@@ -1058,8 +1084,11 @@ int kv_bucket_append(struct kv_bucket_set *bs, struct kv_bucket_put *puts, unsig
 
 /* --- reading --- */
 
-/* Finds the bucket of loc, or NULL. */
-static struct kv_bucket *bucket_of(struct kv_bucket_set *bs, const struct kv_loc *loc)
+/*
+ * Finds the bucket of loc, or NULL, and counts a read in flight on it:
+ * kv_bucket_drop frees a bucket only once every such read is released.
+ */
+static struct kv_bucket *bucket_get(struct kv_bucket_set *bs, const struct kv_loc *loc)
 {
 	struct kv_bucket *b;
 
@@ -1067,19 +1096,35 @@ static struct kv_bucket *bucket_of(struct kv_bucket_set *bs, const struct kv_loc
 	b = find(bs, loc->kl_bucket);
 	if (b && (b->kb_broken || loc->kl_off + kv_loc_size(loc) > b->kb_end))
 		b = NULL;
+	if (b) {
+		b->kb_readers++;
+		b->kb_access_ns = mono_ns();
+	}
 	pthread_mutex_unlock(&bs->bs_lock);
 	return b;
 }
 
+static void bucket_release(struct kv_bucket_set *bs, struct kv_bucket *b)
+{
+	pthread_mutex_lock(&bs->bs_lock);
+	if (--b->kb_readers == 0)
+		pthread_cond_broadcast(&bs->bs_drained);
+	pthread_mutex_unlock(&bs->bs_lock);
+}
+
 bool kv_bucket_valid(struct kv_bucket_set *bs, const struct kv_loc *loc)
 {
-	return loc->kl_off >= KV_BLOCK && bucket_of(bs, loc) != NULL;
+	struct kv_bucket *b = loc->kl_off >= KV_BLOCK ? bucket_get(bs, loc) : NULL;
+
+	if (b)
+		bucket_release(bs, b);
+	return b != NULL;
 }
 
 int kv_bucket_load_csums(struct kv_bucket_set *bs, const struct kv_loc *loc, uint64_t **csums,
 			 uint32_t *nchunks)
 {
-	struct kv_bucket *b = bucket_of(bs, loc);
+	struct kv_bucket *b = bucket_get(bs, loc);
 	struct kv_rec_head h;
 	void *head;
 	int err;
@@ -1087,6 +1132,7 @@ int kv_bucket_load_csums(struct kv_bucket_set *bs, const struct kv_loc *loc, uin
 	if (!b)
 		return -ENOENT;
 	err = read_head(bs, b, loc->kl_off, &head);
+	bucket_release(bs, b);
 	if (err) {
 		atomic_fetch_add(&bs->bs_csum_errors, 1);
 		return err;
@@ -1112,17 +1158,20 @@ int kv_bucket_load_csums(struct kv_bucket_set *bs, const struct kv_loc *loc, uin
 int kv_bucket_read(struct kv_bucket_set *bs, const struct kv_loc *loc, const uint64_t *csums,
 		   uint64_t off, uint64_t len, void **buf, char **data, uint64_t *n)
 {
-	struct kv_bucket *b = bucket_of(bs, loc);
+	struct kv_bucket *b = bucket_get(bs, loc);
+	int err;
 
 	if (!b)
 		return -ENOENT;
-	return read_value(bs, b, loc, csums, off, len, buf, data, n);
+	err = read_value(bs, b, loc, csums, off, len, buf, data, n);
+	bucket_release(bs, b);
+	return err;
 }
 
 int kv_bucket_read_iov(struct kv_bucket_set *bs, const struct kv_loc *loc, const uint64_t *csums,
 		       const struct iovec *iov, int iovcnt)
 {
-	struct kv_bucket *b = bucket_of(bs, loc);
+	struct kv_bucket *b = bucket_get(bs, loc);
 	struct kv_aio_op op;
 	char *scratch;
 	int err;
@@ -1134,6 +1183,7 @@ int kv_bucket_read_iov(struct kv_bucket_set *bs, const struct kv_loc *loc, const
 				.kao_iov = iov,
 				.kao_iovcnt = iovcnt};
 	err = kv_aio_run(bs->bs_aio, &op, 1);
+	bucket_release(bs, b);
 	if (err)
 		return -EIO;
 	atomic_fetch_add(&bs->bs_read, ROUND_UP(loc->kl_len));
@@ -1176,11 +1226,35 @@ void kv_bucket_set_live(struct kv_bucket_set *bs, uint64_t id, uint64_t live)
 	pthread_mutex_unlock(&bs->bs_lock);
 }
 
-void kv_bucket_drop(struct kv_bucket_set *bs, uint64_t id)
+/*
+ * Takes b out of the table and waits until its reads are done (bs_lock
+ * held; released while waiting), then removes its file and frees it with
+ * bs_lock dropped: unlinking a large file takes a while, and readers of
+ * other buckets need bs_lock meanwhile. Returns with bs_lock held.
+ */
+static void unlink_drained(struct kv_bucket_set *bs, struct kv_bucket *b)
 {
-	struct kv_bucket *b;
 	char name[32];
 	uint32_t i;
+
+	for (i = 0; bs->bs_tab[i] != b; i++)
+		;
+	memmove(&bs->bs_tab[i], &bs->bs_tab[i + 1], (bs->bs_n - i - 1) * sizeof(b));
+	bs->bs_n--;
+	bs->bs_used -= b->kb_end;
+	while (b->kb_readers)
+		pthread_cond_wait(&bs->bs_drained, &bs->bs_lock);
+	pthread_mutex_unlock(&bs->bs_lock);
+	name_of(b->kb_id, name, sizeof(name));
+	unlinkat(bs->bs_dirfd, name, 0);
+	bucket_free(b);
+	pthread_mutex_lock(&bs->bs_lock);
+}
+
+int kv_bucket_drop(struct kv_bucket_set *bs, uint64_t id)
+{
+	struct kv_bucket *b;
+	int err = -ENOENT;
 
 	pthread_mutex_lock(&bs->bs_append_lock);
 	pthread_mutex_lock(&bs->bs_lock);
@@ -1190,18 +1264,72 @@ void kv_bucket_drop(struct kv_bucket_set *bs, uint64_t id)
 	 * for salvage, unless it is too short to hold any (a crash while it
 	 * was being created).
 	 */
-	if (b && b != bs->bs_active && !(b->kb_broken && b->kb_end > KV_BLOCK)) {
-		for (i = 0; bs->bs_tab[i] != b; i++)
-			;
-		memmove(&bs->bs_tab[i], &bs->bs_tab[i + 1], (bs->bs_n - i - 1) * sizeof(b));
-		bs->bs_n--;
-		bs->bs_used -= b->kb_end;
-		name_of(id, name, sizeof(name));
-		unlinkat(bs->bs_dirfd, name, 0);
-		bucket_free(b);
+	if (b && (b == bs->bs_active || b->kb_pins || b->kb_compacting ||
+		  (b->kb_broken && b->kb_end > KV_BLOCK)))
+		err = -EBUSY;
+	pthread_mutex_unlock(&bs->bs_append_lock);
+	if (b && err != -EBUSY) {
+		unlink_drained(bs, b);
+		err = 0;
 	}
 	pthread_mutex_unlock(&bs->bs_lock);
+	return err;
+}
+
+void kv_bucket_pin(struct kv_bucket_set *bs, uint64_t id, bool pin)
+{
+	struct kv_bucket *b;
+
+	pthread_mutex_lock(&bs->bs_lock);
+	b = find(bs, id);
+	if (b && pin)
+		b->kb_pins++;
+	else if (b && b->kb_pins)
+		b->kb_pins--;
+	pthread_mutex_unlock(&bs->bs_lock);
+}
+
+int kv_bucket_list(struct kv_bucket_set *bs, struct kv_bucket_info **out, uint32_t *n)
+{
+	struct kv_bucket_info *a;
+
+	pthread_mutex_lock(&bs->bs_lock);
+	a = calloc(bs->bs_n ? bs->bs_n : 1, sizeof(*a));
+	for (uint32_t i = 0; a && i < bs->bs_n; i++) {
+		const struct kv_bucket *b = bs->bs_tab[i];
+
+		a[i] = (struct kv_bucket_info){
+		    .bi_id = b->kb_id,
+		    .bi_size = b->kb_end,
+		    .bi_records = (b->kb_sealed ? b->kb_rec_end : b->kb_end) - KV_BLOCK,
+		    .bi_dead = b->kb_dead,
+		    .bi_access_ns = b->kb_access_ns,
+		    .bi_count = b->kb_count,
+		    .bi_busy = !b->kb_sealed || b->kb_broken || b->kb_pins || b->kb_compacting ||
+			       b == bs->bs_active,
+		    .bi_active = b == bs->bs_active,
+		};
+	}
+	*n = a ? bs->bs_n : 0;
+	pthread_mutex_unlock(&bs->bs_lock);
+	*out = a;
+	return a ? 0 : -ENOMEM;
+}
+
+int kv_bucket_seal_active(struct kv_bucket_set *bs)
+{
+	int err = 0;
+
+	pthread_mutex_lock(&bs->bs_append_lock);
+	if (bs->bs_active && bs->bs_active->kb_count) {
+		err = bucket_seal(bs, bs->bs_active);
+		pthread_mutex_lock(&bs->bs_lock);
+		if (!err)
+			bs->bs_active = NULL;
+		pthread_mutex_unlock(&bs->bs_lock);
+	}
 	pthread_mutex_unlock(&bs->bs_append_lock);
+	return err;
 }
 
 void kv_bucket_min_id(struct kv_bucket_set *bs, uint64_t next)
@@ -1279,4 +1407,339 @@ int kv_bucket_scan(struct kv_bucket_set *bs, bool check_values,
 			(*bad)++;
 	}
 	return ret;
+}
+
+/* --- compaction: copying live records into a new bucket --- */
+
+/*
+ * The output is written through a staging buffer: each record is read
+ * whole (head and value, one read), checked in the buffer, and the buffer
+ * goes to the output in one write when full — a few large sequential I/Os
+ * instead of four small ones per record. A record larger than the buffer
+ * is copied in pieces, straight through.
+ */
+#define STAGE (8u << 20)
+
+struct kv_compact {
+	struct kv_bucket_set *kc_bs;
+	struct kv_bucket *kc_b; /* the output: in the table, kb_compacting, never bs_active */
+	char *kc_buf;		/* STAGE bytes, 4 KiB aligned */
+	uint64_t kc_fill;	/* bytes staged, to go at kb_end - kc_fill */
+};
+
+int kv_compact_begin(struct kv_bucket_set *bs, struct kv_compact **out)
+{
+	struct kv_compact *c = calloc(1, sizeof(*c));
+	struct kv_bucket *b = NULL;
+	int err = -ENOMEM;
+
+	if (!c)
+		return -ENOMEM;
+	c->kc_bs = bs;
+	c->kc_buf = aligned_buf(STAGE, false);
+	if (!c->kc_buf)
+		goto out_free;
+	err = bucket_create(bs, bs->bs_opts.bo_bucket_size, &b);
+	pthread_mutex_lock(&bs->bs_lock);
+	if (!err) {
+		b->kb_compacting = true;
+		b->kb_access_ns = mono_ns();
+		err = insert(bs, b);
+		if (err)
+			bucket_free(b);
+		else
+			bs->bs_used += KV_BLOCK;
+	}
+	pthread_mutex_unlock(&bs->bs_lock);
+	if (err)
+		goto out_free;
+	c->kc_b = b;
+	*out = c;
+	return 0;
+
+out_free:
+	free(c->kc_buf);
+	free(c);
+	return err;
+}
+
+/* Writes what is staged. Returns 0 or -EIO. */
+static int stage_flush(struct kv_compact *c)
+{
+	int err = 0;
+
+	if (c->kc_fill)
+		err = rw(c->kc_b->kb_fd, true, c->kc_buf, c->kc_fill, c->kc_b->kb_end - c->kc_fill);
+	c->kc_fill = 0;
+	return err ? -EIO : 0;
+}
+
+/* Checks a whole record (head and value) in buf against `from`. Returns 0 or -EBADMSG. */
+static int record_check(struct kv_bucket_set *bs, const char *buf, const struct kv_loc *from)
+{
+	struct kv_rec_head h;
+	uint64_t *csums;
+	int err;
+
+	memcpy(&h, buf, sizeof(h));
+	if (head_check(buf, from->kl_head_len) || h.rh_seq != from->kl_seq ||
+	    h.rh_value_len != from->kl_len || h.rh_head_len != from->kl_head_len) {
+		atomic_fetch_add(&bs->bs_csum_errors, 1);
+		return -EBADMSG;
+	}
+	/* The checksums follow the key in the head: copied out, 8-byte aligned. */
+	csums = malloc((size_t)h.rh_nchunks * 8 + 8);
+	if (!csums)
+		return -ENOMEM;
+	memcpy(csums, buf + sizeof(h) + h.rh_key_len, (size_t)h.rh_nchunks * 8);
+	err = verify(bs, buf + from->kl_head_len, from->kl_len, 0, csums) ? -EBADMSG : 0;
+	free(csums);
+	return err;
+}
+
+/*
+ * Copies a record larger than the staging buffer, piece by piece, checked
+ * on the way. Sets *headp to its head (malloc'ed) on success.
+ */
+static int copy_large(struct kv_compact *c, struct kv_bucket *src, const struct kv_loc *from,
+		      void **headp)
+{
+	struct kv_bucket_set *bs = c->kc_bs;
+	struct kv_bucket *b = c->kc_b;
+	uint64_t at = b->kb_end + from->kl_head_len, *csums;
+	const struct kv_rec_head *h;
+	void *head;
+	int err;
+
+	err = read_head(bs, src, from->kl_off, &head);
+	if (err) {
+		atomic_fetch_add(&bs->bs_csum_errors, 1);
+		return err == -ENOMEM ? err : -EBADMSG;
+	}
+	h = head;
+	if (h->rh_seq != from->kl_seq || h->rh_value_len != from->kl_len ||
+	    h->rh_head_len != from->kl_head_len) {
+		atomic_fetch_add(&bs->bs_csum_errors, 1);
+		free(head);
+		return -EBADMSG;
+	}
+	csums = malloc((size_t)h->rh_nchunks * 8 + 8);
+	if (!csums) {
+		free(head);
+		return -ENOMEM;
+	}
+	memcpy(csums, (const char *)head + sizeof(*h) + h->rh_key_len, (size_t)h->rh_nchunks * 8);
+	/* Errors writing the output are -EIO; the record's own (unreadable, damaged) -EBADMSG. */
+	err = rw(b->kb_fd, true, head, from->kl_head_len, b->kb_end) ? -EIO : 0;
+	for (uint64_t off = 0; !err && off < from->kl_len; off += STAGE) {
+		uint64_t n = from->kl_len - off < STAGE ? from->kl_len - off : STAGE;
+
+		if (rw(src->kb_fd, false, c->kc_buf, ROUND_UP(n),
+		       from->kl_off + from->kl_head_len + off) ||
+		    verify(bs, c->kc_buf, n, off / CHUNK, csums))
+			err = -EBADMSG;
+		else if (rw(b->kb_fd, true, c->kc_buf, ROUND_UP(n), at + off))
+			err = -EIO;
+	}
+	free(csums);
+	if (err)
+		free(head);
+	else
+		*headp = head;
+	return err;
+}
+
+/* Copies one record (see kv_compact_copy_many): 0, -EBADMSG, -ENOSPC (output full) or -errno. */
+static int copy_one(struct kv_compact *c, const struct kv_loc *from, struct kv_loc *to)
+{
+	struct kv_bucket_set *bs = c->kc_bs;
+	struct kv_bucket *b = c->kc_b, *src;
+	uint64_t size = kv_loc_size(from);
+	struct kv_rec_head h;
+	bool staged = size <= STAGE;
+	void *head = NULL;
+	char *rec = NULL;
+	int err;
+
+	if (b->kb_count && (b->kb_end + size > bs->bs_opts.bo_bucket_size ||
+			    b->kb_count >= bs->bs_opts.bo_bucket_keys))
+		return -ENOSPC;
+	src = bucket_get(bs, from);
+	if (!src)
+		return -ENOENT;
+	if (!staged) {
+		err = stage_flush(c);
+		if (!err)
+			err = copy_large(c, src, from, &head);
+		rec = head;
+	} else {
+		if (c->kc_fill + size > STAGE && (err = stage_flush(c)))
+			goto out_release;
+		rec = c->kc_buf + c->kc_fill;
+		err = rw(src->kb_fd, false, rec, size, from->kl_off) ? -EBADMSG : 0;
+		if (err)
+			atomic_fetch_add(&bs->bs_csum_errors, 1);
+		else
+			err = record_check(bs, rec, from);
+	}
+out_release:
+	bucket_release(bs, src);
+	if (err)
+		return err;
+	memcpy(&h, rec, sizeof(h));
+	*to = *from;
+	to->kl_bucket = b->kb_id;
+	to->kl_off = b->kb_end;
+	err = idx_add(b, to, rec + sizeof(h), h.rh_key_len);
+	free(head);
+	if (err)
+		return err;
+	if (staged)
+		c->kc_fill += size; /* not yet written */
+	pthread_mutex_lock(&bs->bs_lock);
+	b->kb_end += size;
+	b->kb_count++;
+	b->kb_idx_bytes += idx_bytes(h.rh_key_len);
+	bs->bs_used += size;
+	pthread_mutex_unlock(&bs->bs_lock);
+	return 0;
+}
+
+/* Takes a checked record staged at `rec` into the output's index and counts (bs_lock not held). */
+static int take(struct kv_compact *c, const char *rec, const struct kv_loc *from, struct kv_loc *to)
+{
+	struct kv_bucket_set *bs = c->kc_bs;
+	struct kv_bucket *b = c->kc_b;
+	uint64_t size = kv_loc_size(from);
+	struct kv_rec_head h;
+	int err;
+
+	memcpy(&h, rec, sizeof(h));
+	*to = *from;
+	to->kl_bucket = b->kb_id;
+	to->kl_off = b->kb_end;
+	err = idx_add(b, to, rec + sizeof(h), h.rh_key_len);
+	if (err)
+		return err;
+	c->kc_fill += size;
+	pthread_mutex_lock(&bs->bs_lock);
+	b->kb_end += size;
+	b->kb_count++;
+	b->kb_idx_bytes += idx_bytes(h.rh_key_len);
+	bs->bs_used += size;
+	pthread_mutex_unlock(&bs->bs_lock);
+	return 0;
+}
+
+#define MANY 32 /* records read at once */
+
+int kv_compact_copy_many(struct kv_compact *c, const struct kv_loc *from, struct kv_loc *to,
+			 int *errs, unsigned n)
+{
+	struct kv_bucket_set *bs = c->kc_bs;
+	const struct kv_bucket_opts *o = &bs->bs_opts;
+	struct kv_bucket *b = c->kc_b, *src[MANY];
+	struct kv_aio_op ops[MANY];
+	struct iovec iov[MANY];
+	uint64_t end = b->kb_end, count = b->kb_count, fill = c->kc_fill;
+	unsigned k = 0;
+	int err = 0;
+
+	if (n && kv_loc_size(&from[0]) > STAGE) {
+		err = copy_one(c, &from[0], &to[0]);
+		errs[0] = err == -EBADMSG ? err : 0;
+		return err == -ENOSPC ? 0 : err && err != -EBADMSG ? err : 1;
+	}
+	if (n && fill + kv_loc_size(&from[0]) > STAGE) {
+		err = stage_flush(c);
+		if (err)
+			return err;
+		fill = 0;
+	}
+	/* As many as fit the output and the staging buffer, read together. */
+	while (k < n && k < MANY) {
+		uint64_t size = kv_loc_size(&from[k]);
+
+		if (size > STAGE || fill + size > STAGE ||
+		    (count && (end + size > o->bo_bucket_size || count >= o->bo_bucket_keys)))
+			break;
+		src[k] = bucket_get(bs, &from[k]);
+		if (!src[k]) {
+			err = -ENOENT;
+			break;
+		}
+		iov[k] = (struct iovec){.iov_base = c->kc_buf + fill, .iov_len = size};
+		ops[k] = (struct kv_aio_op){.kao_fd = src[k]->kb_fd,
+					    .kao_off = from[k].kl_off,
+					    .kao_iov = &iov[k],
+					    .kao_iovcnt = 1};
+		fill += size;
+		end += size;
+		count++;
+		k++;
+	}
+	if (k && !err)
+		err = kv_aio_run(bs->bs_aio, ops, k) == -ENOMEM ? -ENOMEM : 0;
+	for (unsigned i = 0; i < k; i++)
+		bucket_release(bs, src[i]);
+	if (err)
+		return err;
+	/* Check each; the good ones move down over the gaps the damaged leave. */
+	for (unsigned i = 0; i < k; i++) {
+		char *rec = iov[i].iov_base, *at = c->kc_buf + c->kc_fill;
+
+		errs[i] = ops[i].kao_res == (ssize_t)iov[i].iov_len
+			      ? record_check(bs, rec, &from[i])
+			      : -EBADMSG;
+		if (ops[i].kao_res != (ssize_t)iov[i].iov_len)
+			atomic_fetch_add(&bs->bs_csum_errors, 1);
+		if (errs[i] == -ENOMEM)
+			return -ENOMEM;
+		if (errs[i])
+			continue;
+		if (at != rec)
+			memmove(at, rec, iov[i].iov_len);
+		err = take(c, at, &from[i], &to[i]);
+		if (err)
+			return err;
+	}
+	return (int)k;
+}
+
+uint64_t kv_compact_id(const struct kv_compact *c)
+{
+	return c->kc_b->kb_id;
+}
+
+uint64_t kv_compact_records(const struct kv_compact *c)
+{
+	return c->kc_b->kb_count;
+}
+
+int kv_compact_commit(struct kv_compact *c)
+{
+	struct kv_bucket_set *bs = c->kc_bs;
+	int err = stage_flush(c);
+
+	if (!err)
+		err = bucket_seal(bs, c->kc_b);
+	if (err)
+		return err;
+	pthread_mutex_lock(&bs->bs_lock);
+	c->kc_b->kb_compacting = false;
+	pthread_mutex_unlock(&bs->bs_lock);
+	free(c->kc_buf);
+	free(c);
+	return 0;
+}
+
+void kv_compact_abort(struct kv_compact *c)
+{
+	struct kv_bucket_set *bs = c->kc_bs;
+
+	pthread_mutex_lock(&bs->bs_lock);
+	unlink_drained(bs, c->kc_b);
+	pthread_mutex_unlock(&bs->bs_lock);
+	free(c->kc_buf);
+	free(c);
 }

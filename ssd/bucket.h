@@ -153,8 +153,70 @@ bool kv_bucket_valid(struct kv_bucket_set *bs, const struct kv_loc *loc);
 /* Sets how many bytes of a bucket's records are live (recovery); the rest are dead. */
 void kv_bucket_set_live(struct kv_bucket_set *bs, uint64_t id, uint64_t live);
 
-/* Removes a bucket file whose records are all dead (never one whose header is unreadable). */
-void kv_bucket_drop(struct kv_bucket_set *bs, uint64_t id);
+/*
+ * Removes a bucket file whose records are all dead. New reads of it fail
+ * with -ENOENT at once; the file goes when the reads in flight are done
+ * (every read holds a reference on its bucket for its I/O). Returns 0,
+ * -ENOENT (no such bucket) or -EBUSY: the active bucket, a compaction's
+ * output, a pinned bucket, or one whose header is unreadable (kept for
+ * salvage) is never removed.
+ */
+int kv_bucket_drop(struct kv_bucket_set *bs, uint64_t id);
+
+/*
+ * Pins (pin) or unpins a bucket: a key deleted while open keeps reading
+ * its record, so the bucket may not be dropped until the last close.
+ */
+void kv_bucket_pin(struct kv_bucket_set *bs, uint64_t id, bool pin);
+
+/* What compaction needs to know of one bucket (kv_bucket_list). */
+struct kv_bucket_info {
+	uint64_t bi_id;
+	uint64_t bi_size;      /* bytes of the file (what it counts against the quota) */
+	uint64_t bi_records;   /* bytes of its records */
+	uint64_t bi_dead;      /* bytes of its dead records */
+	uint64_t bi_access_ns; /* last read or append, CLOCK_MONOTONIC (0: not since start) */
+	uint64_t bi_count;     /* records */
+	bool bi_busy;	       /* not a candidate: open, active, pinned, broken or being written */
+	bool bi_active;	       /* the bucket appends go to */
+};
+
+/* A snapshot of every bucket, by id (malloc'ed, *n entries). Returns 0 or -ENOMEM. */
+int kv_bucket_list(struct kv_bucket_set *bs, struct kv_bucket_info **out, uint32_t *n);
+
+/* Seals the active bucket (if it has records), so its dead records can be compacted. */
+int kv_bucket_seal_active(struct kv_bucket_set *bs);
+
+/*
+ * Compaction output (ssd side of core/gc.c): a new bucket that live
+ * records are copied into, never the active one. kv_compact_copy_many
+ * reads the records at from[0..n), in order, as many as the output takes
+ * (bo_bucket_size, bo_bucket_keys; a first record always fits), with their
+ * reads in flight together; checks each (head, and every value chunk
+ * against its checksum) and appends it byte for byte, so a copy keeps its
+ * sequence number and chunk checksums. For each record taken, errs[i] is
+ * 0 (to[i] set) or -EBADMSG: it could not be read or failed its checks,
+ * and was not copied (counted in bst_csum_errors). Returns how many it
+ * took — 0 when the output is full (commit it, begin another) — or
+ * -ENOENT (a source bucket is gone), -EIO (writing the output failed),
+ * -ENOMEM. Records are written through an 8 MiB staging buffer (a larger
+ * one straight through, in pieces).
+ * kv_compact_commit seals the output (index block, trailer, fdatasync): its
+ * records are durable when it returns 0; it frees c. kv_compact_abort
+ * removes the output and frees c. The output counts against the quota from
+ * the start, and may take it over the cap by up to one bucket.
+ * One struct kv_compact is used by one thread at a time.
+ */
+struct kv_compact;
+
+int kv_compact_begin(struct kv_bucket_set *bs, struct kv_compact **out);
+int kv_compact_copy_many(struct kv_compact *c, const struct kv_loc *from, struct kv_loc *to,
+			 int *errs, unsigned n);
+/* The output's bucket id and how many records it holds. */
+uint64_t kv_compact_id(const struct kv_compact *c);
+uint64_t kv_compact_records(const struct kv_compact *c);
+int kv_compact_commit(struct kv_compact *c);
+void kv_compact_abort(struct kv_compact *c);
 
 /* Never hands out a bucket id below `next` again (ids recorded in the metadata). */
 void kv_bucket_min_id(struct kv_bucket_set *bs, uint64_t next);

@@ -52,7 +52,19 @@
  * The journal and the checkpoint are sequences of records, each a struct
  * kv_jrec_head followed by jh_len payload bytes (struct kv_jrec_body, then
  * path, then path2), padded to 8 bytes. They are written with ordinary
- * buffered I/O and fdatasync.
+ * buffered I/O and fdatasync. jh_type is enum kv_jtype (ssd/journal.h):
+ *
+ *   1 MKDIR  2 PUT  3 DEL  4 RENAME  5 SETATTR  6 BUCKET  7 CKPT  8 CKPT_END
+ *   9 MOVE   path, jb_seq, new jb_bucket/jb_off/jb_len/jb_head_len: a value
+ *            compaction copied; replay applies it only if the key's value
+ *            still has sequence number jb_seq (else a newer put or a delete
+ *            came after it, and the move is void)
+ *
+ * A compaction never changes a record: it copies head and value byte for
+ * byte into a new bucket, so the copy keeps its key, sequence number and
+ * checksums. The old bucket is removed only once the MOVE entries and every
+ * tombstone of its keys are durable; a crash before that leaves it as an
+ * orphan (no key points into it) that recovery deletes.
  */
 #ifndef KVFS_SSD_FORMAT_H
 #define KVFS_SSD_FORMAT_H

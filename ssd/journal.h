@@ -4,7 +4,8 @@
  *
  * Everything kvfs keeps on disk that is not bucket data is a stream of
  * entries (struct kv_jent): directories made, values put (where a key's
- * value lives), deletes (tombstones), renames, attribute changes. The same
+ * value lives), deletes (tombstones), renames, attribute changes, and the
+ * moves of values by compaction (core/gc.c). The same
  * entries, in the same checksummed record format (ssd/format.h), make up
  * both files:
  *
@@ -50,6 +51,9 @@ enum kv_jtype {
 	KV_J_CKPT,	/* checkpoint header: je_seq next sequence number, je_bucket next bucket id,
 			   je_gen */
 	KV_J_CKPT_END,	/* checkpoint trailer: je_len = number of entries before it */
+	KV_J_MOVE,	/* compaction moved je_path's value with sequence number je_seq to
+			   je_bucket/je_off (je_len, je_head_len unchanged); replay applies it
+			   only while the key's value still has that sequence number */
 	KV_J__MAX,
 };
 
