@@ -353,7 +353,10 @@ static void append_with_room(struct kv_tier *t, struct kv_bucket_put *puts, unsi
 
 		for (unsigned i = 0; i < n; i++)
 			if (puts[i].bp_err == -ENOSPC) {
+				if (puts[i].bp_loc.kl_bucket) /* placed, then the write failed */
+					kv_bucket_settle(t->kt_bs, &puts[i].bp_loc);
 				again[k] = puts[i];
+				again[k].bp_loc = (struct kv_loc){0};
 				again[k].bp_err = 0;
 				map[k++] = i;
 			}
@@ -390,6 +393,9 @@ static void run_batch(struct kv_tier *t, struct item *items, unsigned n)
 	}
 	for (i = 0; i < n; i++) {
 		item_finish(t, &items[i], &puts[i]);
+		/* Only now may compaction pick the record's bucket: its key holds it. */
+		if (puts[i].bp_loc.kl_bucket)
+			kv_bucket_settle(t->kt_bs, &puts[i].bp_loc);
 		if (items[i].it_obj)
 			kv_obj_put(items[i].it_obj);
 		free(items[i].it_iov);

@@ -30,6 +30,7 @@ struct kv_fs {
 	struct kv_region_table *kf_regions; /* client memory registered by ioctls */
 	struct fuse_session *kf_se;	    /* for entry invalidations; NULL before mounting */
 	int kf_trace_fd;		    /* --trace=FILE, opened O_APPEND; -1 when off */
+	int kf_ready_fd; /* without -f: the pipe the waiting parent reads (fs/main.c); -1 */
 };
 
 /* The operations table; userdata is the struct kv_fs. */

@@ -154,6 +154,7 @@ static int do_version(struct ioc *io, struct kvfs_ioc_version *v)
 	v->vr_max_regions = KVFS_MAX_REGIONS;
 	v->vr_max_layouts = KVFS_MAX_LAYOUTS;
 	v->vr_path_max = KVFS_PATH_MAX;
+	v->vr_daemon_pid = (uint32_t)getpid();
 	snprintf(v->vr_daemon, sizeof(v->vr_daemon), "kvfs %s", KVFS_VERSION);
 	return 0;
 }

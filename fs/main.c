@@ -118,6 +118,74 @@ static void close_ioctl_path(struct kv_fs *fs)
 	fs->kf_trace_fd = -1;
 }
 
+/*
+ * Without -f kvfs goes to the background, as a mount helper (fstab) must.
+ * It forks before it opens anything or starts a thread (a child keeps only
+ * the thread that forked, and the data directory's lock holds the
+ * daemon's pid); the parent waits for the child to say it serves the mount
+ * or why it stopped, and exits with that status. Errors until then still
+ * go to the caller's stderr. Returns 0 in the child (*ready_fd set); the
+ * parent never returns.
+ */
+static int go_background(int *ready_fd)
+{
+	unsigned char status = 1;
+	int p[2];
+	pid_t pid;
+
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return -errno;
+	pid = fork();
+	if (pid < 0) {
+		int err = -errno;
+
+		close(p[0]);
+		close(p[1]);
+		return err;
+	}
+	if (pid > 0) {
+		close(p[1]);
+		/* Nothing read: the child died before it could say. */
+		if (read(p[0], &status, 1) != 1)
+			status = 1;
+		_exit(status);
+	}
+	close(p[0]);
+	setsid();
+	*ready_fd = p[1];
+	return 0;
+}
+
+/*
+ * Tells the waiting parent the exit status to report (0: mounted and
+ * serving), once. Serving, the daemon lets go of the caller's terminal and
+ * working directory.
+ */
+static void tell_parent(int *ready_fd, int status)
+{
+	unsigned char st = (unsigned char)status;
+	int null;
+
+	if (*ready_fd < 0)
+		return;
+	/* Failing to let go of the directory or the terminal harms nobody. */
+	if (status == 0 && chdir("/") == 0) {
+		null = open("/dev/null", O_RDWR);
+		if (null >= 0) {
+			dup2(null, STDIN_FILENO);
+			dup2(null, STDOUT_FILENO);
+			dup2(null, STDERR_FILENO);
+			if (null > STDERR_FILENO)
+				close(null);
+		}
+	}
+	if (write(*ready_fd, &st, 1) != 1) {
+		/* the parent is gone: nobody to tell */
+	}
+	close(*ready_fd);
+	*ready_fd = -1;
+}
+
 /* libfuse's complaint about the mount options, kept to report it as one line. */
 static char fuse_complaint[256];
 
@@ -158,8 +226,7 @@ static int serve(struct kv_fs *fs, struct fuse_args *args)
 		cfg->kc_mountpoint, cfg->kc_data_dir,
 		(unsigned long long)(kv_pool_size(kv_store_pool(fs->kf_store)) >> 20),
 		cfg->kc_mountpoint);
-	if (fuse_daemonize(cfg->kc_foreground))
-		goto out_unmount;
+	tell_parent(&fs->kf_ready_fd, 0);
 	loop = fuse_loop_cfg_create();
 	if (!loop)
 		goto out_unmount;
@@ -184,7 +251,7 @@ int main(int argc, char **argv)
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	struct kv_config cfg;
 	struct kv_datadir dd;
-	struct kv_fs fs = {.kf_cfg = &cfg, .kf_trace_fd = -1};
+	struct kv_fs fs = {.kf_cfg = &cfg, .kf_trace_fd = -1, .kf_ready_fd = -1};
 	char *fuse_opts = NULL, err[512];
 	char *abs_mnt;
 	uint64_t lost;
@@ -217,6 +284,10 @@ int main(int argc, char **argv)
 	if (abs_mnt) {
 		free(cfg.kc_mountpoint);
 		cfg.kc_mountpoint = abs_mnt;
+	}
+	if (mode == KV_OPT_RUN && !cfg.kc_foreground && (rc = go_background(&fs.kf_ready_fd))) {
+		fprintf(stderr, "kvfs: cannot go to the background: %s\n", strerror(-rc));
+		goto out_cfg;
 	}
 	rc = kv_datadir_open(&dd, cfg.kc_data_dir, &holder);
 	if (rc == -EBUSY) {
@@ -269,5 +340,6 @@ out_datadir:
 out_cfg:
 	free(fuse_opts);
 	kv_config_free(&cfg);
+	tell_parent(&fs.kf_ready_fd, ret ? ret : 1);
 	return ret;
 }

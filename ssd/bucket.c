@@ -42,6 +42,7 @@ struct kv_bucket {
 	bool kb_compacting;	/* the output of a compaction being written (struct kv_compact) */
 	uint32_t kb_readers;	/* reads in flight: a dropped bucket is freed when they are done */
 	uint32_t kb_pins;	/* deleted keys still open with their record here: never dropped */
+	uint32_t kb_unsettled;	/* appended records whose loc no key holds yet (kv_bucket_settle) */
 	uint64_t kb_access_ns;	/* last read or append (CLOCK_MONOTONIC): how cold it is */
 	struct idx_rec *kb_idx; /* active bucket only */
 	uint64_t kb_nidx, kb_maxidx;
@@ -1064,6 +1065,7 @@ int kv_bucket_append(struct kv_bucket_set *bs, struct kv_bucket_put *puts, unsig
 		b->kb_count++;
 		b->kb_idx_bytes += idx_bytes(p->bp_key_len);
 		b->kb_access_ns = mono_ns();
+		b->kb_unsettled++;
 		bs->bs_used += size;
 		pthread_mutex_unlock(&bs->bs_lock);
 		if (idx_add(b, &p->bp_loc, p->bp_key, p->bp_key_len))
@@ -1264,7 +1266,7 @@ int kv_bucket_drop(struct kv_bucket_set *bs, uint64_t id)
 	 * for salvage, unless it is too short to hold any (a crash while it
 	 * was being created).
 	 */
-	if (b && (b == bs->bs_active || b->kb_pins || b->kb_compacting ||
+	if (b && (b == bs->bs_active || b->kb_pins || b->kb_unsettled || b->kb_compacting ||
 		  (b->kb_broken && b->kb_end > KV_BLOCK)))
 		err = -EBUSY;
 	pthread_mutex_unlock(&bs->bs_append_lock);
@@ -1274,6 +1276,17 @@ int kv_bucket_drop(struct kv_bucket_set *bs, uint64_t id)
 	}
 	pthread_mutex_unlock(&bs->bs_lock);
 	return err;
+}
+
+void kv_bucket_settle(struct kv_bucket_set *bs, const struct kv_loc *loc)
+{
+	struct kv_bucket *b;
+
+	pthread_mutex_lock(&bs->bs_lock);
+	b = find(bs, loc->kl_bucket);
+	if (b && b->kb_unsettled)
+		b->kb_unsettled--;
+	pthread_mutex_unlock(&bs->bs_lock);
 }
 
 void kv_bucket_pin(struct kv_bucket_set *bs, uint64_t id, bool pin)
@@ -1305,8 +1318,8 @@ int kv_bucket_list(struct kv_bucket_set *bs, struct kv_bucket_info **out, uint32
 		    .bi_dead = b->kb_dead,
 		    .bi_access_ns = b->kb_access_ns,
 		    .bi_count = b->kb_count,
-		    .bi_busy = !b->kb_sealed || b->kb_broken || b->kb_pins || b->kb_compacting ||
-			       b == bs->bs_active,
+		    .bi_busy = !b->kb_sealed || b->kb_broken || b->kb_pins || b->kb_unsettled ||
+			       b->kb_compacting || b == bs->bs_active,
 		    .bi_active = b == bs->bs_active,
 		};
 	}

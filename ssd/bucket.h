@@ -99,10 +99,21 @@ void kv_bucket_close(struct kv_bucket_set *bs);
 
 /*
  * Appends puts[0..n) as records, batched (several I/Os in flight), and
- * makes them durable. Sets each put's bp_err and, on success, bp_loc.
- * Returns 0 when every put succeeded, else the first put's error.
+ * makes them durable. Sets each put's bp_err and bp_loc: the place of its
+ * record, zero when none was placed. Every placed record, written or not,
+ * must be settled (kv_bucket_settle) once its key holds bp_loc or never
+ * will. Returns 0 when every put succeeded, else the first put's error.
  */
 int kv_bucket_append(struct kv_bucket_set *bs, struct kv_bucket_put *puts, unsigned n);
+
+/*
+ * Says that the record at loc (a put kv_bucket_append gave a loc, whatever
+ * its bp_err) is now held by its key, or never will be. Until every record
+ * of a bucket is settled the bucket is busy: never a compaction victim,
+ * never dropped, since a key may be about to point into it that a
+ * compaction walking the keys would not see.
+ */
+void kv_bucket_settle(struct kv_bucket_set *bs, const struct kv_loc *loc);
 
 /*
  * Reads and checks a record's head: magic, checksum, and that it matches

@@ -53,6 +53,7 @@ struct kvfs {
 	uint32_t kv_max_regions;
 	uint32_t kv_path_max;
 	uint32_t kv_kinds; /* bit (1 << kind) per region kind the daemon serves */
+	pid_t kv_daemon_pid; /* 0: not known */
 	atomic_uint_fast64_t kv_trace;
 	pthread_mutex_t kv_lock; /* guards kv_ents, kv_nents, kv_cap */
 	struct kvfs__ent *kv_ents;

@@ -53,6 +53,7 @@ int kvfs__open_fd(int fd, kvfs__ioctl_fn fn, struct kvfs **kvp)
 	kv->kv_max_regions = v.vr_max_regions;
 	kv->kv_path_max = v.vr_path_max;
 	kv->kv_kinds = v.vr_kinds;
+	kv->kv_daemon_pid = (pid_t)v.vr_daemon_pid;
 	atomic_init(&kv->kv_trace, (uint64_t)getpid() << 32);
 	pthread_mutex_init(&kv->kv_lock, NULL);
 	*kvp = kv;

@@ -196,7 +196,13 @@ int kvfs_region_register(struct kvfs *kv, void *addr, size_t len, uint32_t *idp)
 	rg.rg_length = len;
 	err = region_ioctl(kv, &rg, idp);
 	if (err == -EPERM && !atomic_load(&ptracer_set) && geteuid() != 0 && yama_scope_one()) {
-		if (prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) == 0) {
+		/*
+		 * Name the daemon alone where its pid means something here (the
+		 * same pid namespace); any tracer otherwise.
+		 */
+		if ((kv->kv_daemon_pid > 0 &&
+		     prctl(PR_SET_PTRACER, (unsigned long)kv->kv_daemon_pid, 0, 0, 0) == 0) ||
+		    prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) == 0) {
 			atomic_store(&ptracer_set, true);
 			rg.rg_id = 0;
 			err = region_ioctl(kv, &rg, idp);

@@ -82,7 +82,8 @@
  *                          daemon's user and either Yama's ptrace_scope is 0
  *                          or the caller has named the daemon with
  *                          prctl(PR_SET_PTRACER, daemon pid or
- *                          PR_SET_PTRACER_ANY) — the library does this. The
+ *                          PR_SET_PTRACER_ANY) — the library does this,
+ *                          naming vr_daemon_pid where it can. The
  *                          daemon probes the range at registration and fails
  *                          with EPERM when it may not reach it, EFAULT when
  *                          the range is not mapped.
@@ -217,7 +218,7 @@ struct kvfs_ioc_version {
 	uint32_t vr_max_regions; /* out: KVFS_MAX_REGIONS */
 	uint32_t vr_max_layouts; /* out: KVFS_MAX_LAYOUTS */
 	uint32_t vr_path_max;	 /* out: KVFS_PATH_MAX */
-	uint32_t vr_pad;
+	uint32_t vr_daemon_pid;	 /* out: the daemon's pid (its namespace; 0: unknown) */
 	char vr_daemon[32]; /* out: the daemon's version, NUL-terminated */
 };
 

@@ -126,6 +126,7 @@ class EndToEndTest(IoctlCase):
         os.mkdir(m.path("d"))
         before = self.counters(m)
         kv = run_e2e("e2e", m.path("d"))
+        self.assertEqual(kv["daemon_pid"], m.proc.pid)  # what a client names in PR_SET_PTRACER
         self.assertCountersMoved(before, kv, m)
         self.assertGreaterEqual(kv["keys_put"], 512)
         self.assertEqual(kv["failed_get"], kv["key_errors"])

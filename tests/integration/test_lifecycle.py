@@ -212,6 +212,50 @@ class ExitTest(kvfstest.KvfsTestCase):
         self.assertGreater(len(m.log_text()), 200)
 
 
+def alive(pid):
+    """Whether pid runs (a zombie nobody reaped yet has exited)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+class BackgroundTest(kvfstest.KvfsTestCase):
+    """Without -f (as mount(8) and fstab run it) kvfs forks before it starts a
+    thread: the background daemon offloads, fsyncs and exits on unmount."""
+
+    def setUp(self):  # no mount by default
+        self.d = Dirs()
+        self.addCleanup(self.d.close)
+
+    def test_background_daemon_serves_offloads_and_exits(self):
+        d = self.d
+        r = run_kvfs(["--mem-size=64M", d.data, d.mnt], timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        # the parent returns once the child serves the mount
+        self.assertTrue(is_mounted(d.mnt))
+        with open(os.path.join(d.data, "LOCK")) as f:
+            pid = int(f.read())
+        self.addCleanup(lambda: alive(pid) and os.kill(pid, signal.SIGKILL))
+        self.assertTrue(alive(pid))
+        data = kvfstest.pattern("bg", 8 << 20)
+        write_file(os.path.join(d.mnt, "bg"), data)
+        fd = os.open(os.path.join(d.mnt, "bg"), os.O_RDONLY)
+        try:
+            os.fsync(fd)  # needs the offloader thread: it hung without one
+        finally:
+            os.close(fd)
+        buckets = os.path.join(d.data, "buckets")
+        on_ssd = sum(os.path.getsize(os.path.join(buckets, n)) for n in os.listdir(buckets))
+        self.assertGreaterEqual(on_ssd, len(data))
+        self.assertEqual(subprocess.run(["fusermount3", "-u", d.mnt]).returncode, 0)
+        kvfstest.wait_until(lambda: not alive(pid), timeout=20,
+                            what="the background daemon to exit after the unmount")
+        m = self.mount(data=d.data, name="bg-again")
+        self.assertEqual(read_file(m.path("bg")), data)
+
+
 class SettingsTest(kvfstest.KvfsTestCase):
     def setUp(self):
         pass

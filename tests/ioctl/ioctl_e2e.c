@@ -555,6 +555,7 @@ static int e2e_main(const char *dir)
 		  (v.vr_kinds & (1u << KVFS_REGION_HOST_PROC)) &&
 		  v.vr_max_keys == KVFS_BATCH_MAX_KEYS && !strncmp(v.vr_daemon, "kvfs ", 5),
 	      "version reply");
+	printf("daemon_pid=%u\n", v.vr_daemon_pid);
 	e2e_regions(&e);
 	e2e_big_put(&e, &big);
 	put_get_blocks(e.dirfd, KVFS_IOC_PUT, &e.src, 0, NBLK, KVFS_PUT_MKDIR);

@@ -252,6 +252,7 @@ static void append_ok(struct kv_bucket_set *bs, struct rec *recs, unsigned n)
 		assert_int_equal(kv_loc_size(l), kv_rec_size(recs[i].r_klen, l->kl_len));
 		assert_true(kv_bucket_valid(bs, l));
 		recs[i].r_loc = *l;
+		kv_bucket_settle(bs, l); /* as the store does once the key holds it */
 	}
 	free(p);
 }
