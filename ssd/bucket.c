@@ -1562,13 +1562,44 @@ static int copy_large(struct kv_compact *c, struct kv_bucket *src, const struct 
 	return err;
 }
 
+/*
+ * Takes a checked record at `rec` (its head at least) into the output's
+ * index and counts; `staged`: its bytes wait in the stage to be written
+ * (bs_lock not held).
+ */
+static int take(struct kv_compact *c, const char *rec, const struct kv_loc *from, struct kv_loc *to,
+		bool staged)
+{
+	struct kv_bucket_set *bs = c->kc_bs;
+	struct kv_bucket *b = c->kc_b;
+	uint64_t size = kv_loc_size(from);
+	struct kv_rec_head h;
+	int err;
+
+	memcpy(&h, rec, sizeof(h));
+	*to = *from;
+	to->kl_bucket = b->kb_id;
+	to->kl_off = b->kb_end;
+	err = idx_add(b, to, rec + sizeof(h), h.rh_key_len);
+	if (err)
+		return err;
+	if (staged)
+		c->kc_fill += size;
+	pthread_mutex_lock(&bs->bs_lock);
+	b->kb_end += size;
+	b->kb_count++;
+	b->kb_idx_bytes += idx_bytes(h.rh_key_len);
+	bs->bs_used += size;
+	pthread_mutex_unlock(&bs->bs_lock);
+	return 0;
+}
+
 /* Copies one record (see kv_compact_copy_many): 0, -EBADMSG, -ENOSPC (output full) or -errno. */
 static int copy_one(struct kv_compact *c, const struct kv_loc *from, struct kv_loc *to)
 {
 	struct kv_bucket_set *bs = c->kc_bs;
 	struct kv_bucket *b = c->kc_b, *src;
 	uint64_t size = kv_loc_size(from);
-	struct kv_rec_head h;
 	bool staged = size <= STAGE;
 	void *head = NULL;
 	char *rec = NULL;
@@ -1597,51 +1628,10 @@ static int copy_one(struct kv_compact *c, const struct kv_loc *from, struct kv_l
 	}
 out_release:
 	bucket_release(bs, src);
-	if (err)
-		return err;
-	memcpy(&h, rec, sizeof(h));
-	*to = *from;
-	to->kl_bucket = b->kb_id;
-	to->kl_off = b->kb_end;
-	err = idx_add(b, to, rec + sizeof(h), h.rh_key_len);
+	if (!err)
+		err = take(c, rec, from, to, staged);
 	free(head);
-	if (err)
-		return err;
-	if (staged)
-		c->kc_fill += size; /* not yet written */
-	pthread_mutex_lock(&bs->bs_lock);
-	b->kb_end += size;
-	b->kb_count++;
-	b->kb_idx_bytes += idx_bytes(h.rh_key_len);
-	bs->bs_used += size;
-	pthread_mutex_unlock(&bs->bs_lock);
-	return 0;
-}
-
-/* Takes a checked record staged at `rec` into the output's index and counts (bs_lock not held). */
-static int take(struct kv_compact *c, const char *rec, const struct kv_loc *from, struct kv_loc *to)
-{
-	struct kv_bucket_set *bs = c->kc_bs;
-	struct kv_bucket *b = c->kc_b;
-	uint64_t size = kv_loc_size(from);
-	struct kv_rec_head h;
-	int err;
-
-	memcpy(&h, rec, sizeof(h));
-	*to = *from;
-	to->kl_bucket = b->kb_id;
-	to->kl_off = b->kb_end;
-	err = idx_add(b, to, rec + sizeof(h), h.rh_key_len);
-	if (err)
-		return err;
-	c->kc_fill += size;
-	pthread_mutex_lock(&bs->bs_lock);
-	b->kb_end += size;
-	b->kb_count++;
-	b->kb_idx_bytes += idx_bytes(h.rh_key_len);
-	bs->bs_used += size;
-	pthread_mutex_unlock(&bs->bs_lock);
-	return 0;
+	return err;
 }
 
 #define MANY 32 /* records read at once */
@@ -1712,7 +1702,7 @@ int kv_compact_copy_many(struct kv_compact *c, const struct kv_loc *from, struct
 			continue;
 		if (at != rec)
 			memmove(at, rec, iov[i].iov_len);
-		err = take(c, at, &from[i], &to[i]);
+		err = take(c, at, &from[i], &to[i], true);
 		if (err)
 			return err;
 	}
