@@ -116,6 +116,15 @@ static void kv_init(void *userdata, struct fuse_conn_info *conn)
 	if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC)
 		conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
 	conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+	/*
+	 * Every directory listing is a READDIRPLUS, not just the first: the
+	 * names and attributes it returns fill the kernel's caches, so a
+	 * tree walk (rm -rf, find, du) costs one request per directory page
+	 * instead of a LOOKUP and a GETATTR per name. The attributes are in
+	 * memory: a plus costs the daemon next to nothing.
+	 */
+	if (conn->capable & FUSE_CAP_READDIRPLUS)
+		conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
 }
 
 static void kv_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
