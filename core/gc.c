@@ -124,6 +124,7 @@ struct pass {
 	size_t p_nrec, p_maxrec;
 	uint64_t p_t0, p_paced; /* pacing: start, bytes copied */
 	uint64_t p_rate;	/* 0: unpaced */
+	bool p_yield;		/* foreground I/O first: small I/Os (kv_compact_begin) */
 	int p_err;
 };
 
@@ -352,7 +353,7 @@ static int copy_all(struct pass *p)
 		int errs[BATCH], k;
 		unsigned n = 0;
 
-		if (!out && (err = kv_compact_begin(gc->kg_bs, &out)))
+		if (!out && (err = kv_compact_begin(gc->kg_bs, p->p_yield, &out)))
 			break;
 		while (n < BATCH && i + n < p->p_nrec) {
 			from[n] = p->p_rec[i + n].r_from;
@@ -536,8 +537,11 @@ static int choose(struct pass *p)
 		free(info);
 		return -ENOMEM;
 	}
-	if (!pol.gp_urgent && (double)pol.gp_used > pol.gp_high_watermark * (double)pol.gp_cap)
-		p->p_rate = 0; /* above the watermark: unpaced */
+	p->p_yield = !pol.gp_urgent;
+	if (!pol.gp_urgent && (double)pol.gp_used > pol.gp_high_watermark * (double)pol.gp_cap) {
+		p->p_rate = 0; /* above the watermark: unpaced, large I/Os */
+		p->p_yield = false;
+	}
 	k = kv_gc_select(info, n, &pol, ids);
 	for (uint32_t i = 0; i < k; i++) {
 		p->p_vic[i].v_id = ids[i];

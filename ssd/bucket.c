@@ -63,6 +63,7 @@ struct kv_bucket_set {
 	uint64_t bs_next_id;
 	uint64_t bs_used;
 	_Atomic uint64_t bs_written, bs_read, bs_csum_errors, bs_truncated;
+	_Atomic uint64_t bs_fg_ns; /* a foreground read or append last began (mono_ns) */
 };
 
 uint64_t kv_loc_size(const struct kv_loc *loc)
@@ -1015,6 +1016,7 @@ int kv_bucket_append(struct kv_bucket_set *bs, struct kv_bucket_put *puts, unsig
 			puts[i].bp_err = -ENOMEM;
 		return -ENOMEM;
 	}
+	atomic_store_explicit(&bs->bs_fg_ns, mono_ns(), memory_order_relaxed);
 	pthread_mutex_lock(&bs->bs_append_lock);
 	for (unsigned i = 0; i < n; i++) {
 		struct kv_bucket_put *p = &puts[i];
@@ -1106,6 +1108,13 @@ static struct kv_bucket *bucket_get(struct kv_bucket_set *bs, const struct kv_lo
 	return b;
 }
 
+/* bucket_get for a foreground read: compaction yields to it (gc_io). */
+static struct kv_bucket *fg_get(struct kv_bucket_set *bs, const struct kv_loc *loc)
+{
+	atomic_store_explicit(&bs->bs_fg_ns, mono_ns(), memory_order_relaxed);
+	return bucket_get(bs, loc);
+}
+
 static void bucket_release(struct kv_bucket_set *bs, struct kv_bucket *b)
 {
 	pthread_mutex_lock(&bs->bs_lock);
@@ -1126,7 +1135,7 @@ bool kv_bucket_valid(struct kv_bucket_set *bs, const struct kv_loc *loc)
 int kv_bucket_load_csums(struct kv_bucket_set *bs, const struct kv_loc *loc, uint64_t **csums,
 			 uint32_t *nchunks)
 {
-	struct kv_bucket *b = bucket_get(bs, loc);
+	struct kv_bucket *b = fg_get(bs, loc);
 	struct kv_rec_head h;
 	void *head;
 	int err;
@@ -1160,7 +1169,7 @@ int kv_bucket_load_csums(struct kv_bucket_set *bs, const struct kv_loc *loc, uin
 int kv_bucket_read(struct kv_bucket_set *bs, const struct kv_loc *loc, const uint64_t *csums,
 		   uint64_t off, uint64_t len, void **buf, char **data, uint64_t *n)
 {
-	struct kv_bucket *b = bucket_get(bs, loc);
+	struct kv_bucket *b = fg_get(bs, loc);
 	int err;
 
 	if (!b)
@@ -1173,7 +1182,7 @@ int kv_bucket_read(struct kv_bucket_set *bs, const struct kv_loc *loc, const uin
 int kv_bucket_read_iov(struct kv_bucket_set *bs, const struct kv_loc *loc, const uint64_t *csums,
 		       const struct iovec *iov, int iovcnt)
 {
-	struct kv_bucket *b = bucket_get(bs, loc);
+	struct kv_bucket *b = fg_get(bs, loc);
 	struct kv_aio_op op;
 	char *scratch;
 	int err;
@@ -1433,14 +1442,27 @@ int kv_bucket_scan(struct kv_bucket_set *bs, bool check_values,
  */
 #define STAGE (8u << 20)
 
+/*
+ * A compaction that yields to foreground I/O, while a foreground read or
+ * append began in the last FG_QUIET_NS, has at most GC_IO bytes in flight
+ * (one I/O of at most GC_IO, or a batch of record reads adding up to it):
+ * a read that arrives meanwhile waits behind one small transfer, not
+ * behind megabytes already queued in the device. Otherwise (nothing else
+ * uses the disk, or writers wait for the pass) it moves STAGE bytes at a
+ * time.
+ */
+#define GC_IO	    (256u << 10)
+#define FG_QUIET_NS (20ull * 1000 * 1000)
+
 struct kv_compact {
 	struct kv_bucket_set *kc_bs;
 	struct kv_bucket *kc_b; /* the output: in the table, kb_compacting, never bs_active */
 	char *kc_buf;		/* STAGE bytes, 4 KiB aligned */
 	uint64_t kc_fill;	/* bytes staged, to go at kb_end - kc_fill */
+	bool kc_yield;		/* small I/Os while foreground I/O goes on (gc_io) */
 };
 
-int kv_compact_begin(struct kv_bucket_set *bs, struct kv_compact **out)
+int kv_compact_begin(struct kv_bucket_set *bs, bool yield, struct kv_compact **out)
 {
 	struct kv_compact *c = calloc(1, sizeof(*c));
 	struct kv_bucket *b = NULL;
@@ -1449,6 +1471,7 @@ int kv_compact_begin(struct kv_bucket_set *bs, struct kv_compact **out)
 	if (!c)
 		return -ENOMEM;
 	c->kc_bs = bs;
+	c->kc_yield = yield;
 	c->kc_buf = aligned_buf(STAGE, false);
 	if (!c->kc_buf)
 		goto out_free;
@@ -1477,12 +1500,36 @@ out_free:
 }
 
 /* Writes what is staged. Returns 0 or -EIO. */
+/* The most bytes compaction may have in flight now (see GC_IO). */
+static uint64_t gc_io(const struct kv_compact *c)
+{
+	uint64_t fg = atomic_load_explicit(&c->kc_bs->bs_fg_ns, memory_order_relaxed);
+
+	return c->kc_yield && mono_ns() - fg < FG_QUIET_NS ? GC_IO : STAGE;
+}
+
+/* rw() in pieces of at most gc_io() bytes, one at a time. */
+static int gc_rw(const struct kv_compact *c, int fd, bool write, void *buf, uint64_t len,
+		 uint64_t off)
+{
+	uint64_t io;
+	int err = 0;
+
+	for (uint64_t done = 0; !err && done < len; done += io) {
+		io = gc_io(c);
+		err = rw(fd, write, (char *)buf + done, len - done < io ? len - done : io,
+			 off + done);
+	}
+	return err;
+}
+
 static int stage_flush(struct kv_compact *c)
 {
 	int err = 0;
 
 	if (c->kc_fill)
-		err = rw(c->kc_b->kb_fd, true, c->kc_buf, c->kc_fill, c->kc_b->kb_end - c->kc_fill);
+		err = gc_rw(c, c->kc_b->kb_fd, true, c->kc_buf, c->kc_fill,
+			    c->kc_b->kb_end - c->kc_fill);
 	c->kc_fill = 0;
 	return err ? -EIO : 0;
 }
@@ -1543,15 +1590,15 @@ static int copy_large(struct kv_compact *c, struct kv_bucket *src, const struct 
 	}
 	memcpy(csums, (const char *)head + sizeof(*h) + h->rh_key_len, (size_t)h->rh_nchunks * 8);
 	/* Errors writing the output are -EIO; the record's own (unreadable, damaged) -EBADMSG. */
-	err = rw(b->kb_fd, true, head, from->kl_head_len, b->kb_end) ? -EIO : 0;
+	err = gc_rw(c, b->kb_fd, true, head, from->kl_head_len, b->kb_end) ? -EIO : 0;
 	for (uint64_t off = 0; !err && off < from->kl_len; off += STAGE) {
 		uint64_t n = from->kl_len - off < STAGE ? from->kl_len - off : STAGE;
 
-		if (rw(src->kb_fd, false, c->kc_buf, ROUND_UP(n),
-		       from->kl_off + from->kl_head_len + off) ||
+		if (gc_rw(c, src->kb_fd, false, c->kc_buf, ROUND_UP(n),
+			  from->kl_off + from->kl_head_len + off) ||
 		    verify(bs, c->kc_buf, n, off / CHUNK, csums))
 			err = -EBADMSG;
-		else if (rw(b->kb_fd, true, c->kc_buf, ROUND_UP(n), at + off))
+		else if (gc_rw(c, b->kb_fd, true, c->kc_buf, ROUND_UP(n), at + off))
 			err = -EIO;
 	}
 	free(csums);
@@ -1620,7 +1667,7 @@ static int copy_one(struct kv_compact *c, const struct kv_loc *from, struct kv_l
 		if (c->kc_fill + size > STAGE && (err = stage_flush(c)))
 			goto out_release;
 		rec = c->kc_buf + c->kc_fill;
-		err = rw(src->kb_fd, false, rec, size, from->kl_off) ? -EBADMSG : 0;
+		err = gc_rw(c, src->kb_fd, false, rec, size, from->kl_off) ? -EBADMSG : 0;
 		if (err)
 			atomic_fetch_add(&bs->bs_csum_errors, 1);
 		else
@@ -1634,7 +1681,7 @@ out_release:
 	return err;
 }
 
-#define MANY 32 /* records read at once */
+#define MANY 32 /* records read at once (gc_io() bytes at most, unless one is larger) */
 
 int kv_compact_copy_many(struct kv_compact *c, const struct kv_loc *from, struct kv_loc *to,
 			 int *errs, unsigned n)
@@ -1644,7 +1691,7 @@ int kv_compact_copy_many(struct kv_compact *c, const struct kv_loc *from, struct
 	struct kv_bucket *b = c->kc_b, *src[MANY];
 	struct kv_aio_op ops[MANY];
 	struct iovec iov[MANY];
-	uint64_t end = b->kb_end, count = b->kb_count, fill = c->kc_fill;
+	uint64_t end = b->kb_end, count = b->kb_count, fill = c->kc_fill, batch = 0, io = gc_io(c);
 	unsigned k = 0;
 	int err = 0;
 
@@ -1663,7 +1710,7 @@ int kv_compact_copy_many(struct kv_compact *c, const struct kv_loc *from, struct
 	while (k < n && k < MANY) {
 		uint64_t size = kv_loc_size(&from[k]);
 
-		if (size > STAGE || fill + size > STAGE ||
+		if (size > STAGE || fill + size > STAGE || (k && batch + size > io) ||
 		    (count && (end + size > o->bo_bucket_size || count >= o->bo_bucket_keys)))
 			break;
 		src[k] = bucket_get(bs, &from[k]);
@@ -1677,6 +1724,7 @@ int kv_compact_copy_many(struct kv_compact *c, const struct kv_loc *from, struct
 					    .kao_iov = &iov[k],
 					    .kao_iovcnt = 1};
 		fill += size;
+		batch += size;
 		end += size;
 		count++;
 		k++;

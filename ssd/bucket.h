@@ -211,7 +211,9 @@ int kv_bucket_seal_active(struct kv_bucket_set *bs);
  * took — 0 when the output is full (commit it, begin another) — or
  * -ENOENT (a source bucket is gone), -EIO (writing the output failed),
  * -ENOMEM. Records are written through an 8 MiB staging buffer (a larger
- * one straight through, in pieces).
+ * one straight through, in pieces). With `yield`, foreground I/O keeps
+ * priority: the copy has at most 256 KiB in flight; without, it moves 8 MiB
+ * at a time (for a pass that writers wait on).
  * kv_compact_commit seals the output (index block, trailer, fdatasync): its
  * records are durable when it returns 0; it frees c. kv_compact_abort
  * removes the output and frees c. The output counts against the quota from
@@ -220,7 +222,7 @@ int kv_bucket_seal_active(struct kv_bucket_set *bs);
  */
 struct kv_compact;
 
-int kv_compact_begin(struct kv_bucket_set *bs, struct kv_compact **out);
+int kv_compact_begin(struct kv_bucket_set *bs, bool yield, struct kv_compact **out);
 int kv_compact_copy_many(struct kv_compact *c, const struct kv_loc *from, struct kv_loc *to,
 			 int *errs, unsigned n);
 /* The output's bucket id and how many records it holds. */
