@@ -64,6 +64,9 @@ struct kv_bucket_set {
 	uint64_t bs_used;
 	_Atomic uint64_t bs_written, bs_read, bs_csum_errors, bs_truncated;
 	_Atomic uint64_t bs_fg_ns; /* a foreground read or append last began (mono_ns) */
+	/* A compaction's staging buffer, kept between outputs (faulting 8 MiB in each time
+	   cost more than the copying): taken and given back by atomic exchange. */
+	_Atomic(char *) bs_stage;
 };
 
 uint64_t kv_loc_size(const struct kv_loc *loc)
@@ -798,6 +801,7 @@ void kv_bucket_close(struct kv_bucket_set *bs)
 	for (uint32_t i = 0; i < bs->bs_n; i++)
 		bucket_free(bs->bs_tab[i]);
 	free(bs->bs_tab);
+	free(atomic_load(&bs->bs_stage));
 	close(bs->bs_dirfd);
 	pthread_mutex_destroy(&bs->bs_lock);
 	pthread_mutex_destroy(&bs->bs_append_lock);
@@ -1462,6 +1466,13 @@ struct kv_compact {
 	bool kc_yield;		/* small I/Os while foreground I/O goes on (gc_io) */
 };
 
+/* Frees c, keeping its staging buffer for the next compaction. */
+static void compact_free(struct kv_compact *c)
+{
+	free(atomic_exchange(&c->kc_bs->bs_stage, c->kc_buf));
+	free(c);
+}
+
 int kv_compact_begin(struct kv_bucket_set *bs, bool yield, struct kv_compact **out)
 {
 	struct kv_compact *c = calloc(1, sizeof(*c));
@@ -1472,7 +1483,9 @@ int kv_compact_begin(struct kv_bucket_set *bs, bool yield, struct kv_compact **o
 		return -ENOMEM;
 	c->kc_bs = bs;
 	c->kc_yield = yield;
-	c->kc_buf = aligned_buf(STAGE, false);
+	c->kc_buf = atomic_exchange(&bs->bs_stage, NULL);
+	if (!c->kc_buf)
+		c->kc_buf = aligned_buf(STAGE, false);
 	if (!c->kc_buf)
 		goto out_free;
 	err = bucket_create(bs, bs->bs_opts.bo_bucket_size, &b);
@@ -1494,8 +1507,7 @@ int kv_compact_begin(struct kv_bucket_set *bs, bool yield, struct kv_compact **o
 	return 0;
 
 out_free:
-	free(c->kc_buf);
-	free(c);
+	compact_free(c);
 	return err;
 }
 
@@ -1779,8 +1791,7 @@ int kv_compact_commit(struct kv_compact *c)
 	pthread_mutex_lock(&bs->bs_lock);
 	c->kc_b->kb_compacting = false;
 	pthread_mutex_unlock(&bs->bs_lock);
-	free(c->kc_buf);
-	free(c);
+	compact_free(c);
 	return 0;
 }
 
@@ -1791,6 +1802,5 @@ void kv_compact_abort(struct kv_compact *c)
 	pthread_mutex_lock(&bs->bs_lock);
 	unlink_drained(bs, c->kc_b);
 	pthread_mutex_unlock(&bs->bs_lock);
-	free(c->kc_buf);
-	free(c);
+	compact_free(c);
 }
