@@ -1129,11 +1129,17 @@ static void bucket_release(struct kv_bucket_set *bs, struct kv_bucket *b)
 
 bool kv_bucket_valid(struct kv_bucket_set *bs, const struct kv_loc *loc)
 {
-	struct kv_bucket *b = loc->kl_off >= KV_BLOCK ? bucket_get(bs, loc) : NULL;
+	const struct kv_bucket *b;
+	bool ok;
 
-	if (b)
-		bucket_release(bs, b);
-	return b != NULL;
+	if (loc->kl_off < KV_BLOCK)
+		return false;
+	/* bucket_get's test, without a read's bookkeeping: recovery asks for every key. */
+	pthread_mutex_lock(&bs->bs_lock);
+	b = find(bs, loc->kl_bucket);
+	ok = b && !b->kb_broken && loc->kl_off + kv_loc_size(loc) <= b->kb_end;
+	pthread_mutex_unlock(&bs->bs_lock);
+	return ok;
 }
 
 int kv_bucket_load_csums(struct kv_bucket_set *bs, const struct kv_loc *loc, uint64_t **csums,

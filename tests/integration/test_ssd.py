@@ -508,6 +508,48 @@ class RootAttrTest(SsdTestCase):
         os.chmod(m2.mnt, 0o755)
 
 
+class CleanRestartTest(SsdTestCase):
+    OPTS = ("--mem-size=64M",)
+
+    def test_clean_restart_keeps_the_checkpoint_crash_restart_rewrites_it(self):
+        """A clean stop writes a checkpoint of the whole namespace; the next
+        start reads it and, with nothing to replay, does not write it again
+        (what makes a clean restart of millions of keys quick). Changes after
+        that go to the journal: after a kill -9 they are replayed and a fresh
+        checkpoint is written."""
+        ckpt = os.path.join(self.data, "checkpoint")
+        keys = {}
+        m = self.start("first")
+        for i in range(200):
+            data = b"%05d" % i * (i + 1)
+            put(m.path("k%03d" % i), data)
+            keys["k%03d" % i] = (len(data), digest(data))
+        m.stop()
+        before = os.stat(ckpt)
+        m = self.start("second")
+        self.assertEqual(m.stats()["recovery"]["keys"], 200)
+        self.verify_keys(m, keys, "after a clean restart")
+        after = os.stat(ckpt)
+        self.assertEqual((after.st_ino, after.st_mtime_ns), (before.st_ino, before.st_mtime_ns))
+        for i in range(200, 260):
+            data = b"%05d" % i * 7
+            put(m.path("k%03d" % i), data)
+            keys["k%03d" % i] = (len(data), digest(data))
+        os.unlink(m.path("k000"))
+        del keys["k000"]
+        fd = os.open(m.mnt, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self.crash(m)
+        m = self.start("third")
+        self.assertEqual(m.stats()["recovery"]["keys"], 259)
+        self.verify_keys(m, keys, "after kill -9")
+        self.assertFalse(os.path.exists(m.path("k000")))
+        self.assertNotEqual(os.stat(ckpt).st_ino, before.st_ino)
+
+
 # ---------------------------------------------------------------------------
 # 4. the SSD quota
 
