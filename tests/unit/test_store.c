@@ -297,7 +297,11 @@ static void test_create_lookup(void **state)
 	assert_true(kv_inode_is_dir(d));
 	assert_int_equal(getattr(st, root).ka_nlink, 3);
 
-	assert_int_equal(kv_store_mknod(st, d, "f", S_IFDIR | 0640, &other, &f, &a), 0);
+	/* mknod makes regular files, FIFOs and sockets; no directories, no devices. */
+	assert_int_equal(kv_store_mknod(st, d, "f", S_IFDIR | 0640, &other, &f, &a), -EINVAL);
+	assert_int_equal(kv_store_mknod(st, d, "f", S_IFCHR | 0640, &other, &f, &a), -EPERM);
+	assert_int_equal(kv_store_mknod(st, d, "f", S_IFBLK | 0640, &other, &f, &a), -EPERM);
+	assert_int_equal(kv_store_mknod(st, d, "f", S_IFREG | 0640, &other, &f, &a), 0);
 	assert_int_equal(a.ka_mode, S_IFREG | 0640);
 	assert_int_equal(a.ka_nlink, 1);
 	assert_int_equal(a.ka_size, 0);
