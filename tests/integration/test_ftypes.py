@@ -12,6 +12,7 @@ README.md "Semantics"):
   of each kind, rm -rf of a directory holding them (never following a
   symlink out of the tree);
 - device nodes and hard links refused with EPERM;
+- the batch ioctls (libkvfs): a node is a name, not a key;
 - tar c of a tree on tmpfs (/dev/shm), tar x into kvfs, and back: diff -r
   and a walk comparing every node; cp -a and rsync -a both ways (rsync
   skipped, loudly, when missing);
@@ -171,6 +172,8 @@ class SymlinkTest(kvfstest.KvfsTestCase):
         self.assertErrno(errno.EEXIST, os.symlink, "x", m.path("odd"))
         self.assertErrno((errno.EPERM, errno.EEXIST), os.symlink, "x", m.path(".kvfs"))
         self.assertErrno(errno.EPERM, os.symlink, "x", m.path(".kvfs", "l"))
+        self.assertErrno(errno.EPERM, os.mkfifo, m.path(".kvfs", "p"))
+        self.assertErrno(errno.EEXIST, os.mkfifo, m.path(".kvfs"))
 
     def test_eloop(self):
         m = self.m
@@ -347,6 +350,58 @@ class SpecialFileTest(kvfstest.KvfsTestCase):
             self.assertFalse(os.path.lexists(m.path(n)), n)
         self.assertEqual(os.stat(m.path("f")).st_nlink, 1)
         self.assertEqual(read_file(m.path("f")), b"x")
+
+
+class IoctlTest(kvfstest.KvfsTestCase):
+    """The batch ioctls (core/batch.h) through libkvfs: nodes are names, not keys."""
+
+    def setUp(self):
+        super().setUp()
+        import test_client
+        test_client._tools()
+        self.kvfs = test_client.kvfs
+        self.c = self.kvfs.Client(self.m.mnt)
+        self.addCleanup(self.c.close)
+
+    def test_nodes_in_batches(self):
+        c, m, kvfs = self.c, self.m, self.kvfs
+        os.makedirs(m.path("v3"))
+        write_file(m.path("v3", "blk"), b"block")
+        os.symlink("v3", m.path("current"))
+        os.symlink("v3/blk", m.path("ln"))
+        os.mkfifo(m.path("fifo"))
+        look = c.lookup(["current", "ln", "fifo", "current/blk", "v3/blk"])
+        self.assertEqual(look.results[:4],
+                         [-errno.EINVAL, -errno.EINVAL, -errno.EINVAL, -errno.ENOTDIR])
+        self.assertEqual(look[4], 5)
+        self.assertEqual(look.flags[0], kvfs.KEY_PRESENT)
+        self.assertEqual(look.prefix, 0)
+        g = c.get_into([("ln", bytearray(5)), ("fifo", bytearray(5))])
+        self.assertEqual(list(g), [-errno.EINVAL, -errno.EINVAL])
+        # A client opened through the symlink addresses the directory it points at.
+        via = self.kvfs.Client(m.path("current"))
+        self.addCleanup(via.close)
+        self.assertEqual(via.lookup(["blk"])[0], 5)
+        self.assertEqual(list(via.put_buffers([("new", b"new!")])), [4])
+        self.assertEqual(read_file(m.path("v3", "new")), b"new!")
+        # A put over a node replaces it (NOREPLACE leaves it); the kernel sees the change.
+        self.assertEqual(c.put_buffers([("ln", b"x")], flags=kvfs.PUT_NOREPLACE)[0],
+                         -errno.EEXIST)
+        self.assertTrue(os.path.islink(m.path("ln")))
+        self.assertEqual(c.put_buffers([("ln", b"xy")])[0], 2)
+        self.assertTrue(stat.S_ISREG(os.lstat(m.path("ln")).st_mode))
+        self.assertEqual(read_file(m.path("ln")), b"xy")
+        self.assertEqual(read_file(m.path("v3", "blk")), b"block")
+        # remove: a node counts no key; by prefix, everything below goes
+        self.assertEqual(list(c.remove(["fifo"])), [0])
+        self.assertFalse(os.path.lexists(m.path("fifo")))
+        os.symlink("../ln", m.path("v3", "up"))
+        os.mknod(m.path("v3", "sock"), stat.S_IFSOCK | 0o600)
+        self.assertEqual(c.remove_prefix("v3"), 2)
+        self.assertFalse(os.path.lexists(m.path("v3")))
+        self.assertEqual(read_file(m.path("ln")), b"xy")
+        ns = m.stats()["namespace"]
+        self.assertEqual((ns["keys"], ns["symlinks"], ns["fifos_sockets"]), (1, 1, 0))
 
 
 class CopyToolsTest(kvfstest.KvfsTestCase):
