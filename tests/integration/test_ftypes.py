@@ -88,7 +88,8 @@ def make_tree(top):
         if root == top and ".kvfs" in dirs:
             dirs.remove(".kvfs")
         # os.walk lists a symlink to a directory among the directories
-        nodes = [n for n in dirs + files if not stat.S_ISDIR(os.lstat(os.path.join(root, n)).st_mode)]
+        nodes = [n for n in dirs + files
+                 if not stat.S_ISDIR(os.lstat(os.path.join(root, n)).st_mode)]
         for i, n in enumerate(sorted(nodes)):
             os.utime(os.path.join(root, n), follow_symlinks=False,
                      ns=(1_500_000_000_000_000_000, 1_600_000_000_123_456_789 + i * 10**10))
@@ -505,7 +506,8 @@ class PersistTest(SsdTestCase):
             self.assertEqual((st.st_uid, st.st_gid), (1234, 5678))
             st = os.lstat(m.path("models", "current"))
             self.assertEqual((st.st_uid, st.st_gid), (4321, 8765))
-            self.assertEqual(read_file(m.path("models", "current", "tp0", "b3")), pattern("b3", 3007))
+            self.assertEqual(read_file(m.path("models", "current", "tp0", "b3")),
+                             pattern("b3", 3007))
             fifo_round_trip(self, m.path("fifo"), b"after restart")
             ns = m.stats()["namespace"]
             self.assertEqual((ns["keys"], ns["symlinks"], ns["fifos_sockets"]), (6, 5, 3))
