@@ -55,7 +55,7 @@ struct kv_inode {
 	struct kv_loc ki_loc; /* the newest durable version on SSD (kl_bucket 0: none) */
 	uint64_t *ki_csums;   /* ki_loc's chunk checksums, loaded on first SSD read */
 	int ki_offload_err;   /* why the newest version could not be offloaded, or 0 */
-	bool ki_pinned; /* deleted while open: ki_loc's bucket is pinned until the last close */
+	bool ki_pinned;	      /* deleted while open: ki_loc's bucket is pinned until the last close */
 	_Atomic uint64_t ki_used; /* last read or write (CLOCK_MONOTONIC_COARSE ns): cache mode */
 
 	/* kt_lock */
