@@ -138,6 +138,10 @@ static int find(struct kv_batch *b, const char *name, size_t len, struct kv_key_
 		kv_inode_put(ino);
 		return -EISDIR;
 	}
+	if (!S_ISREG(kv_inode_type(ino))) {
+		kv_inode_put(ino);
+		return -EINVAL; /* a symlink, FIFO or socket: a name, not a key */
+	}
 	ki->kki_size = a.ka_size;
 	ki->kki_flags |= tier_flags(a.ka_tier);
 	if (a.ka_seq)
@@ -345,7 +349,7 @@ static int64_t rm_tree(struct kv_batch *b, struct kv_inode *dir, const char *nam
 	if (!kv_inode_is_dir(c)) {
 		kv_inode_put(c);
 		err = kv_store_unlink(st, dir, name);
-		return err ? err : 1;
+		return err ? err : S_ISREG(a.ka_mode);
 	}
 	for (int pass = 0; pass < RMTREE_TRIES; pass++) {
 		err = kv_store_readdir(st, c, &snap);
@@ -373,13 +377,16 @@ int64_t kv_batch_remove(struct kv_batch *b, const char *name, size_t len, bool r
 	const char *last;
 	uint64_t t0;
 	int64_t r;
+	bool key;
 	int err;
 
 	err = find(b, name, len, &ki, &ino);
 	if (err == -EISDIR && !recursive)
 		return err;
-	if (err && err != -EISDIR)
+	/* A symlink, FIFO or socket (-EINVAL, present) is unlinked too, counting no key. */
+	if (err && err != -EISDIR && !(err == -EINVAL && (ki.kki_flags & KV_BK_PRESENT)))
 		return err;
+	key = !err;
 	if (!err)
 		kv_inode_put(ino);
 	t0 = kv_now_ns();
@@ -390,7 +397,7 @@ int64_t kv_batch_remove(struct kv_batch *b, const char *name, size_t len, bool r
 		r = rm_tree(b, dir, last);
 	} else {
 		err = kv_store_unlink(b->kb_st, dir, last);
-		r = err ? err : 1;
+		r = err ? err : key;
 	}
 	add_ns(b, KV_STAGE_INDEX, t0);
 	if (r >= 0 && b->kb_changed)

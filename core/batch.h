@@ -17,6 +17,12 @@
  *           checked before and after, so no buffer needs its whole size.
  *   remove  is unlink, or rm -rf of a directory with `recursive`.
  *
+ * Symlinks, FIFOs and sockets are names, not keys. Names are never resolved
+ * through a symlink: one as a directory component is -ENOTDIR. As the last
+ * component, lookup and get answer -EINVAL (with KV_BK_PRESENT: the name is
+ * taken), a put replaces it as a rename over it would, and remove unlinks
+ * it without counting it as a key.
+ *
  * Names are paths relative to kb_dir: components of 1..KV_NAME_MAX bytes
  * separated by single '/', no "." or "..", no NUL, at most
  * KV_BATCH_PATH_MAX bytes, and not the reserved name as the first
@@ -93,7 +99,10 @@ struct kv_batch {
 /* Checks a name (len bytes, not NUL-terminated). Returns 0, -EINVAL or -ENAMETOOLONG. */
 int kv_batch_name_check(const char *name, size_t len, bool at_root);
 
-/* Returns the value's size, or -ENOENT, -EBUSY (still being written), -EISDIR, -ENOTDIR. */
+/*
+ * Returns the value's size, or -ENOENT, -EBUSY (still being written), -EISDIR, -ENOTDIR,
+ * -EINVAL (a symlink, FIFO or socket).
+ */
 int64_t kv_batch_lookup(struct kv_batch *b, const char *name, size_t len, struct kv_key_info *ki);
 
 /*
@@ -106,16 +115,17 @@ int64_t kv_batch_put(struct kv_batch *b, const char *name, size_t len, unsigned 
 
 /*
  * Copies the key's sealed value into m. Returns the bytes copied, or
- * -ENOENT, -EBUSY, -EISDIR, -EMSGSIZE (ki->kki_size differs from
+ * -ENOENT, -EBUSY, -EISDIR, -EINVAL (not a regular file), -EMSGSIZE (ki->kki_size differs from
  * m->km_len), -EIO, or km_copy's error.
  */
 int64_t kv_batch_get(struct kv_batch *b, const char *name, size_t len, const struct kv_batch_mem *m,
 		     struct kv_key_info *ki);
 
 /*
- * Removes a key, or with recursive a directory and all below it. Returns
- * the number of keys removed, or -ENOENT, -EISDIR (a directory without
- * recursive), -ENOTEMPTY (a directory kept filling while it was emptied).
+ * Removes a key (or a symlink, FIFO or socket: 0 keys), or with recursive
+ * a directory and all below it. Returns the number of keys removed, or
+ * -ENOENT, -EISDIR (a directory without recursive), -ENOTEMPTY (a
+ * directory kept filling while it was emptied).
  */
 int64_t kv_batch_remove(struct kv_batch *b, const char *name, size_t len, bool recursive);
 

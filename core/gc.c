@@ -584,7 +584,8 @@ static int pass_locked(struct kv_gc *gc, enum pass_kind kind, bool *did)
 	pthread_rwlock_unlock(&gc->kg_st->ks_ns_lock);
 	err = p.p_err;
 	if (!err) {
-		qsort(p.p_rec, p.p_nrec, sizeof(*p.p_rec), rec_order);
+		if (p.p_nrec) /* no records at all: p_rec is NULL, which qsort may not get */
+			qsort(p.p_rec, p.p_nrec, sizeof(*p.p_rec), rec_order);
 		for (size_t i = 0; i < p.p_nrec; i++)
 			victim_of(&p, p.p_rec[i].r_from.kl_bucket)->v_live++;
 		/* A victim without a live record is done before any copying. */

@@ -9,6 +9,10 @@
  * order of the changes. Paths are resolved at append time: a PUT names the
  * key where it lives *when its value became durable*, after any rename.
  *
+ * Symlinks, FIFOs and sockets are one NODE entry each, made when they are
+ * (under ks_ns_lock, like MKDIR) and written again by every checkpoint: the
+ * type bits in je_mode, a symlink's target in je_path2. They have no PUT.
+ *
  * Replay applies entries by path, forgivingly: an entry about a name that
  * is not there (its value never became durable) changes nothing. A key's
  * value is only ever replaced by one with a higher sequence number.
@@ -116,6 +120,38 @@ void kv_persist_mkdir(struct kv_store *st, struct kv_inode *dir)
 	append(st, &e);
 }
 
+/* A NODE entry for ino, its path in path (size bytes). Returns 0, or -ENOENT when unnamed. */
+static int node_entry(const struct kv_inode *ino, char *path, size_t size, struct kv_jent *e)
+{
+	int len = kv_store_path(ino, path, size);
+
+	if (len <= 0)
+		return -ENOENT;
+	memset(e, 0, sizeof(*e));
+	e->je_type = KV_J_NODE;
+	attrs_to(ino, e);
+	e->je_path = path;
+	e->je_path_len = (uint32_t)len;
+	if (ino->ki_link) {
+		e->je_path2 = ino->ki_link;
+		e->je_path2_len = (uint32_t)strlen(ino->ki_link);
+	}
+	return 0;
+}
+
+void kv_persist_node(struct kv_store *st, struct kv_inode *ino)
+{
+	char path[KV_JPATH_MAX];
+	struct kv_jent e;
+
+	if (!st->ks_journal)
+		return;
+	pthread_rwlock_rdlock(&ino->ki_lock);
+	if (!node_entry(ino, path, sizeof(path), &e))
+		append(st, &e);
+	pthread_rwlock_unlock(&ino->ki_lock);
+}
+
 void kv_persist_del(struct kv_store *st, const char *path, int len)
 {
 	struct kv_jent e = {.je_type = KV_J_DEL, .je_path = path, .je_path_len = (uint32_t)len};
@@ -210,7 +246,7 @@ static struct kv_inode *walk_to_parent(struct kv_store *st, const char *path, ui
 
 		*slash = '\0';
 		c = kv_store_child(dir, p);
-		if (!c && make && kv_store_make(st, dir, p, S_IFDIR | 0755, &c))
+		if (!c && make && kv_store_make(st, dir, p, S_IFDIR | 0755, NULL, &c))
 			return NULL;
 		if (!c || !S_ISDIR(c->ki_type))
 			return NULL;
@@ -253,6 +289,37 @@ static void apply_del(struct kv_store *st, struct kv_inode *dir, struct kv_inode
 	kv_store_unname(st, dir, c);
 }
 
+/*
+ * Makes the symlink, FIFO or socket of a NODE entry at dir/name, replacing a
+ * non-directory of another type or target that holds the name.
+ */
+static void apply_node(struct kv_store *st, struct kv_inode *dir, const char *name,
+		       const struct kv_jent *e)
+{
+	mode_t type = e->je_mode & S_IFMT;
+	char target[KV_JPATH_MAX + 1];
+	struct kv_inode *c = kv_store_child(dir, name);
+
+	if (type != S_IFLNK && type != S_IFIFO && type != S_IFSOCK)
+		return;
+	target[0] = '\0';
+	if (type == S_IFLNK) {
+		if (!e->je_path2_len || e->je_path2_len > KV_SYMLINK_MAX)
+			return;
+		memcpy(target, e->je_path2, e->je_path2_len);
+		target[e->je_path2_len] = '\0';
+	}
+	if (c && S_ISDIR(c->ki_type))
+		return;
+	if (c && (c->ki_type != type || (c->ki_link && strcmp(c->ki_link, target)))) {
+		kv_store_unname(st, dir, c);
+		c = NULL;
+	}
+	if (!c && kv_store_make(st, dir, name, type, type == S_IFLNK ? target : NULL, &c))
+		return;
+	attrs_from(c, e);
+}
+
 /* Applies one journal or checkpoint entry (recovery: ks_ns_lock held exclusive). */
 static int apply(const struct kv_jent *e, uint64_t lsn, void *arg)
 {
@@ -273,13 +340,18 @@ static int apply(const struct kv_jent *e, uint64_t lsn, void *arg)
 		if (!dir)
 			return 0;
 		c = kv_store_child(dir, name);
-		if (!c &&
-		    kv_store_make(st, dir, name, e->je_type == KV_J_MKDIR ? S_IFDIR : S_IFREG, &c))
+		if (!c && kv_store_make(st, dir, name, e->je_type == KV_J_MKDIR ? S_IFDIR : S_IFREG,
+					NULL, &c))
 			return 0;
 		if (e->je_type == KV_J_MKDIR && S_ISDIR(c->ki_type))
 			attrs_from(c, e);
-		else if (e->je_type == KV_J_PUT && !S_ISDIR(c->ki_type))
+		else if (e->je_type == KV_J_PUT && S_ISREG(c->ki_type))
 			apply_put(st, c, e);
+		return 0;
+	case KV_J_NODE:
+		dir = walk_to_parent(st, e->je_path, e->je_path_len, true, buf, &name);
+		if (dir)
+			apply_node(st, dir, name, e);
 		return 0;
 	case KV_J_DEL:
 		dir = walk_to_parent(st, e->je_path, e->je_path_len, false, buf, &name);
@@ -303,7 +375,7 @@ static int apply(const struct kv_jent *e, uint64_t lsn, void *arg)
 		/* Only onto the very value moved: a later put or delete voids it. */
 		dir = walk_to_parent(st, e->je_path, e->je_path_len, false, buf, &name);
 		c = dir ? kv_store_child(dir, name) : NULL;
-		if (c && !S_ISDIR(c->ki_type) && c->ki_loc.kl_seq == e->je_seq &&
+		if (c && S_ISREG(c->ki_type) && c->ki_loc.kl_seq == e->je_seq &&
 		    c->ki_loc.kl_len == e->je_len) {
 			c->ki_loc.kl_bucket = e->je_bucket;
 			c->ki_loc.kl_off = e->je_off;
@@ -389,8 +461,8 @@ static void check_key(struct kv_store *st, struct kv_inode *dir, struct kv_inode
 {
 	struct live *lv = arg;
 
-	if (S_ISDIR(ino->ki_type))
-		return;
+	if (!S_ISREG(ino->ki_type))
+		return; /* metadata only: nothing on disk to check */
 	if (!ino->ki_loc.kl_bucket || !kv_bucket_valid(lv->lv_bs, &ino->ki_loc)) {
 		lv->lv_lost++;
 		kv_store_unname(st, dir, ino);
@@ -478,6 +550,14 @@ static void snap_add(struct kv_store *st, struct kv_inode *dir, struct kv_inode 
 		attrs_to(ino, &e);
 		e.je_path = path;
 		e.je_path_len = (uint32_t)len;
+	} else if (!S_ISREG(ino->ki_type) && !node_entry(ino, path, sizeof(path), &e)) {
+		len = (int)e.je_path_len;
+		/* The inode may go once ks_ns_lock is dropped: the entry keeps its own copy. */
+		e.je_path2 = e.je_path2 ? strdup(e.je_path2) : NULL;
+		if (e.je_path2_len && !e.je_path2) {
+			sn->sn_failed = true;
+			len = -1;
+		}
 	} else if (ino->ki_loc.kl_bucket && !put_entry(ino, path, sizeof(path), &e)) {
 		len = (int)e.je_path_len;
 	} else {
@@ -491,6 +571,7 @@ static void snap_add(struct kv_store *st, struct kv_inode *dir, struct kv_inode 
 		struct kv_jent *a = realloc(sn->sn_ent, n * sizeof(*a));
 
 		if (!a) {
+			free((char *)e.je_path2);
 			sn->sn_failed = true;
 			return;
 		}
@@ -499,6 +580,7 @@ static void snap_add(struct kv_store *st, struct kv_inode *dir, struct kv_inode 
 	}
 	e.je_path = strndup(path, (size_t)len);
 	if (!e.je_path) {
+		free((char *)e.je_path2);
 		sn->sn_failed = true;
 		return;
 	}
@@ -510,6 +592,15 @@ static void snapshot(struct kv_store *st, struct snap *sn)
 {
 	snap_add(st, NULL, st->ks_root, sn);
 	visit(st, st->ks_root, snap_add, sn);
+}
+
+static void snap_free(struct snap *sn)
+{
+	for (size_t i = 0; i < sn->sn_n; i++) {
+		free((char *)sn->sn_ent[i].je_path);
+		free((char *)sn->sn_ent[i].je_path2);
+	}
+	free(sn->sn_ent);
 }
 
 static int snap_next(struct kv_jent *e, void *arg)
@@ -546,9 +637,7 @@ int kv_persist_checkpoint(struct kv_store *st)
 	if (!err)
 		kv_journal_drop_before(st->ks_datadir_fd, gen);
 	pthread_mutex_unlock(&st->ks_ckpt_lock);
-	for (size_t i = 0; i < sn.sn_n; i++)
-		free((char *)sn.sn_ent[i].je_path);
-	free(sn.sn_ent);
+	snap_free(&sn);
 	return err;
 }
 
@@ -568,8 +657,8 @@ static void fsck_key(struct kv_store *st, struct kv_inode *dir, struct kv_inode 
 	uint32_t nchunks;
 	int err;
 
-	if (S_ISDIR(ino->ki_type))
-		return;
+	if (!S_ISREG(ino->ki_type))
+		return; /* directories and metadata-only nodes: nothing on disk to read */
 	fk->fk_keys++;
 	err = kv_bucket_load_csums(fk->fk_bs, &ino->ki_loc, &csums, &nchunks);
 	for (uint64_t off = 0; !err && off < ino->ki_loc.kl_len; off += 4u << 20) {
@@ -650,10 +739,11 @@ int kv_store_fsck(const struct kv_config *cfg, int datadir_fd, FILE *out)
 		" open buckets cut at their last good record\n"
 		"fsck: %" PRIu64 " records checked, %" PRIu64 " damaged\n"
 		"fsck: %" PRIu64 " keys read back (%" PRIu64 " bytes), %" PRIu64 " damaged\n"
-		"fsck: %" PRIu64 " keys dropped: the metadata points at records not there\n",
+		"fsck: %" PRIu64 " keys dropped: the metadata points at records not there\n"
+		"fsck: %" PRIu64 " symlinks, %" PRIu64 " FIFOs and sockets (metadata only)\n",
 		u.ku_recovery_ns / 1e9, u.ku_keys, u.ku_dirs - 1, u.ku_buckets, u.ku_ssd_used,
 		u.ku_ssd_dead, u.ku_torn_buckets, records, bad, fk.fk_keys, fk.fk_bytes,
-		fk.fk_bad_keys, u.ku_lost_keys);
+		fk.fk_bad_keys, u.ku_lost_keys, u.ku_symlinks, u.ku_specials);
 	fsck_buckets(fk.fk_bs, out);
 	kv_store_destroy(st);
 	bad += fk.fk_bad_keys + u.ku_lost_keys;
@@ -746,9 +836,7 @@ int kv_store_salvage(const struct kv_config *cfg, int datadir_fd, FILE *out)
 		"salvage: %" PRIu64 " keys rebuilt from the buckets, %" PRIu64
 		" damaged records skipped%s\n",
 		atomic_load(&st->ks_keys), bad, err ? "; FAILED" : "");
-	for (size_t i = 0; i < sn.sn_n; i++)
-		free((char *)sn.sn_ent[i].je_path);
-	free(sn.sn_ent);
+	snap_free(&sn);
 	kv_bucket_close(bs);
 out_aio:
 	kv_aio_destroy(aio);

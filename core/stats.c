@@ -185,7 +185,8 @@ static const char *const op_names[] = {
     [KV_OP_UNLINK] = "unlink",	   [KV_OP_RENAME] = "rename",	    [KV_OP_OPENDIR] = "opendir",
     [KV_OP_READDIR] = "readdir",   [KV_OP_STATFS] = "statfs",	    [KV_OP_FALLOCATE] = "fallocate",
     [KV_OP_GETXATTR] = "getxattr", [KV_OP_LISTXATTR] = "listxattr", [KV_OP_SETXATTR] = "setxattr",
-    [KV_OP_IOCTL] = "ioctl",	   [KV_OP_OTHER] = "other",
+    [KV_OP_IOCTL] = "ioctl",	   [KV_OP_SYMLINK] = "symlink",	    [KV_OP_READLINK] = "readlink",
+    [KV_OP_MKNOD] = "mknod",	   [KV_OP_OTHER] = "other",
 };
 static_assert(sizeof(op_names) / sizeof(op_names[0]) == KV_OP__COUNT, "op_names incomplete");
 
@@ -361,10 +362,11 @@ int kv_stats_render(const struct kv_stats *st, const struct kv_stats_gauges *g, 
 		g->kg_pool_size, g->kg_pool_used, pool_free);
 	fprintf(f,
 		" \"namespace\": {\"keys\": %" PRIu64 ", \"dirs\": %" PRIu64
+		", \"symlinks\": %" PRIu64 ", \"fifos_sockets\": %" PRIu64
 		", \"open_handles\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"last_seq\": %" PRIu64
 		"}%s%s}\n",
-		g->kg_keys, g->kg_dirs, g->kg_open, g->kg_bytes, g->kg_last_seq,
-		g->kg_extra ? ",\n " : "", g->kg_extra ? g->kg_extra : "");
+		g->kg_keys, g->kg_dirs, g->kg_symlinks, g->kg_specials, g->kg_open, g->kg_bytes,
+		g->kg_last_seq, g->kg_extra ? ",\n " : "", g->kg_extra ? g->kg_extra : "");
 
 	bad = ferror(f);
 	if (fclose(f) != 0 || bad)

@@ -55,7 +55,10 @@ enum kv_op {
 	KV_OP_LISTXATTR,
 	KV_OP_SETXATTR,
 	KV_OP_IOCTL,
-	KV_OP_OTHER, /* mknod, symlink, link and the rest: refused, still counted */
+	KV_OP_SYMLINK,
+	KV_OP_READLINK,
+	KV_OP_MKNOD, /* FIFOs, sockets and refused device nodes (a regular file counts as create) */
+	KV_OP_OTHER, /* link and the rest: refused, still counted */
 	KV_OP__COUNT
 };
 
@@ -111,6 +114,8 @@ struct kv_stats_gauges {
 	uint64_t kg_pool_used;
 	uint64_t kg_keys;     /* regular files with a name */
 	uint64_t kg_dirs;     /* directories, the root included */
+	uint64_t kg_symlinks; /* symlinks with a name */
+	uint64_t kg_specials; /* FIFOs and sockets with a name */
 	uint64_t kg_open;     /* open file handles */
 	uint64_t kg_bytes;    /* sum of the logical sizes of all keys */
 	uint64_t kg_last_seq; /* the newest sequence number handed out */
@@ -174,7 +179,8 @@ const char *kv_op_name(enum kv_op op);
  *            "stages": {"validate": {"batches": N, "total_ns": N, "p50": N, "p90": N,
  *                                    "p99": N}, (index, copy_in, copy_out, ssd_read)
  *            "key_errors": {"ENOENT": N, ...}},
- *  "namespace": {"keys": N, "dirs": N, "open_handles": N, "bytes": N, "last_seq": N},
+ *  "namespace": {"keys": N, "dirs": N, "symlinks": N, "fifos_sockets": N,
+ *                "open_handles": N, "bytes": N, "last_seq": N},
  *  ...kg_extra}
  *
  * Every op appears in "ops", even with zero calls.

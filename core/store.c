@@ -41,6 +41,27 @@ bool kv_inode_is_dir(const struct kv_inode *ino)
 	return S_ISDIR(ino->ki_type);
 }
 
+mode_t kv_inode_type(const struct kv_inode *ino)
+{
+	return ino->ki_type;
+}
+
+/* The counter of named nodes of ino's type: keys, directories, symlinks, FIFOs and sockets. */
+static _Atomic uint64_t *name_count(struct kv_store *st, mode_t type)
+{
+	if (S_ISDIR(type))
+		return &st->ks_dirs;
+	if (S_ISREG(type))
+		return &st->ks_keys;
+	return S_ISLNK(type) ? &st->ks_symlinks : &st->ks_specials;
+}
+
+/* What a call about a value answers for a node that has none: -EISDIR or -EINVAL. */
+static int no_value(const struct kv_inode *ino)
+{
+	return S_ISDIR(ino->ki_type) ? -EISDIR : -EINVAL;
+}
+
 uint64_t kv_inode_ino(const struct kv_inode *ino)
 {
 	return ino->ki_ino;
@@ -63,6 +84,8 @@ void kv_store_usage(struct kv_store *st, struct kv_store_usage *u)
 		kv_tier_usage(st->ks_tier, u);
 	u->ku_keys = atomic_load(&st->ks_keys);
 	u->ku_dirs = atomic_load(&st->ks_dirs);
+	u->ku_symlinks = atomic_load(&st->ks_symlinks);
+	u->ku_specials = atomic_load(&st->ks_specials);
 	u->ku_open = atomic_load(&st->ks_open);
 	u->ku_bytes = atomic_load(&st->ks_bytes);
 	u->ku_last_seq = atomic_load(&st->ks_seq);
@@ -84,7 +107,7 @@ static int inode_new(struct kv_store *st, mode_t mode, const struct kv_cred *cre
 		ino->kd_table = calloc(ino->kd_nbuckets, sizeof(*ino->kd_table));
 		if (!ino->kd_table)
 			goto out_lock;
-	} else {
+	} else if (S_ISREG(mode)) {
 		err = kv_obj_new(st->ks_pool, &ino->ki_obj);
 		if (err)
 			goto out_lock;
@@ -123,7 +146,7 @@ static void inode_free(struct kv_inode *ino)
 		kv_tier_forget(st->ks_tier, ino);
 	if (st->ks_tier && ino->ki_pinned)
 		kv_bucket_pin(kv_tier_buckets(st->ks_tier), ino->ki_loc.kl_bucket, false);
-	if (atomic_load(&ino->ki_nlink) && !S_ISDIR(ino->ki_type))
+	if (atomic_load(&ino->ki_nlink) && S_ISREG(ino->ki_type))
 		atomic_fetch_sub(&st->ks_bytes, cur_size(ino));
 	if (ino->ki_obj)
 		kv_obj_put(ino->ki_obj);
@@ -131,6 +154,7 @@ static void inode_free(struct kv_inode *ino)
 	atomic_fetch_sub(&st->ks_inodes, 1);
 	pthread_rwlock_destroy(&ino->ki_lock);
 	free(ino->kd_table);
+	free(ino->ki_link);
 	free(ino->ki_name);
 	free(ino);
 }
@@ -429,6 +453,11 @@ static void fill_attr(struct kv_inode *ino, struct kv_attr *a)
 		a->ka_size = 4096;
 		a->ka_alloc = 0;
 		a->ka_seq = 0;
+	} else if (!S_ISREG(ino->ki_type)) {
+		/* Metadata only: a symlink's size is its target's length, as lstat reports. */
+		a->ka_size = ino->ki_link ? strlen(ino->ki_link) : 0;
+		a->ka_alloc = 0;
+		a->ka_seq = 0;
 	} else if (ino->ki_obj) {
 		const struct kv_obj *o = ino->ki_obj;
 
@@ -661,8 +690,8 @@ int kv_store_setattr(struct kv_store *st, struct kv_inode *ino, const struct kv_
 {
 	int err;
 
-	if ((sa->ksa_valid & KV_SET_SIZE) && S_ISDIR(ino->ki_type))
-		return -EISDIR;
+	if ((sa->ksa_valid & KV_SET_SIZE) && !S_ISREG(ino->ki_type))
+		return no_value(ino);
 	do {
 		pthread_rwlock_wrlock(&ino->ki_lock);
 		err = setattr_locked(ino, sa);
@@ -680,12 +709,13 @@ int kv_store_setattr(struct kv_store *st, struct kv_inode *ino, const struct kv_
 }
 
 /*
- * Creates a node named `name` in dir. `opened` counts an open handle on a
- * new regular file (create); otherwise its empty value is sealed at once.
+ * Creates a node named `name` in dir: link is a symlink's target (NULL for
+ * other types). `opened` counts an open handle on a new regular file
+ * (create); otherwise its empty value is sealed at once.
  */
 static int new_node(struct kv_store *st, struct kv_inode *dir, const char *name, mode_t mode,
-		    const struct kv_cred *cred, bool opened, struct kv_inode **out,
-		    struct kv_attr *attr)
+		    const char *link, const struct kv_cred *cred, bool opened,
+		    struct kv_inode **out, struct kv_attr *attr)
 {
 	struct kv_inode *ino;
 	struct timespec ts;
@@ -704,6 +734,13 @@ static int new_node(struct kv_store *st, struct kv_inode *dir, const char *name,
 	/* One reference for the name, one for the caller (a kernel lookup). */
 	atomic_init(&ino->ki_ref, 2);
 	atomic_init(&ino->ki_nlink, S_ISDIR(mode) ? 2 : 1);
+	if (link) {
+		ino->ki_link = strdup(link);
+		if (!ino->ki_link) {
+			inode_free(ino);
+			return -ENOMEM;
+		}
+	}
 	if (opened) {
 		ino->ki_nopen = 1;
 		atomic_fetch_add(&ino->ki_ref, 1);
@@ -724,11 +761,13 @@ static int new_node(struct kv_store *st, struct kv_inode *dir, const char *name,
 		return err;
 	}
 	dir_insert(dir, ino);
-	atomic_fetch_add(S_ISDIR(mode) ? &st->ks_dirs : &st->ks_keys, 1);
+	atomic_fetch_add(name_count(st, mode), 1);
 	ts = ino->ki_ctime;
 	dir_touch(dir, &ts);
 	if (S_ISDIR(mode))
 		kv_persist_mkdir(st, ino);
+	else if (!S_ISREG(mode))
+		kv_persist_node(st, ino);
 	pthread_rwlock_unlock(&st->ks_ns_lock);
 	if (!opened && ino->ki_obj) {
 		pthread_rwlock_wrlock(&ino->ki_lock);
@@ -743,23 +782,52 @@ static int new_node(struct kv_store *st, struct kv_inode *dir, const char *name,
 int kv_store_mkdir(struct kv_store *st, struct kv_inode *dir, const char *name, mode_t mode,
 		   const struct kv_cred *cred, struct kv_inode **out, struct kv_attr *attr)
 {
-	return new_node(st, dir, name, S_IFDIR | (mode & 07777), cred, false, out, attr);
+	return new_node(st, dir, name, S_IFDIR | (mode & 07777), NULL, cred, false, out, attr);
 }
 
 int kv_store_mknod(struct kv_store *st, struct kv_inode *dir, const char *name, mode_t mode,
 		   const struct kv_cred *cred, struct kv_inode **out, struct kv_attr *attr)
 {
-	return new_node(st, dir, name, S_IFREG | (mode & 07777), cred, false, out, attr);
+	mode_t type = mode & S_IFMT;
+
+	if (type == S_IFCHR || type == S_IFBLK)
+		return -EPERM;
+	if (type == 0)
+		type = S_IFREG;
+	if (type != S_IFREG && type != S_IFIFO && type != S_IFSOCK)
+		return -EINVAL;
+	return new_node(st, dir, name, type | (mode & 07777), NULL, cred, false, out, attr);
+}
+
+int kv_store_symlink(struct kv_store *st, struct kv_inode *dir, const char *name,
+		     const char *target, const struct kv_cred *cred, struct kv_inode **out,
+		     struct kv_attr *attr)
+{
+	size_t len = strnlen(target, KV_SYMLINK_MAX + 1);
+
+	if (len == 0)
+		return -ENOENT;
+	if (len > KV_SYMLINK_MAX)
+		return -ENAMETOOLONG;
+	return new_node(st, dir, name, S_IFLNK | 0777, target, cred, false, out, attr);
+}
+
+int kv_store_readlink(struct kv_store *st, struct kv_inode *ino, const char **target)
+{
+	if (!S_ISLNK(ino->ki_type))
+		return -EINVAL;
+	*target = ino->ki_link;
+	return 0;
 }
 
 int kv_store_create_open(struct kv_store *st, struct kv_inode *dir, const char *name, mode_t mode,
 			 const struct kv_cred *cred, struct kv_inode **out, struct kv_attr *attr)
 {
-	return new_node(st, dir, name, S_IFREG | (mode & 07777), cred, true, out, attr);
+	return new_node(st, dir, name, S_IFREG | (mode & 07777), NULL, cred, true, out, attr);
 }
 
 int kv_store_make(struct kv_store *st, struct kv_inode *dir, const char *name, mode_t mode,
-		  struct kv_inode **out)
+		  const char *link, struct kv_inode **out)
 {
 	struct kv_cred root = {0};
 	struct kv_inode *ino;
@@ -770,7 +838,9 @@ int kv_store_make(struct kv_store *st, struct kv_inode *dir, const char *name, m
 	if (err)
 		return err;
 	ino->ki_name = strdup(name);
-	if (!ino->ki_name) {
+	if (link)
+		ino->ki_link = strdup(link);
+	if (!ino->ki_name || (link && !ino->ki_link)) {
 		inode_free(ino);
 		return -ENOMEM;
 	}
@@ -782,7 +852,7 @@ int kv_store_make(struct kv_store *st, struct kv_inode *dir, const char *name, m
 	atomic_init(&ino->ki_ref, 1); /* the name's */
 	atomic_init(&ino->ki_nlink, S_ISDIR(mode) ? 2 : 1);
 	dir_insert(dir, ino);
-	atomic_fetch_add(S_ISDIR(mode) ? &st->ks_dirs : &st->ks_keys, 1);
+	atomic_fetch_add(name_count(st, mode), 1);
 	*out = ino;
 	return 0;
 }
@@ -793,11 +863,11 @@ static void drop_name(struct kv_store *st, struct kv_inode *dir, struct kv_inode
 	dir_remove(dir, ino);
 	/* One step under ki_lock: a concurrent write counts its growth or not at all. */
 	pthread_rwlock_wrlock(&ino->ki_lock);
-	if (!S_ISDIR(ino->ki_type))
+	if (S_ISREG(ino->ki_type))
 		atomic_fetch_sub(&st->ks_bytes, cur_size(ino));
 	atomic_store(&ino->ki_nlink, 0);
 	pthread_rwlock_unlock(&ino->ki_lock);
-	atomic_fetch_sub(S_ISDIR(ino->ki_type) ? &st->ks_dirs : &st->ks_keys, 1);
+	atomic_fetch_sub(name_count(st, ino->ki_type), 1);
 }
 
 /*
@@ -810,7 +880,7 @@ static void name_gone(struct kv_store *st, struct kv_inode *ino)
 {
 	struct kv_bucket_set *bs;
 
-	if (!st->ks_tier || S_ISDIR(ino->ki_type))
+	if (!st->ks_tier || !S_ISREG(ino->ki_type))
 		return;
 	bs = kv_tier_buckets(st->ks_tier);
 	pthread_rwlock_wrlock(&ino->ki_lock);
@@ -1162,8 +1232,8 @@ int kv_store_open(struct kv_store *st, struct kv_inode *ino, int flags)
 {
 	int err;
 
-	if (S_ISDIR(ino->ki_type))
-		return -EISDIR;
+	if (!S_ISREG(ino->ki_type))
+		return no_value(ino);
 	do {
 		pthread_rwlock_wrlock(&ino->ki_lock);
 		err = (flags & O_TRUNC) ? set_size(ino, 0) : 0;
@@ -1196,8 +1266,8 @@ int kv_store_read(struct kv_store *st, struct kv_inode *ino, uint64_t off, uint6
 {
 	struct kv_obj *obj;
 
-	if (S_ISDIR(ino->ki_type))
-		return -EISDIR;
+	if (!S_ISREG(ino->ki_type))
+		return no_value(ino);
 	guard->krg_buf = NULL;
 	guard->krg_locked = NULL;
 	guard->krg_obj = NULL;
@@ -1223,7 +1293,7 @@ int kv_store_read(struct kv_store *st, struct kv_inode *ino, uint64_t off, uint6
 int kv_store_read_direct(struct kv_store *st, struct kv_inode *ino, const struct iovec *iov, int n,
 			 uint64_t len)
 {
-	if (!st->ks_tier || S_ISDIR(ino->ki_type) || len % KV_PAGE_SIZE)
+	if (!st->ks_tier || !S_ISREG(ino->ki_type) || len % KV_PAGE_SIZE)
 		return -EAGAIN;
 	return kv_tier_read_direct(st->ks_tier, ino, iov, n, len);
 }
@@ -1262,8 +1332,8 @@ int kv_store_write(struct kv_store *st, struct kv_inode *ino, uint64_t off, cons
 {
 	int err;
 
-	if (S_ISDIR(ino->ki_type))
-		return -EISDIR;
+	if (!S_ISREG(ino->ki_type))
+		return no_value(ino);
 	do {
 		pthread_rwlock_wrlock(&ino->ki_lock);
 		err = write_locked(ino, off, buf, len);
@@ -1303,8 +1373,8 @@ int kv_store_fallocate(struct kv_store *st, struct kv_inode *ino, int mode, uint
 
 	if (mode & ~FALLOC_FL_KEEP_SIZE)
 		return -EOPNOTSUPP;
-	if (S_ISDIR(ino->ki_type))
-		return -EISDIR;
+	if (!S_ISREG(ino->ki_type))
+		return no_value(ino);
 	if (off + len < off)
 		return -EFBIG;
 	do {
@@ -1324,7 +1394,7 @@ int kv_store_fsync(struct kv_store *st, struct kv_inode *ino)
 	/* libfuse 3.14 does not pass syncfs on: fsync of the root stands in for it. */
 	if (ino == st->ks_root)
 		return kv_tier_drain(st->ks_tier);
-	if (!S_ISDIR(ino->ki_type)) {
+	if (S_ISREG(ino->ki_type)) {
 		pthread_rwlock_wrlock(&ino->ki_lock);
 		/* fsync is a put: the bytes written so far become a sealed version. */
 		if (ino->ki_obj && !ino->ki_obj->ko_sealed)

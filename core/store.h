@@ -27,6 +27,18 @@
  * ki_ino, ki_type (the S_IFMT bits) and ki_store are immutable; ki_nlink,
  * ki_ref and the store's counters are atomics.
  *
+ * Symlinks, FIFOs and sockets are metadata-only nodes: a name, attributes
+ * and, for a symlink, its target (ki_link, immutable from creation). They
+ * hold no value, no bucket record and no pool memory, so the tier,
+ * compaction and cache-mode eviction never see them; the journal and the
+ * checkpoint carry them (KV_J_NODE). They are not keys: the key count, the
+ * batch ioctls and salvage (which knows only bucket records) leave them
+ * out. The kernel follows symlinks (readlink) and runs FIFOs and sockets
+ * itself; the store only names them. Device nodes and hard links are
+ * refused with -EPERM: a key has exactly one name and one place in the
+ * namespace, so a second name (a hard link) or a node whose contents live
+ * in a driver would break that rule.
+ *
  * A sealed value is immutable, so a reader that took a reference to it
  * (kv_store_read) reads without any lock; a reader of an open value holds
  * ki_lock shared until its reply is sent (struct kv_read_guard).
@@ -53,6 +65,8 @@
 #define KV_NAME_MAX 255
 /* The name reserved at the root for the control directory. */
 #define KV_RESERVED_NAME ".kvfs"
+/* The longest symlink target: PATH_MAX bytes with the NUL, as Linux allows. */
+#define KV_SYMLINK_MAX 4095
 
 struct kv_store;
 struct kv_inode;
@@ -109,7 +123,7 @@ struct kv_cred {
 /* One entry of a directory snapshot (kv_store_readdir). */
 struct kv_dirent {
 	uint64_t kde_ino;
-	mode_t kde_type; /* S_IFDIR or S_IFREG */
+	mode_t kde_type; /* the S_IFMT bits: S_IFDIR, S_IFREG, S_IFLNK, S_IFIFO or S_IFSOCK */
 	char *kde_name;
 };
 
@@ -131,8 +145,10 @@ struct kv_read_guard {
 
 /* The store's counters, sampled for statistics. */
 struct kv_store_usage {
-	uint64_t ku_keys;
-	uint64_t ku_dirs;
+	uint64_t ku_keys; /* regular files with a name */
+	uint64_t ku_dirs; /* directories, the root included */
+	uint64_t ku_symlinks;
+	uint64_t ku_specials; /* FIFOs and sockets */
 	uint64_t ku_open;
 	uint64_t ku_bytes;
 	uint64_t ku_last_seq;
@@ -209,10 +225,13 @@ int kv_store_setattr(struct kv_store *st, struct kv_inode *ino, const struct kv_
 		     struct kv_attr *attr);
 
 /*
- * Creates a directory (mkdir) or an empty regular file (create), owned by
- * cred, with mode (type bits ignored; umask already applied by the caller).
- * Takes a reference on the new inode. -EEXIST, -ENAMETOOLONG, -ENOTDIR,
- * -EPERM for the reserved name at the root, -ENOENT when dir was removed.
+ * Creates a directory (mkdir) or a node (mknod), owned by cred, with mode
+ * (umask already applied by the caller). mkdir ignores mode's type bits;
+ * mknod makes an empty regular file for S_IFREG (or no type bits), a FIFO
+ * for S_IFIFO, a socket for S_IFSOCK, and refuses device nodes (S_IFCHR,
+ * S_IFBLK) with -EPERM, any other type with -EINVAL. Takes a reference on
+ * the new inode. -EEXIST, -ENAMETOOLONG, -ENOTDIR, -EPERM for the reserved
+ * name at the root, -ENOENT when dir was removed.
  */
 int kv_store_mkdir(struct kv_store *st, struct kv_inode *dir, const char *name, mode_t mode,
 		   const struct kv_cred *cred, struct kv_inode **out, struct kv_attr *attr);
@@ -226,7 +245,23 @@ int kv_store_mknod(struct kv_store *st, struct kv_inode *dir, const char *name, 
 int kv_store_create_open(struct kv_store *st, struct kv_inode *dir, const char *name, mode_t mode,
 			 const struct kv_cred *cred, struct kv_inode **out, struct kv_attr *attr);
 
-/* Removes a file's name. -ENOENT, -EISDIR, -EPERM for the reserved name. */
+/*
+ * Creates a symlink to target (1..KV_SYMLINK_MAX bytes, stored as given,
+ * never resolved by the store), mode 0777, owned by cred; journaled like
+ * mkdir. Takes a reference on the new inode. -ENOENT for an empty target,
+ * -ENAMETOOLONG, and the errors of kv_store_mkdir.
+ */
+int kv_store_symlink(struct kv_store *st, struct kv_inode *dir, const char *name,
+		     const char *target, const struct kv_cred *cred, struct kv_inode **out,
+		     struct kv_attr *attr);
+
+/*
+ * Sets *target to a symlink's target, valid while the caller holds a
+ * reference on ino (it never changes). -EINVAL when ino is not a symlink.
+ */
+int kv_store_readlink(struct kv_store *st, struct kv_inode *ino, const char **target);
+
+/* Removes a non-directory's name. -ENOENT, -EISDIR, -EPERM for the reserved name. */
 int kv_store_unlink(struct kv_store *st, struct kv_inode *dir, const char *name);
 
 /* Removes an empty directory. -ENOENT, -ENOTDIR, -ENOTEMPTY. */
@@ -244,6 +279,8 @@ int kv_store_rename(struct kv_store *st, struct kv_inode *odir, const char *onam
 /*
  * Opens a regular file: counts an open handle (taking a reference). With
  * O_TRUNC, the value is emptied as a new version. Pair with kv_store_release.
+ * -EISDIR, -EINVAL for a symlink, FIFO or socket (the kernel opens those
+ * itself and never asks).
  */
 int kv_store_open(struct kv_store *st, struct kv_inode *ino, int flags);
 
@@ -322,6 +359,8 @@ void kv_dir_snap_free(struct kv_dir_snap *snap);
 
 /* True for directories. Immutable. */
 bool kv_inode_is_dir(const struct kv_inode *ino);
+/* The S_IFMT bits of ino's type. Immutable. */
+mode_t kv_inode_type(const struct kv_inode *ino);
 uint64_t kv_inode_ino(const struct kv_inode *ino);
 
 /* --- compaction (core/gc.h) --- */

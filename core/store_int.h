@@ -30,8 +30,9 @@ struct kv_gc;
 struct kv_inode {
 	_Atomic uint64_t ki_ref;
 	uint64_t ki_ino;
-	mode_t ki_type; /* S_IFDIR or S_IFREG */
+	mode_t ki_type; /* S_IFDIR, S_IFREG, or a metadata-only S_IFLNK, S_IFIFO, S_IFSOCK */
 	struct kv_store *ki_store;
+	char *ki_link; /* S_IFLNK: the target, NUL-terminated; NULL for every other type */
 
 	/* ks_ns_lock */
 	struct kv_inode *ki_parent; /* NULL for the root and once unlinked */
@@ -75,6 +76,7 @@ struct kv_store {
 	_Atomic uint64_t ks_next_ino;
 	_Atomic uint64_t ks_seq; /* the last sequence number handed out */
 	_Atomic uint64_t ks_keys, ks_dirs, ks_open, ks_bytes, ks_inodes;
+	_Atomic uint64_t ks_symlinks, ks_specials; /* named symlinks; named FIFOs and sockets */
 	struct kv_tier *ks_tier;	/* NULL: DRAM only (no data directory, or --ssd-size=0) */
 	struct kv_journal *ks_journal;	/* NULL with ks_tier */
 	struct kv_gc *ks_gc;		/* compaction (core/gc.h); NULL with ks_tier */
@@ -95,9 +97,12 @@ void kv_store_settle(struct kv_inode *ino);
 int kv_store_path(const struct kv_inode *ino, char *buf, size_t len);
 /* Finds a child by name (ks_ns_lock held). */
 struct kv_inode *kv_store_child(const struct kv_inode *dir, const char *name);
-/* Makes a node under dir without journaling (recovery; ks_ns_lock held exclusive). */
+/*
+ * Makes a node under dir without journaling (recovery; ks_ns_lock held
+ * exclusive). link is a symlink's target (S_IFLNK), NULL for other types.
+ */
 int kv_store_make(struct kv_store *st, struct kv_inode *dir, const char *name, mode_t mode,
-		  struct kv_inode **out);
+		  const char *link, struct kv_inode **out);
 /* Takes a name away, without journaling (recovery; ks_ns_lock held exclusive). */
 void kv_store_unname(struct kv_store *st, struct kv_inode *dir, struct kv_inode *ino);
 /* Renames without journaling (recovery; ks_ns_lock held exclusive). */
@@ -156,6 +161,8 @@ void kv_tier_recovered(struct kv_tier *t, uint64_t ns, uint64_t keys, uint64_t l
 
 /* Journals a namespace change (ks_ns_lock held). No-op without a journal. */
 void kv_persist_mkdir(struct kv_store *st, struct kv_inode *dir);
+/* Journals a new symlink, FIFO or socket (ks_ns_lock held). */
+void kv_persist_node(struct kv_store *st, struct kv_inode *ino);
 void kv_persist_del(struct kv_store *st, const char *path, int len);
 void kv_persist_rename(struct kv_store *st, const char *from, int flen, const char *to, int tlen,
 		       unsigned flags);

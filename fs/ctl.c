@@ -118,6 +118,8 @@ static int render_stats(struct kv_fs *fs, char **buf, size_t *len)
 	    .kg_pool_used = kv_pool_used(pool),
 	    .kg_keys = u.ku_keys,
 	    .kg_dirs = u.ku_dirs,
+	    .kg_symlinks = u.ku_symlinks,
+	    .kg_specials = u.ku_specials,
 	    .kg_open = u.ku_open,
 	    .kg_bytes = u.ku_bytes,
 	    .kg_last_seq = u.ku_last_seq,

@@ -115,6 +115,9 @@ static void kv_init(void *userdata, struct fuse_conn_info *conn)
 	conn->congestion_threshold = conn->max_background * 3 / 4;
 	if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC)
 		conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
+	/* A symlink's target never changes: the kernel may keep it in its page cache. */
+	if (conn->capable & FUSE_CAP_CACHE_SYMLINKS)
+		conn->want |= FUSE_CAP_CACHE_SYMLINKS;
 	conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
 	/*
 	 * Every directory listing is a READDIRPLUS, not just the first: the
@@ -280,7 +283,28 @@ static void kv_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 	reply_new(req, KV_OP_MKDIR, t0, err, ino, &a);
 }
 
+/*
+ * A regular file, a FIFO or a socket (bind() of a Unix socket comes here).
+ * The kernel runs FIFOs and sockets itself: opening one never reaches the
+ * daemon. Device nodes are refused (core/store.h says why).
+ */
 static void kv_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
+{
+	enum kv_op op = S_ISREG(mode) ? KV_OP_CREATE : KV_OP_MKNOD;
+	uint64_t t0 = kv_now_ns();
+	struct kv_fs *fs = fs_of(req);
+	struct kv_cred c = cred_of(req);
+	struct kv_inode *ino = NULL;
+	struct kv_attr a;
+	int err;
+
+	if (kv_ctl_is(parent))
+		return reply_err(req, op, t0, -EPERM);
+	err = kv_store_mknod(fs->kf_store, inode_of(fs, parent), name, mode, &c, &ino, &a);
+	reply_new(req, op, t0, err, ino, &a);
+}
+
+static void kv_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
 {
 	uint64_t t0 = kv_now_ns();
 	struct kv_fs *fs = fs_of(req);
@@ -289,17 +313,27 @@ static void kv_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 	struct kv_attr a;
 	int err;
 
-	if (kv_ctl_is(parent) || !S_ISREG(mode))
-		return reply_err(req, S_ISREG(mode) ? KV_OP_CREATE : KV_OP_OTHER, t0, -EPERM);
-	err = kv_store_mknod(fs->kf_store, inode_of(fs, parent), name, mode, &c, &ino, &a);
-	reply_new(req, KV_OP_CREATE, t0, err, ino, &a);
+	if (kv_ctl_is(parent))
+		return reply_err(req, KV_OP_SYMLINK, t0, -EPERM);
+	err = kv_store_symlink(fs->kf_store, inode_of(fs, parent), name, link, &c, &ino, &a);
+	reply_new(req, KV_OP_SYMLINK, t0, err, ino, &a);
 }
 
-static void kv_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
+static void kv_readlink(fuse_req_t req, fuse_ino_t ino)
 {
-	reply_err(req, KV_OP_OTHER, kv_now_ns(), -EPERM);
+	uint64_t t0 = kv_now_ns();
+	const char *target;
+	int err = -EINVAL;
+
+	if (!kv_ctl_is(ino))
+		err = kv_store_readlink(fs_of(req)->kf_store, inode_of(fs_of(req), ino), &target);
+	if (err)
+		return reply_err(req, KV_OP_READLINK, t0, err);
+	done(req, KV_OP_READLINK, t0, 0, 0);
+	fuse_reply_readlink(req, target);
 }
 
+/* A key has exactly one name: no hard links (core/store.h). */
 static void kv_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
 {
 	reply_err(req, KV_OP_OTHER, kv_now_ns(), -EPERM);
@@ -811,6 +845,7 @@ const struct fuse_lowlevel_ops kv_fs_ops = {
     .mknod = kv_mknod,
     .mkdir = kv_mkdir,
     .symlink = kv_symlink,
+    .readlink = kv_readlink,
     .link = kv_link,
     .unlink = kv_unlink,
     .rmdir = kv_rmdir,

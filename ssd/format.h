@@ -59,6 +59,12 @@
  *            compaction copied; replay applies it only if the key's value
  *            still has sequence number jb_seq (else a newer put or a delete
  *            came after it, and the move is void)
+ *  10 NODE  path, jb_mode with its type bits (S_IFLNK, S_IFIFO, S_IFSOCK),
+ *            attributes, and for a symlink its target as path2: a node
+ *            with no value. Added without a version change: a data
+ *            directory written before it reads as it did, one that holds
+ *            a NODE record needs a kvfs that knows it (an older one
+ *            refuses it as a damaged record)
  *
  * A compaction never changes a record: it copies head and value byte for
  * byte into a new bucket, so the copy keeps its key, sequence number and

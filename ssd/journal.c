@@ -100,7 +100,8 @@ static size_t pad8(size_t n)
 	return (n + 7) & ~(size_t)7;
 }
 
-static_assert(KV_J_MOVE == 9, "journal types are on disk (ssd/format.h): never renumber");
+static_assert(KV_J_MOVE == 9 && KV_J_NODE == 10,
+	      "journal types are on disk (ssd/format.h): never renumber");
 
 /* Whether a record of this type with paths of these lengths makes sense. */
 static bool jent_shape_ok(uint16_t type, uint32_t path_len, uint32_t path2_len)
@@ -109,7 +110,7 @@ static bool jent_shape_ok(uint16_t type, uint32_t path_len, uint32_t path2_len)
 		return false;
 	if (path_len > KV_JPATH_MAX || path2_len > KV_JPATH_MAX)
 		return false;
-	if ((type <= KV_J_SETATTR || type == KV_J_MOVE) && !path_len)
+	if ((type <= KV_J_SETATTR || type == KV_J_MOVE || type == KV_J_NODE) && !path_len)
 		return false;
 	return type != KV_J_RENAME || path2_len;
 }

@@ -3,11 +3,11 @@
  * ssd/journal.h — the metadata journal and checkpoints.
  *
  * Everything kvfs keeps on disk that is not bucket data is a stream of
- * entries (struct kv_jent): directories made, values put (where a key's
- * value lives), deletes (tombstones), renames, attribute changes, and the
- * moves of values by compaction (core/gc.c). The same
- * entries, in the same checksummed record format (ssd/format.h), make up
- * both files:
+ * entries (struct kv_jent): directories, symlinks, FIFOs and sockets
+ * made, values put (where a key's value lives), deletes (tombstones),
+ * renames, attribute changes, and the moves of values by compaction
+ * (core/gc.c). The same entries, in the same checksummed record format
+ * (ssd/format.h), make up both files:
  *
  *   journal.<gen>   append-only, group-committed: appenders copy their
  *                   entry into a buffer and get its LSN (log sequence
@@ -54,6 +54,8 @@ enum kv_jtype {
 	KV_J_MOVE,	/* compaction moved je_path's value with sequence number je_seq to
 			   je_bucket/je_off (je_len, je_head_len unchanged); replay applies it
 			   only while the key's value still has that sequence number */
+	KV_J_NODE,	/* je_path, attributes with the type bits in je_mode: a symlink
+			   (S_IFLNK, je_path2 its target), FIFO (S_IFIFO) or socket (S_IFSOCK) */
 	KV_J__MAX,
 };
 

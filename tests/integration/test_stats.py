@@ -5,6 +5,7 @@ as the operations the test performs; MNT/.kvfs/config."""
 import errno
 import mmap
 import os
+import stat
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -189,11 +190,38 @@ class StatsTest(kvfstest.KvfsTestCase):
         m = self.m
         write_file(m.path("f"), b"x")
         a = m.stats()
-        self.assertErrno(errno.EPERM, os.symlink, "f", m.path("link"))
+        self.assertErrno(errno.EPERM, os.link, m.path("f"), m.path("hard"))
         b = m.stats()
         self.assertEqual(op(b, "other") - op(a, "other"), 1)
         self.assertEqual(op(b, "other", "errors") - op(a, "other", "errors"), 1)
         self.assertEqual(errcount(b, "EPERM") - errcount(a, "EPERM"), 1)
+
+    def test_symlink_mknod_readlink_counted(self):
+        """Each new node kind has its op, and the namespace counts each kind on its own."""
+        m = self.m
+        write_file(m.path("f"), b"x")
+        a = m.stats()
+        os.symlink("f", m.path("link"))
+        self.assertEqual(os.readlink(m.path("link")), "f")
+        os.mkfifo(m.path("fifo"))
+        os.mknod(m.path("sock"), stat.S_IFSOCK | 0o600)
+        self.assertErrno(errno.EPERM, os.mknod, m.path("chr"), stat.S_IFCHR | 0o600,
+                         os.makedev(1, 3))
+        b = m.stats()
+        self.assertEqual(op(b, "symlink") - op(a, "symlink"), 1)
+        self.assertGreaterEqual(op(b, "readlink") - op(a, "readlink"), 1)
+        self.assertEqual(op(b, "mknod") - op(a, "mknod"), 3)
+        self.assertEqual(op(b, "mknod", "errors") - op(a, "mknod", "errors"), 1)
+        ns_a, ns_b = a["namespace"], b["namespace"]
+        self.assertEqual(ns_b["keys"], ns_a["keys"])
+        self.assertEqual(ns_b["symlinks"] - ns_a["symlinks"], 1)
+        self.assertEqual(ns_b["fifos_sockets"] - ns_a["fifos_sockets"], 2)
+        self.assertEqual(ns_b["bytes"], ns_a["bytes"])
+        for name in ("link", "fifo", "sock"):
+            os.unlink(m.path(name))
+        c = m.stats()["namespace"]
+        self.assertEqual((c["symlinks"], c["fifos_sockets"]),
+                         (ns_a["symlinks"], ns_a["fifos_sockets"]))
 
     def test_setxattr_counted(self):
         m = self.m

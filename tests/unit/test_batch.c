@@ -21,6 +21,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/batch.h"
@@ -319,6 +320,74 @@ static void test_remove(void **state)
 	kv_store_destroy(st);
 }
 
+/* Makes a symlink (target != NULL) or a node of mode under dir. */
+static void node(struct kv_store *st, struct kv_inode *dir, const char *name, const char *target,
+		 mode_t mode)
+{
+	struct kv_cred c = {getuid(), getgid()};
+	struct kv_inode *ino;
+	struct kv_attr a;
+
+	if (target)
+		assert_int_equal(kv_store_symlink(st, dir, name, target, &c, &ino, &a), 0);
+	else
+		assert_int_equal(kv_store_mknod(st, dir, name, mode, &c, &ino, &a), 0);
+	kv_store_forget(st, ino, 1);
+}
+
+/*
+ * Symlinks, FIFOs and sockets are names, not keys: lookup and get say
+ * -EINVAL (present), a symlink is never followed (as a directory it is
+ * -ENOTDIR), a put replaces one, remove (and rm -rf) takes them away,
+ * counting no key.
+ */
+static void test_nodes(void **state)
+{
+	struct kv_store *st = store_new(64 << 20);
+	struct kv_batch b = batch(st);
+	struct kv_inode *root = kv_store_root(st), *d;
+	struct kv_store_usage u;
+	struct kv_key_info ki;
+	struct kv_attr a;
+	char out[8];
+
+	(void)state;
+	assert_int_equal(put(&b, "dir/k", "v", 1, KV_BATCH_MKDIR), 1);
+	assert_int_equal(kv_store_lookup(st, root, "dir", &d, &a), 0);
+	node(st, root, "link", "dir", 0);
+	node(st, root, "fifo", NULL, S_IFIFO | 0644);
+	node(st, d, "sock", NULL, S_IFSOCK | 0644);
+	node(st, d, "l2", "k", 0);
+	assert_int_equal(lookup(&b, "link", &ki), -EINVAL);
+	assert_int_equal(ki.kki_flags, KV_BK_PRESENT);
+	assert_int_equal(lookup(&b, "fifo", &ki), -EINVAL);
+	assert_int_equal(lookup(&b, "dir/sock", &ki), -EINVAL);
+	assert_int_equal(get(&b, "dir/l2", out, 1, &ki), -EINVAL);
+	assert_int_equal(lookup(&b, "link/k", &ki), -ENOTDIR);
+	assert_int_equal(put(&b, "link/new", "v", 1, KV_BATCH_MKDIR), -ENOTDIR);
+	assert_int_equal(lookup(&b, "dir/k", &ki), 1);
+	/* A put over a node: -EEXIST with noreplace, else it takes the name. */
+	assert_int_equal(put(&b, "fifo", "v", 1, KV_BATCH_NOREPLACE), -EEXIST);
+	assert_int_equal(put(&b, "fifo", "vv", 2, 0), 2);
+	assert_int_equal(get(&b, "fifo", out, 2, &ki), 2);
+	assert_memory_equal(out, "vv", 2);
+	kv_store_usage(st, &u);
+	assert_int_equal(u.ku_keys, 2);
+	assert_int_equal(u.ku_symlinks, 2);
+	assert_int_equal(u.ku_specials, 1);
+	/* Removing a node removes no key; rm -rf counts the keys alone. */
+	assert_int_equal(kv_batch_remove(&b, "link", 4, false), 0);
+	assert_int_equal(lookup(&b, "link", &ki), -ENOENT);
+	assert_int_equal(kv_batch_remove(&b, "dir", 3, true), 1);
+	kv_store_usage(st, &u);
+	assert_int_equal(u.ku_keys, 1);
+	assert_int_equal(u.ku_dirs, 1);
+	assert_int_equal(u.ku_symlinks, 0);
+	assert_int_equal(u.ku_specials, 0);
+	kv_store_forget(st, d, 1);
+	kv_store_destroy(st);
+}
+
 /* --- racing puts (label concurrency) --- */
 
 #define RVAL  (256u << 10)
@@ -402,7 +471,7 @@ int main(void)
 	    cmocka_unit_test(test_name_check), cmocka_unit_test(test_put_get_lookup),
 	    cmocka_unit_test(test_replace),    cmocka_unit_test(test_open_value),
 	    cmocka_unit_test(test_failed_put), cmocka_unit_test(test_remove),
-	    cmocka_unit_test(test_race),
+	    cmocka_unit_test(test_nodes),      cmocka_unit_test(test_race),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -179,7 +179,8 @@ static void fill_path(char *p, uint32_t len, uint64_t salt)
  */
 static void make_ent(struct tent *t, uint16_t type, uint64_t i)
 {
-	bool takes_path = type <= KV_J_SETATTR || type == KV_J_MOVE || i % 2 == 0;
+	bool takes_path =
+	    type <= KV_J_SETATTR || type == KV_J_MOVE || type == KV_J_NODE || i % 2 == 0;
 	bool takes_path2 = type == KV_J_RENAME || i % 3 == 0;
 	uint32_t len1 = i == 7 ? KV_JPATH_MAX : (uint32_t)(1 + i * 131 % 300);
 	uint32_t len2 = i == 7 ? KV_JPATH_MAX : (uint32_t)(1 + i * 17 % 100);
@@ -491,13 +492,14 @@ static void test_append_einval(void **state)
 		assert_int_equal(kv_journal_append(j, &bad[k], &lsn), -EINVAL);
 		assert_int_equal(lsn, 0);
 	}
-	/* Every type but BUCKET, CKPT and CKPT_END needs a path (MOVE names its key). */
+	/* Every type but BUCKET, CKPT and CKPT_END needs a path (MOVE and NODE name theirs). */
 	for (uint16_t type = KV_J_MKDIR; type < KV_J__MAX; type++) {
 		bad[0] = t.t_e;
 		bad[0].je_type = type;
 		bad[0].je_path_len = 0;
-		assert_int_equal(kv_journal_append(j, &bad[0], &lsn),
-				 type <= KV_J_SETATTR || type == KV_J_MOVE ? -EINVAL : 0);
+		assert_int_equal(
+		    kv_journal_append(j, &bad[0], &lsn),
+		    type <= KV_J_SETATTR || type == KV_J_MOVE || type == KV_J_NODE ? -EINVAL : 0);
 	}
 	assert_int_equal(kv_journal_last_lsn(j), 3);
 	assert_int_equal(kv_journal_append(j, &t.t_e, NULL), 0);

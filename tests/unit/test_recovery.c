@@ -420,6 +420,39 @@ static int mkdir_path(struct kv_store *st, const char *path, mode_t mode)
 	return err;
 }
 
+/* Makes a symlink to target (mknod_path: a FIFO or socket of mode) at path. */
+static int symlink_path(struct kv_store *st, const char *path, const char *target)
+{
+	struct kv_inode *dir, *ino;
+	struct kv_attr a;
+	const char *name;
+	int err = parent(st, path, &dir, &name);
+
+	if (err)
+		return err;
+	err = kv_store_symlink(st, dir, name, target, &cred, &ino, &a);
+	kv_store_forget(st, dir, 1);
+	if (!err)
+		kv_store_forget(st, ino, 1);
+	return err;
+}
+
+static int mknod_path(struct kv_store *st, const char *path, mode_t mode)
+{
+	struct kv_inode *dir, *ino;
+	struct kv_attr a;
+	const char *name;
+	int err = parent(st, path, &dir, &name);
+
+	if (err)
+		return err;
+	err = kv_store_mknod(st, dir, name, mode, &cred, &ino, &a);
+	kv_store_forget(st, dir, 1);
+	if (!err)
+		kv_store_forget(st, ino, 1);
+	return err;
+}
+
 static int unlink_path(struct kv_store *st, const char *path, bool is_dir)
 {
 	struct kv_inode *dir;
@@ -586,7 +619,14 @@ static void list_dir(struct kv_store *st, struct kv_inode *dir, const char *pref
 
 			snprintf(sub, sizeof(sub), "%s/", e->l_path);
 			list_dir(st, c, sub, ls);
-		} else {
+		} else if (S_ISLNK(a.ka_mode)) {
+			const char *target;
+
+			e->l_size = a.ka_size;
+			assert_int_equal(kv_store_readlink(st, c, &target), 0);
+			assert_int_equal(strlen(target), a.ka_size);
+			e->l_hash = XXH3_64bits(target, a.ka_size);
+		} else if (S_ISREG(a.ka_mode)) {
 			char *buf = NULL;
 
 			e->l_size = a.ka_size;
@@ -1154,6 +1194,110 @@ static void test_replay_equals_live(void **state)
 	close(cfd);
 }
 
+/* 0 when path is a node of mode (type and permissions) and, for a symlink, to target. */
+static int check_node(struct kv_store *st, const char *path, mode_t mode, const char *target)
+{
+	struct kv_inode *ino;
+	struct kv_attr a;
+	const char *t;
+	int err = resolve(st, path, &ino);
+
+	if (err)
+		return err;
+	kv_store_getattr(st, ino, &a);
+	if (a.ka_mode != mode)
+		err = -EBADMSG;
+	else if (S_ISLNK(mode) && (kv_store_readlink(st, ino, &t) || strcmp(t, target) ||
+				   a.ka_size != strlen(target)))
+		err = -EBADMSG;
+	else if (!S_ISLNK(mode) && (kv_store_readlink(st, ino, &t) != -EINVAL || a.ka_size))
+		err = -EBADMSG;
+	kv_store_forget(st, ino, 1);
+	return err;
+}
+
+/* What test_nodes_recovered built, checked in a recovered store. */
+static void check_nodes(struct kv_store *st, const char *long_target)
+{
+	assert_int_equal(check_node(st, "d/l", S_IFLNK | 0777, "../k"), 0);
+	assert_int_equal(check_node(st, "d/long", S_IFLNK | 0777, long_target), 0);
+	assert_int_equal(check_node(st, "d/p2", S_IFIFO | 0640, NULL), 0);
+	assert_int_equal(check_node(st, "s", S_IFSOCK | 0600, NULL), 0);
+	/* A key's name that became a symlink, and a symlink's name that became a key. */
+	assert_int_equal(check_node(st, "was_key", S_IFLNK | 0777, "now a link"), 0);
+	assert_int_equal(check_file(st, "was_link", "value", 5), 0);
+	assert_int_equal(check_file(st, "k", "kk", 2), 0);
+	assert_int_equal(check_node(st, "d/gone", 0, NULL), -ENOENT);
+	assert_int_equal(check_node(st, "d/p", 0, NULL), -ENOENT);
+	assert_int_equal(usage(st).ku_keys, 2);
+	assert_int_equal(usage(st).ku_symlinks, 3);
+	assert_int_equal(usage(st).ku_specials, 2);
+}
+
+/*
+ * Symlinks, FIFOs and sockets come back from the journal (a crash image
+ * taken after an fsync of their directory), from the checkpoint a clean
+ * stop writes, and from that image's own checkpoint: types, modes, owners,
+ * a PATH_MAX - 1 byte target; renames, unlinks and names that changed kind.
+ */
+static void test_nodes_recovered(void **state)
+{
+	struct fix *f = fix_of(state);
+	int dfd = ddir(f, "data"), cfd = ddir(f, "crash");
+	struct kv_store *st = store_open(f, dfd), *st2;
+	struct kv_setattr sa = {.ksa_valid = KV_SET_UID | KV_SET_GID | KV_SET_MTIME,
+				.ksa_uid = 4321,
+				.ksa_gid = 8765,
+				.ksa_mtime = {.tv_sec = 1234567890, .tv_nsec = 987654321}};
+	char long_target[KV_SYMLINK_MAX + 1];
+	struct listing live, rec;
+
+	memset(long_target, 'x', KV_SYMLINK_MAX);
+	long_target[KV_SYMLINK_MAX] = '\0';
+	for (unsigned i = 255; i < KV_SYMLINK_MAX; i += 256)
+		long_target[i] = '/';
+	assert_int_equal(mkdir_path(st, "d", 0755), 0);
+	assert_int_equal(create_file(st, "k", 0644, "kk", 2, true), 0);
+	assert_int_equal(create_file(st, "was_key", 0644, "old", 3, true), 0);
+	assert_int_equal(symlink_path(st, "d/l", "../k"), 0);
+	assert_int_equal(symlink_path(st, "d/long", long_target), 0);
+	assert_int_equal(symlink_path(st, "d/gone", "x"), 0);
+	assert_int_equal(symlink_path(st, "was_link", "y"), 0);
+	assert_int_equal(mknod_path(st, "d/p", S_IFIFO | 0640), 0);
+	assert_int_equal(mknod_path(st, "s", S_IFSOCK | 0600), 0);
+	assert_int_equal(setattr_path(st, "d/l", &sa), 0);
+	assert_int_equal(rename_path(st, "d/p", "d/p2", 0), 0);
+	assert_int_equal(unlink_path(st, "d/gone", false), 0);
+	assert_int_equal(unlink_path(st, "was_key", false), 0);
+	assert_int_equal(symlink_path(st, "was_key", "now a link"), 0);
+	assert_int_equal(unlink_path(st, "was_link", false), 0);
+	assert_int_equal(create_file(st, "was_link", 0644, "value", 5, true), 0);
+	assert_int_equal(fsync_path(st, "d"), 0);
+	check_nodes(st, long_target);
+	live = list_tree(st);
+	copy_tree(dfd, cfd);
+	kv_store_destroy(st);
+
+	/* The crash image: the journal since the checkpoint of the start. */
+	st2 = store_open(f, cfd);
+	check_nodes(st2, long_target);
+	rec = list_tree(st2);
+	listing_eq(&live, &rec, false);
+	listing_free(&rec);
+	kv_store_destroy(st2);
+	/* Its own checkpoint, and the clean stop's. */
+	for (int i = 0; i < 2; i++) {
+		st2 = store_open(f, i ? dfd : cfd);
+		check_nodes(st2, long_target);
+		rec = list_tree(st2);
+		listing_eq(&live, &rec, false);
+		listing_free(&rec);
+		kv_store_destroy(st2);
+	}
+	listing_free(&live);
+	close(dfd);
+	close(cfd);
+}
 
 enum { NSYNC = 10, NUNSYNC = 8 };
 
@@ -1509,9 +1653,9 @@ static void test_threads(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    T(test_clean_restart), T(test_restart_then_write), T(test_pre_epoch_times),
-	    T(test_root_attrs),	   T(test_replay_equals_live),
-	    T(test_crash_image),   T(test_eviction),	       T(test_threads),
+	    T(test_clean_restart),   T(test_restart_then_write), T(test_pre_epoch_times),
+	    T(test_root_attrs),	     T(test_replay_equals_live), T(test_crash_image),
+	    T(test_nodes_recovered), T(test_eviction),		 T(test_threads),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

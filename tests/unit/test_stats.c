@@ -204,14 +204,14 @@ static void test_hist_percentiles_small(void **state)
 static void test_op_names(void **state)
 {
 	static const char *const want[KV_OP__COUNT] = {
-	    "lookup",	"getattr",   "setattr",	 "mkdir",   "rmdir",   "create",
-	    "open",	"read",	     "write",	 "flush",   "release", "fsync",
-	    "unlink",	"rename",    "opendir",	 "readdir", "statfs",  "fallocate",
-	    "getxattr", "listxattr", "setxattr", "ioctl",   "other",
+	    "lookup",  "getattr", "setattr",  "mkdir",	   "rmdir",    "create",    "open",
+	    "read",    "write",	  "flush",    "release",   "fsync",    "unlink",    "rename",
+	    "opendir", "readdir", "statfs",   "fallocate", "getxattr", "listxattr", "setxattr",
+	    "ioctl",   "symlink", "readlink", "mknod",	   "other",
 	};
 
 	(void)state;
-	assert_int_equal(KV_OP__COUNT, 23);
+	assert_int_equal(KV_OP__COUNT, 26);
 	for (int i = 0; i < KV_OP__COUNT; i++)
 		assert_string_equal(kv_op_name((enum kv_op)i), want[i]);
 	assert_string_equal(kv_op_name(KV_OP_IOCTL), "ioctl");
@@ -371,8 +371,8 @@ static const char json_checker[] =
     "    'lat_ns': d['ops']['mkdir']['lat_ns']}\n"
     "assert d['errors'] == {'EIO': 1, 'EEXIST': 1, 'ENOSPC': 2, 'other': 1}, d['errors']\n"
     "assert d['pool'] == {'size': 1 << 30, 'used': 1 << 20, 'free': (1 << 30) - (1 << 20)}\n"
-    "assert d['namespace'] == {'keys': 7, 'dirs': 3, 'open_handles': 2,\n"
-    "    'bytes': 123456789012, 'last_seq': 2**64 - 1}, d['namespace']\n"
+    "assert d['namespace'] == {'keys': 7, 'dirs': 3, 'symlinks': 5, 'fifos_sockets': 4,\n"
+    "    'open_handles': 2, 'bytes': 123456789012, 'last_seq': 2**64 - 1}, d['namespace']\n"
     "io = d['ioctl']\n"
     "assert list(io) == ['regions', 'layouts', 'ssd_direct_keys', 'lookup', 'put', 'get',\n"
     "    'remove', 'stages', 'key_errors'], list(io)\n"
@@ -397,6 +397,8 @@ static void test_render_json(void **state)
 	    .kg_pool_used = 1ull << 20,
 	    .kg_keys = 7,
 	    .kg_dirs = 3,
+	    .kg_symlinks = 5,
+	    .kg_specials = 4,
 	    .kg_open = 2,
 	    .kg_bytes = 123456789012ull,
 	    .kg_last_seq = UINT64_MAX,

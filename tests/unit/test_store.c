@@ -297,7 +297,11 @@ static void test_create_lookup(void **state)
 	assert_true(kv_inode_is_dir(d));
 	assert_int_equal(getattr(st, root).ka_nlink, 3);
 
-	assert_int_equal(kv_store_mknod(st, d, "f", S_IFDIR | 0640, &other, &f, &a), 0);
+	/* mknod makes regular files, FIFOs and sockets; no directories, no devices. */
+	assert_int_equal(kv_store_mknod(st, d, "f", S_IFDIR | 0640, &other, &f, &a), -EINVAL);
+	assert_int_equal(kv_store_mknod(st, d, "f", S_IFCHR | 0640, &other, &f, &a), -EPERM);
+	assert_int_equal(kv_store_mknod(st, d, "f", S_IFBLK | 0640, &other, &f, &a), -EPERM);
+	assert_int_equal(kv_store_mknod(st, d, "f", S_IFREG | 0640, &other, &f, &a), 0);
 	assert_int_equal(a.ka_mode, S_IFREG | 0640);
 	assert_int_equal(a.ka_nlink, 1);
 	assert_int_equal(a.ka_size, 0);
@@ -863,6 +867,121 @@ static void test_rename_errors(void **state)
 }
 
 /* ---- usage and references ---- */
+
+/*
+ * Symlinks, FIFOs and sockets: metadata-only nodes with their type, mode,
+ * size (a symlink's target length) and no value: no pool memory, no key,
+ * no open/read/write/truncate; readdir types, renames (over each other,
+ * exchange), unlink, and their own counters.
+ */
+static void test_nodes(void **state)
+{
+	struct kv_store *st = store_new(16 * MIB);
+	struct kv_inode *root = kv_store_root(st), *l, *p, *s, *d, *x;
+	char target[KV_SYMLINK_MAX + 2];
+	struct iovec iov[4];
+	struct kv_read_guard g;
+	struct kv_dir_snap snap;
+	struct kv_setattr sa = {.ksa_valid = KV_SET_SIZE, .ksa_size = 10};
+	struct kv_attr a;
+	const char *t;
+	uint64_t bytes;
+
+	(void)state;
+	assert_int_equal(kv_store_symlink(st, root, "l", "some/where", &cred, &l, &a), 0);
+	assert_int_equal(a.ka_mode, S_IFLNK | 0777);
+	assert_int_equal(a.ka_size, 10);
+	assert_int_equal(a.ka_alloc, 0);
+	assert_int_equal(a.ka_nlink, 1);
+	assert_int_equal(a.ka_tier, KV_TIER_NONE);
+	assert_int_equal(kv_inode_type(l), S_IFLNK);
+	assert_int_equal(kv_store_readlink(st, l, &t), 0);
+	assert_string_equal(t, "some/where");
+	assert_int_equal(kv_store_mknod(st, root, "p", S_IFIFO | 0640, &cred, &p, &a), 0);
+	assert_int_equal(a.ka_mode, S_IFIFO | 0640);
+	assert_int_equal(a.ka_size, 0);
+	assert_int_equal(kv_store_mknod(st, root, "s", S_IFSOCK | 0600, &cred, &s, &a), 0);
+	assert_int_equal(a.ka_mode, S_IFSOCK | 0600);
+	assert_int_equal(kv_store_readlink(st, p, &t), -EINVAL);
+	assert_int_equal(kv_store_readlink(st, root, &t), -EINVAL);
+	assert_int_equal(used(st), 0);
+	assert_int_equal(usage(st).ku_keys, 0);
+	assert_int_equal(usage(st).ku_symlinks, 1);
+	assert_int_equal(usage(st).ku_specials, 2);
+	assert_int_equal(usage(st).ku_bytes, 0);
+
+	/* No value to open, read, write, truncate or fallocate. */
+	assert_int_equal(kv_store_open(st, l, O_RDONLY), -EINVAL);
+	assert_int_equal(kv_store_open(st, p, O_WRONLY | O_TRUNC), -EINVAL);
+	assert_int_equal(kv_store_read(st, s, 0, 10, iov, 4, &bytes, &g), -EINVAL);
+	assert_int_equal(kv_store_write(st, p, 0, "x", 1), -EINVAL);
+	assert_int_equal(kv_store_fallocate(st, l, 0, 0, 4096), -EINVAL);
+	assert_int_equal(kv_store_setattr(st, p, &sa, &a), -EINVAL);
+	/* Mode changes keep the type. */
+	sa.ksa_valid = KV_SET_MODE;
+	sa.ksa_mode = S_IFREG | 0604;
+	assert_int_equal(kv_store_setattr(st, p, &sa, &a), 0);
+	assert_int_equal(a.ka_mode, S_IFIFO | 0604);
+
+	/* Errors: bad targets, taken names, the reserved name, devices. */
+	assert_int_equal(kv_store_symlink(st, root, "e", "", &cred, &x, &a), -ENOENT);
+	memset(target, 't', sizeof(target));
+	target[KV_SYMLINK_MAX + 1] = '\0';
+	assert_int_equal(kv_store_symlink(st, root, "e", target, &cred, &x, &a), -ENAMETOOLONG);
+	target[KV_SYMLINK_MAX] = '\0';
+	assert_int_equal(kv_store_symlink(st, root, "e", target, &cred, &x, &a), 0);
+	assert_int_equal(a.ka_size, KV_SYMLINK_MAX);
+	kv_store_forget(st, x, 1);
+	assert_int_equal(kv_store_symlink(st, root, "l", "x", &cred, &x, &a), -EEXIST);
+	assert_int_equal(kv_store_mknod(st, root, "l", S_IFIFO | 0600, &cred, &x, &a), -EEXIST);
+	assert_int_equal(kv_store_symlink(st, root, KV_RESERVED_NAME, "x", &cred, &x, &a), -EPERM);
+	assert_int_equal(kv_store_symlink(st, p, "x", "x", &cred, &x, &a), -ENOTDIR);
+	assert_int_equal(kv_store_mknod(st, root, "c", S_IFCHR | 0600, &cred, &x, &a), -EPERM);
+	assert_int_equal(lookup_err(st, root, "c"), -ENOENT);
+
+	/* readdir types */
+	assert_int_equal(kv_store_readdir(st, root, &snap), 0);
+	assert_int_equal(snap.kds_count, 4);
+	for (uint32_t i = 0; i < snap.kds_count; i++) {
+		const char *n = snap.kds_ent[i].kde_name;
+		mode_t want = !strcmp(n, "p") ? S_IFIFO : !strcmp(n, "s") ? S_IFSOCK : S_IFLNK;
+
+		assert_int_equal(snap.kds_ent[i].kde_type, want);
+	}
+	kv_dir_snap_free(&snap);
+
+	/* Renames: over a node, exchange with a directory, node over a directory. */
+	assert_int_equal(kv_store_mkdir(st, root, "d", 0755, &cred, &d, &a), 0);
+	assert_int_equal(kv_store_rename(st, root, "l", root, "p", RENAME_NOREPLACE), -EEXIST);
+	assert_int_equal(kv_store_rename(st, root, "l", d, "l", 0), 0);
+	check_name_is(st, d, "l", l);
+	assert_int_equal(kv_store_rename(st, root, "p", root, "d", 0), -EISDIR);
+	assert_int_equal(kv_store_rename(st, root, "d", root, "p", 0), -ENOTDIR);
+	assert_int_equal(kv_store_rename(st, root, "d", root, "p", RENAME_EXCHANGE), 0);
+	check_name_is(st, root, "d", p);
+	check_name_is(st, root, "p", d);
+	assert_int_equal(kv_store_rename(st, root, "s", root, "d", 0), 0);
+	check_name_is(st, root, "d", s);
+	assert_int_equal(getattr(st, p).ka_nlink, 0); /* replaced: no name left */
+	assert_int_equal(usage(st).ku_specials, 1);
+	assert_int_equal(kv_store_unlink(st, d, "l"), 0);
+	assert_int_equal(kv_store_unlink(st, root, "e"), 0);
+	assert_int_equal(kv_store_unlink(st, root, "d"), 0);
+	assert_int_equal(kv_store_rmdir(st, root, "p"), 0);
+	assert_int_equal(usage(st).ku_symlinks, 0);
+	assert_int_equal(usage(st).ku_specials, 0);
+	assert_int_equal(usage(st).ku_dirs, 1);
+	/* Unnamed, the kernel's references keep them readable until forgotten. */
+	assert_int_equal(kv_store_readlink(st, l, &t), 0);
+	assert_string_equal(t, "some/where");
+	kv_store_forget(st, l, 1);
+	kv_store_forget(st, p, 1);
+	kv_store_forget(st, s, 1);
+	kv_store_forget(st, d, 1);
+	assert_int_equal(usage(st).ku_inodes, 1);
+	assert_int_equal(used(st), 0);
+	kv_store_destroy(st);
+}
 
 static void test_usage(void **state)
 {
@@ -1993,6 +2112,7 @@ int main(void)
 	    cmocka_unit_test(test_rename_noreplace_exchange),
 	    cmocka_unit_test(test_rename_errors),
 	    cmocka_unit_test(test_usage),
+	    cmocka_unit_test(test_nodes),
 	    cmocka_unit_test(test_references),
 	    cmocka_unit_test(test_seal_on_release),
 	    cmocka_unit_test(test_cow_read_guard),
