@@ -2,8 +2,17 @@
 /*
  * core/obj.h — values: one version of one key's bytes in the DRAM pool.
  *
- * An object is a list of extents from the pool, in logical order. Its
- * lifecycle has two states:
+ * Extents (issue 9; README "Extents" has the whole design). A value is cut
+ * into fixed-size extents of KV_EXTENT (2 MiB) bytes: extent k holds bytes
+ * [k * KV_EXTENT, (k + 1) * KV_EXTENT). Each extent's memory is a struct
+ * kv_xblk: a list of pool blocks (segments) and a reference count, so
+ * versions share the extents they have in common. An object is its size
+ * and the array of its extents' blocks, extent k at ko_x[k]; every extent
+ * but the last has the full KV_EXTENT of memory, so [0, ko_cap) is backed.
+ * (Holes, unwritten extents and extents held only on the SSD are the next
+ * steps of the design; today every extent below ko_cap has memory.)
+ *
+ * Lifecycle, two states:
  *
  *   open    being written: its bytes, size and extents change. Whoever
  *           owns it (the inode in core/store.c) serialises every access
@@ -12,20 +21,26 @@
  *           thread holding a reference may read it without a lock. A
  *           sealed object carries the sequence number of its put.
  *
- * Writing to a sealed value means making a new open object (kv_obj_clone)
- * and swapping it in: copy-on-write. Readers that still hold the old one
- * keep reading it; its memory goes back to the pool at the last
- * kv_obj_put().
+ * Copy-on-write per extent. Writing to a sealed value means making a new
+ * open object (kv_obj_clone) that shares every extent block of the old one
+ * (a reference each, no copy), and swapping it in. A block with more than
+ * one reference is immutable; the open object copies a shared block the
+ * first time it changes it (write, zero-fill, growth), so a small write
+ * into a large sealed value copies one extent, once per version. Readers
+ * that still hold the old version keep reading it; a block goes back to
+ * the pool with its last reference (kv_obj_cow_bytes counts the copies).
  *
- * Memory: an open object grows by extents of geometrically increasing size
- * (up to KV_POOL_MAX_BLOCK), so sequential writes cost few allocations;
- * sealing trims the capacity to the size rounded up to a page, so a stored
- * value wastes less than one page. Bytes between the old end and a new end
- * (write past the end, truncate up) read as zeros.
+ * Memory: an extent grows by blocks of geometrically increasing size (up
+ * to KV_POOL_MAX_BLOCK), so sequential writes cost few allocations;
+ * sealing trims the last extent's memory to the size rounded up to a page
+ * (unless another version shares that block), so a stored value wastes
+ * less than one page. Bytes between the old end and a new end (write past
+ * the end, truncate up) read as zeros.
  */
 #ifndef KVFS_CORE_OBJ_H
 #define KVFS_CORE_OBJ_H
 
+#include <assert.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -33,22 +48,40 @@
 
 #include "core/pool.h"
 
-struct kv_extent {
-	uint64_t ke_off; /* logical offset of the extent's first byte */
-	void *ke_addr;	 /* pool memory, page aligned */
-	uint32_t ke_len; /* bytes, a multiple of KV_PAGE_SIZE */
+/* The extent size: the largest pool block. */
+#define KV_EXTENT_SHIFT 21
+#define KV_EXTENT	(1ull << KV_EXTENT_SHIFT)
+static_assert(KV_EXTENT == KV_POOL_MAX_BLOCK, "an extent is at most one pool block");
+
+/* One pool block of an extent's memory. */
+struct kv_seg {
+	void *ks_addr;	 /* pool memory, page aligned */
+	uint32_t ks_off; /* offset of its first byte within the extent */
+	uint32_t ks_len; /* bytes, a multiple of KV_PAGE_SIZE */
+};
+
+/*
+ * One extent's memory, shared by the versions that hold it. With one
+ * reference it belongs to that object (mutable while the object is open);
+ * with more it is immutable.
+ */
+struct kv_xblk {
+	_Atomic uint32_t xb_ref;
+	uint32_t xb_cap;	     /* bytes of memory: the sum of the segments, <= KV_EXTENT */
+	uint32_t xb_nseg, xb_maxseg; /* segments in use / slots */
+	struct kv_seg *xb_seg;	     /* in offset order within the extent */
 };
 
 struct kv_obj {
-	_Atomic uint32_t ko_ref;  /* references; the object is freed at 0 */
-	bool ko_sealed;		  /* set once by kv_obj_seal, then immutable */
-	uint64_t ko_seq;	  /* 0 while open; the put's sequence number once sealed */
-	uint64_t ko_size;	  /* logical length in bytes */
-	uint64_t ko_cap;	  /* sum of extent lengths */
-	uint32_t ko_next;	  /* extents in use */
-	uint32_t ko_maxext;	  /* slots in ko_ext */
-	struct kv_extent *ko_ext; /* ko_next extents, contiguous in logical offset */
-	struct kv_pool *ko_pool;  /* immutable */
+	_Atomic uint32_t ko_ref; /* references; the object is freed at 0 */
+	bool ko_sealed;		 /* set once by kv_obj_seal, then immutable */
+	uint64_t ko_seq;	 /* 0 while open; the put's sequence number once sealed */
+	uint64_t ko_size;	 /* logical length in bytes */
+	uint64_t ko_cap;	 /* bytes of memory: (ko_nx - 1) * KV_EXTENT + the last's xb_cap */
+	uint32_t ko_nx;		 /* extents with memory */
+	uint32_t ko_maxx;	 /* slots in ko_x */
+	struct kv_xblk **ko_x;	 /* extent k's memory at ko_x[k] */
+	struct kv_pool *ko_pool; /* immutable */
 };
 
 /* Creates an empty open object with one reference. Returns 0 or -ENOMEM. */
@@ -62,15 +95,19 @@ void kv_obj_put(struct kv_obj *obj);
 
 /*
  * Creates a new open object holding the first min(len, src->ko_size) bytes
- * of src (the copy-on-write step). src may be open or sealed; the caller
- * keeps it stable. Returns 0, -ENOSPC when the pool is full, or -ENOMEM.
+ * of src (the copy-on-write step): it shares src's extent blocks, copying
+ * only an extent that len cuts short (up to the cut, so the memory past it
+ * can go). src may be open or sealed; the caller keeps it stable (an open
+ * src copies a block before changing it from then on, like the clone).
+ * Returns 0, -ENOSPC when the pool is full, or -ENOMEM.
  */
 int kv_obj_clone(struct kv_obj *src, uint64_t len, struct kv_obj **out);
 
 /*
  * Writes len bytes at off into an open object, growing it (and zeroing any
- * gap between the old end and off). Returns 0, or -ENOSPC when the pool
- * cannot hold the new end: then the object is unchanged in size and its
+ * gap between the old end and off), first copying each shared extent it
+ * changes. Returns 0, -ENOMEM, or -ENOSPC when the pool cannot hold the new
+ * end or a copy: then the object is unchanged in size and bytes, and its
  * spare capacity is given back to the pool.
  */
 int kv_obj_write(struct kv_obj *obj, uint64_t off, const void *buf, size_t len);
@@ -110,5 +147,11 @@ int kv_obj_iov(const struct kv_obj *obj, uint64_t off, uint64_t len, struct iove
 
 /* Copies up to len bytes from off into buf. Returns the bytes copied. */
 uint64_t kv_obj_read(const struct kv_obj *obj, uint64_t off, void *buf, uint64_t len);
+
+/* How many iovecs kv_obj_iov needs to describe the whole object. */
+uint32_t kv_obj_niov(const struct kv_obj *obj);
+
+/* Bytes copied so far because a shared extent block was changed (all objects). */
+uint64_t kv_obj_cow_bytes(void);
 
 #endif

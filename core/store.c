@@ -521,7 +521,7 @@ static int load_prefix(struct kv_inode *ino, uint64_t keep, struct kv_obj **out)
 	err = kv_obj_truncate(obj, ino->ki_loc.kl_len);
 	if (err)
 		goto out_put;
-	iov = calloc(obj->ko_next + 1, sizeof(*iov));
+	iov = calloc(kv_obj_niov(obj) + 1, sizeof(*iov));
 	err = iov ? 0 : -ENOMEM;
 	if (!err && !ino->ki_csums) {
 		uint32_t nchunks;
@@ -531,7 +531,7 @@ static int load_prefix(struct kv_inode *ino, uint64_t keep, struct kv_obj **out)
 	}
 	if (!err) {
 		/* Whole pages: the extents cover the value rounded up to 4 KiB. */
-		n = kv_obj_iov(obj, 0, obj->ko_size, iov, (int)obj->ko_next, &bytes);
+		n = kv_obj_iov(obj, 0, obj->ko_size, iov, (int)kv_obj_niov(obj), &bytes);
 		iov[n - 1].iov_len =
 		    (iov[n - 1].iov_len + KV_PAGE_SIZE - 1) / KV_PAGE_SIZE * KV_PAGE_SIZE;
 		err = kv_bucket_read_iov(kv_tier_buckets(st->ks_tier), &ino->ki_loc, ino->ki_csums,

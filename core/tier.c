@@ -288,12 +288,12 @@ static void item_prepare(struct kv_store *st, struct item *it, struct kv_bucket_
 	if (len <= 0)
 		return;
 	it->it_key = strndup(path, (size_t)len);
-	it->it_iov = calloc(obj->ko_next + 1, sizeof(*it->it_iov));
+	it->it_iov = calloc(kv_obj_niov(obj) + 1, sizeof(*it->it_iov));
 	if (!it->it_key || !it->it_iov) {
 		p->bp_err = -ENOMEM;
 		return;
 	}
-	n = kv_obj_iov(obj, 0, obj->ko_size, it->it_iov, (int)obj->ko_next, &bytes);
+	n = kv_obj_iov(obj, 0, obj->ko_size, it->it_iov, (int)kv_obj_niov(obj), &bytes);
 	if (n > 0) /* whole pages: sealing trimmed the extents to the size rounded up */
 		it->it_iov[n - 1].iov_len =
 		    (it->it_iov[n - 1].iov_len + KV_PAGE_SIZE - 1) / KV_PAGE_SIZE * KV_PAGE_SIZE;
@@ -629,12 +629,12 @@ static int promote(struct kv_tier *t, struct kv_inode *ino, const struct kv_loc 
 	/* Room for it may be held by clean values: a read never waits, but evicts. */
 	if (err == -ENOSPC && evict(t, loc->kl_len))
 		err = kv_obj_truncate(obj, loc->kl_len);
-	iov = calloc(obj->ko_next + 1, sizeof(*iov));
+	iov = calloc(kv_obj_niov(obj) + 1, sizeof(*iov));
 	if (err || !iov) {
 		err = err ? err : -ENOMEM;
 		goto out_put;
 	}
-	n = kv_obj_iov(obj, 0, loc->kl_len, iov, (int)obj->ko_next, &bytes);
+	n = kv_obj_iov(obj, 0, loc->kl_len, iov, (int)kv_obj_niov(obj), &bytes);
 	if (n > 0)
 		iov[n - 1].iov_len =
 		    (iov[n - 1].iov_len + KV_PAGE_SIZE - 1) / KV_PAGE_SIZE * KV_PAGE_SIZE;

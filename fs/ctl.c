@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "core/gc.h"
+#include "core/obj.h"
 #include "gpu/dev.h"
 
 const char *const kv_ctl_names[] = {"stats", "config", "ctl", NULL};
@@ -116,6 +117,7 @@ static int render_stats(struct kv_fs *fs, char **buf, size_t *len)
 	g = (struct kv_stats_gauges){
 	    .kg_pool_size = kv_pool_size(pool),
 	    .kg_pool_used = kv_pool_used(pool),
+	    .kg_cow_bytes = kv_obj_cow_bytes(),
 	    .kg_keys = u.ku_keys,
 	    .kg_dirs = u.ku_dirs,
 	    .kg_symlinks = u.ku_symlinks,

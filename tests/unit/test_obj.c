@@ -119,6 +119,38 @@ static void write_pat(struct kv_obj *obj, struct model *m, uint64_t off, uint64_
 }
 
 /*
+ * The object's memory as one flat list of pieces in logical order (its
+ * extents' segments), the view the checks below work on.
+ */
+struct flat_seg {
+	uint64_t ke_off;
+	void *ke_addr;
+	uint32_t ke_len;
+};
+
+static uint32_t nflat(const struct kv_obj *obj)
+{
+	return kv_obj_niov(obj);
+}
+
+static struct flat_seg flat(const struct kv_obj *obj, uint32_t i)
+{
+	for (uint32_t k = 0; k < obj->ko_nx; k++) {
+		const struct kv_xblk *b = obj->ko_x[k];
+
+		if (i < b->xb_nseg)
+			return (struct flat_seg){
+			    .ke_off = (uint64_t)k * KV_EXTENT + b->xb_seg[i].ks_off,
+			    .ke_addr = b->xb_seg[i].ks_addr,
+			    .ke_len = b->xb_seg[i].ks_len,
+			};
+		i -= b->xb_nseg;
+	}
+	fail();
+	return (struct flat_seg){0};
+}
+
+/*
  * The extent list is what obj.h says it is: contiguous in logical offset
  * from 0, page aligned, page multiples, summing to ko_cap, covering the size.
  */
@@ -126,9 +158,24 @@ static void check_extents(const struct kv_obj *obj)
 {
 	uint64_t off = 0;
 
-	assert_true(obj->ko_next <= obj->ko_maxext);
-	for (uint32_t i = 0; i < obj->ko_next; i++) {
-		const struct kv_extent *e = &obj->ko_ext[i];
+	assert_true(obj->ko_nx <= obj->ko_maxx);
+	/* Every extent but the last has all of its memory; segments fill it from 0. */
+	for (uint32_t k = 0; k < obj->ko_nx; k++) {
+		const struct kv_xblk *b = obj->ko_x[k];
+		uint32_t in = 0;
+
+		assert_true(atomic_load(&b->xb_ref) >= 1);
+		assert_true(b->xb_cap > 0 && b->xb_cap <= KV_EXTENT);
+		if (k + 1 < obj->ko_nx)
+			assert_int_equal(b->xb_cap, KV_EXTENT);
+		for (uint32_t i = 0; i < b->xb_nseg; i++) {
+			assert_int_equal(b->xb_seg[i].ks_off, in);
+			in += b->xb_seg[i].ks_len;
+		}
+		assert_int_equal(in, b->xb_cap);
+	}
+	for (uint32_t i = 0; i < nflat(obj); i++) {
+		const struct flat_seg fe = flat(obj, i), *e = &fe;
 
 		assert_int_equal(e->ke_off, off);
 		assert_int_equal((uintptr_t)e->ke_addr % KV_PAGE_SIZE, 0);
@@ -167,8 +214,8 @@ static void check_all(const struct kv_obj *obj, const struct model *m)
 /* Reads a few bytes each side of every extent boundary inside the value. */
 static void check_boundaries(const struct kv_obj *obj, const struct model *m)
 {
-	for (uint32_t i = 1; i < obj->ko_next; i++) {
-		uint64_t b = obj->ko_ext[i].ke_off;
+	for (uint32_t i = 1; i < nflat(obj); i++) {
+		uint64_t b = flat(obj, i).ke_off;
 
 		if (b >= m->m_size)
 			break;
@@ -207,7 +254,7 @@ static void test_new_empty(void **state)
 	assert_int_equal(obj->ko_seq, 0);
 	assert_int_equal(obj->ko_size, 0);
 	assert_int_equal(obj->ko_cap, 0);
-	assert_int_equal(obj->ko_next, 0);
+	assert_int_equal(nflat(obj), 0);
 	assert_ptr_equal(obj->ko_pool, pool);
 	assert_int_equal(kv_obj_read(obj, 0, buf, sizeof(buf)), 0);
 	assert_int_equal(kv_obj_iov(obj, 0, 100, iov, 4, &bytes), 0);
@@ -280,13 +327,13 @@ static void test_write_sequential_and_overwrite(void **state)
 		assert_int_equal(kv_pool_used(pool), obj->ko_cap);
 	}
 	assert_int_equal(obj->ko_size, 6 * MIB + 123);
-	assert_true(obj->ko_next > 1);
+	assert_true(nflat(obj) > 1);
 	check_all(obj, &m);
 	check_boundaries(obj, &m);
 
 	/* Overwrites that straddle every extent boundary, then a larger one. */
-	for (uint32_t i = 1; i < obj->ko_next; i++) {
-		uint64_t b = obj->ko_ext[i].ke_off;
+	for (uint32_t i = 1; i < nflat(obj); i++) {
+		uint64_t b = flat(obj, i).ke_off;
 
 		if (b + 50 <= m.m_size)
 			write_pat(obj, &m, b - 50, 100, 100 + i);
@@ -401,7 +448,7 @@ static void test_truncate_down_up(void **state)
 	assert_int_equal(kv_obj_truncate(obj, 0), 0);
 	model_truncate(&m, 0);
 	assert_int_equal(obj->ko_cap, 0);
-	assert_int_equal(obj->ko_next, 0);
+	assert_int_equal(nflat(obj), 0);
 	assert_int_equal(kv_pool_used(pool), 0);
 	dirty_pool(pool, MIB, 0xdd);
 	assert_int_equal(kv_obj_truncate(obj, 5000), 0);
@@ -532,7 +579,7 @@ static void test_seal_small_value_pins_one_page(void **state)
 	assert_int_equal(kv_obj_write(obj, 0, buf, 10), 0);
 	kv_obj_seal(obj, 7);
 	assert_int_equal(obj->ko_cap, 4096);
-	assert_int_equal(obj->ko_next, 1);
+	assert_int_equal(nflat(obj), 1);
 	assert_int_equal(kv_pool_used(pool), 4096);
 	memset(buf, 0, sizeof(buf));
 	assert_int_equal(kv_obj_read(obj, 0, buf, 100), 10);
@@ -567,7 +614,9 @@ static void test_clone(void **state)
 			assert_false(c->ko_sealed);
 			assert_int_equal(c->ko_seq, 0);
 			assert_int_equal(c->ko_size, want);
-			assert_int_equal(kv_pool_used(pool), before + c->ko_cap);
+			/* Whole extents are shared; one cut short is copied up to the cut. */
+			assert_int_equal(kv_pool_used(pool),
+					 before + (want == ms.m_size ? 0 : PAGE_UP(want)));
 			model_write(&mc, 0, ms.m_buf, want);
 			check_all(c, &mc);
 
@@ -596,6 +645,78 @@ static void test_clone(void **state)
 	}
 	model_free(&ms);
 	assert_int_equal(kv_pool_used(pool), 0);
+	kv_pool_destroy(pool);
+}
+
+/*
+ * Copy-on-write per extent: a clone of a sealed 10 MiB value shares its five
+ * extents; a 4 KiB write copies exactly the one extent it lands in (pool
+ * memory and kv_obj_cow_bytes grow by KV_EXTENT), a write across a boundary
+ * copies two, a second write into a copied extent copies nothing, and the
+ * source keeps its bytes throughout.
+ */
+static void test_cow_per_extent(void **state)
+{
+	struct kv_pool *pool = pool_new(32 * MIB);
+	struct kv_obj *src = obj_new(pool), *c = NULL;
+	struct model ms = {0}, mc = {0};
+	uint64_t used, cow;
+
+	(void)state;
+	write_pat(src, &ms, 0, 5 * KV_EXTENT, 1);
+	kv_obj_seal(src, 9);
+	assert_int_equal(src->ko_nx, 5);
+	used = kv_pool_used(pool);
+	assert_int_equal(used, 5 * KV_EXTENT);
+
+	assert_int_equal(kv_obj_clone(src, UINT64_MAX, &c), 0);
+	model_write(&mc, 0, ms.m_buf, ms.m_size);
+	assert_int_equal(kv_pool_used(pool), used);
+	for (uint32_t k = 0; k < 5; k++) {
+		assert_ptr_equal(c->ko_x[k], src->ko_x[k]);
+		assert_int_equal(atomic_load(&c->ko_x[k]->xb_ref), 2);
+	}
+
+	cow = kv_obj_cow_bytes();
+	write_pat(c, &mc, 2 * KV_EXTENT + 100, 4096, 2);
+	assert_int_equal(kv_obj_cow_bytes() - cow, KV_EXTENT);
+	assert_int_equal(kv_pool_used(pool), used + KV_EXTENT);
+	assert_ptr_not_equal(c->ko_x[2], src->ko_x[2]);
+	for (uint32_t k = 0; k < 5; k++)
+		if (k != 2)
+			assert_ptr_equal(c->ko_x[k], src->ko_x[k]);
+
+	/* Across the boundary of extents 0 and 1: two copies. */
+	write_pat(c, &mc, KV_EXTENT - 10, 20, 3);
+	assert_int_equal(kv_obj_cow_bytes() - cow, 3 * KV_EXTENT);
+	assert_int_equal(kv_pool_used(pool), used + 3 * KV_EXTENT);
+
+	/* Already the clone's own: no copy. */
+	write_pat(c, &mc, 2 * KV_EXTENT, 50000, 4);
+	assert_int_equal(kv_obj_cow_bytes() - cow, 3 * KV_EXTENT);
+
+	/* Growing past a full last extent starts a new one: no copy. */
+	write_pat(c, &mc, 5 * KV_EXTENT + 7, 10, 5);
+	assert_int_equal(kv_obj_cow_bytes() - cow, 3 * KV_EXTENT);
+	assert_ptr_equal(c->ko_x[4], src->ko_x[4]);
+	check_all(c, &mc);
+	check_boundaries(c, &mc);
+	check_all(src, &ms);
+
+	/* Truncating the clone down lets go of its share of the extents past the cut. */
+	assert_int_equal(kv_obj_truncate(c, KV_EXTENT + 5), 0);
+	model_truncate(&mc, KV_EXTENT + 5);
+	check_all(c, &mc);
+	check_all(src, &ms);
+	kv_obj_seal(c, 10);
+	kv_obj_put(src);
+	/* Extent 1 is the clone's own copy (written above): sealing trimmed it. */
+	assert_int_equal(kv_pool_used(pool), KV_EXTENT + PAGE_UP(5));
+	check_all(c, &mc);
+	kv_obj_put(c);
+	assert_int_equal(kv_pool_used(pool), 0);
+	model_free(&ms);
+	model_free(&mc);
 	kv_pool_destroy(pool);
 }
 
@@ -702,9 +823,21 @@ static void test_enospc(void **state)
 	assert_int_equal(kv_pool_used(pool), used);
 	check_all(obj, &m);
 
+	/*
+	 * With the pool full, a whole clone still works (it shares every
+	 * extent), a cut one does not (it copies the extent it cuts), and a
+	 * write into the clone fails whole: it would have to copy its extent.
+	 */
 	n = grab_all_pages(pool, pages, 256);
-	assert_int_equal(kv_obj_clone(obj, UINT64_MAX, &c), -ENOSPC);
+	assert_int_equal(kv_obj_clone(obj, 1000, &c), -ENOSPC);
 	assert_ptr_equal(c, &sentinel);
+	assert_int_equal(kv_obj_clone(obj, UINT64_MAX, &c), 0);
+	assert_int_equal(kv_pool_used(pool), used + n * KV_PAGE_SIZE);
+	assert_int_equal(kv_obj_write(c, 10, "y", 1), -ENOSPC);
+	assert_int_equal(c->ko_size, m.m_size);
+	check_all(c, &m);
+	check_all(obj, &m);
+	kv_obj_put(c);
 	for (size_t i = 0; i < n; i++)
 		kv_pool_free(pool, pages[i], KV_PAGE_SIZE);
 	assert_int_equal(kv_pool_used(pool), used);
@@ -732,8 +865,8 @@ static void check_iov(const struct kv_obj *obj, const struct model *m, uint64_t 
 	assert_true(maxiov <= 64);
 	end = off >= m->m_size ? off : (len < m->m_size - off ? off + len : m->m_size);
 	/* Expected: one iovec per extent overlapping [off, end), up to maxiov. */
-	for (e = 0; e < obj->ko_next && expect < maxiov; e++) {
-		const struct kv_extent *x = &obj->ko_ext[e];
+	for (e = 0; e < nflat(obj) && expect < maxiov; e++) {
+		const struct flat_seg fx = flat(obj, e), *x = &fx;
 		uint64_t lo = x->ke_off > off ? x->ke_off : off;
 		uint64_t hi = x->ke_off + x->ke_len < end ? x->ke_off + x->ke_len : end;
 
@@ -748,12 +881,12 @@ static void check_iov(const struct kv_obj *obj, const struct model *m, uint64_t 
 	for (int i = 0; i < n; i++) {
 		uint32_t k = 0;
 
-		while (k + 1 < obj->ko_next && obj->ko_ext[k + 1].ke_off <= pos)
+		while (k + 1 < nflat(obj) && flat(obj, k + 1).ke_off <= pos)
 			k++;
 		assert_ptr_equal(iov[i].iov_base,
-				 (char *)obj->ko_ext[k].ke_addr + (pos - obj->ko_ext[k].ke_off));
+				 (char *)flat(obj, k).ke_addr + (pos - flat(obj, k).ke_off));
 		assert_true(iov[i].iov_len > 0);
-		assert_true(pos + iov[i].iov_len <= obj->ko_ext[k].ke_off + obj->ko_ext[k].ke_len);
+		assert_true(pos + iov[i].iov_len <= flat(obj, k).ke_off + flat(obj, k).ke_len);
 		assert_memory_equal(iov[i].iov_base, m->m_buf + pos, iov[i].iov_len);
 		pos += iov[i].iov_len;
 	}
@@ -773,7 +906,7 @@ static void test_iov(void **state)
 	for (uint64_t off = 0; off < 5 * MIB + 3; off += 4096)
 		write_pat(obj, &m, off, 5 * MIB + 3 - off < 4096 ? 5 * MIB + 3 - off : 4096, 1);
 	size = m.m_size;
-	assert_true(obj->ko_next >= 4);
+	assert_true(nflat(obj) >= 4);
 	check_extents(obj);
 
 	check_iov(obj, &m, 0, size, 64);
@@ -781,20 +914,20 @@ static void test_iov(void **state)
 	for (int maxiov = 1; maxiov <= 4; maxiov++) {
 		check_iov(obj, &m, 0, size, maxiov);
 		check_iov(obj, &m, 1, size, maxiov);
-		check_iov(obj, &m, obj->ko_ext[1].ke_off - 1, size, maxiov);
-		check_iov(obj, &m, obj->ko_ext[2].ke_off + 17, 3 * MIB, maxiov);
+		check_iov(obj, &m, flat(obj, 1).ke_off - 1, size, maxiov);
+		check_iov(obj, &m, flat(obj, 2).ke_off + 17, 3 * MIB, maxiov);
 	}
 	/* maxiov 1 stops at the end of the first extent. */
 	assert_int_equal(kv_obj_iov(obj, 0, size, iov, 1, &bytes), 1);
-	assert_int_equal(bytes, obj->ko_ext[0].ke_len);
-	assert_int_equal(iov[0].iov_len, obj->ko_ext[0].ke_len);
+	assert_int_equal(bytes, flat(obj, 0).ke_len);
+	assert_int_equal(iov[0].iov_len, flat(obj, 0).ke_len);
 	assert_int_equal(kv_obj_iov(obj, 5, size, iov, 1, &bytes), 1);
-	assert_int_equal(bytes, obj->ko_ext[0].ke_len - 5);
+	assert_int_equal(bytes, flat(obj, 0).ke_len - 5);
 
 	/* Inside one extent: one iovec of exactly len. */
 	assert_int_equal(kv_obj_iov(obj, 100, 200, iov, 4, &bytes), 1);
 	assert_int_equal(bytes, 200);
-	assert_ptr_equal(iov[0].iov_base, (char *)obj->ko_ext[0].ke_addr + 100);
+	assert_ptr_equal(iov[0].iov_base, (char *)flat(obj, 0).ke_addr + 100);
 	assert_int_equal(iov[0].iov_len, 200);
 
 	/* Ranges at and past the end, empty ranges, no room for iovecs. */
@@ -861,7 +994,7 @@ static void test_read_many_extents(void **state)
 
 	obj = obj_new(pool);
 	write_pat(obj, &m, 0, 40 * KV_PAGE_SIZE - 7, 1);
-	assert_int_equal(obj->ko_next, 40);
+	assert_int_equal(nflat(obj), 40);
 	check_all(obj, &m);
 	check_boundaries(obj, &m);
 	check_range(obj, &m, 3, 35 * KV_PAGE_SIZE);
@@ -872,7 +1005,7 @@ static void test_read_many_extents(void **state)
 
 	/* Grow past what is free: fails, the 40 pages stay and the rest is returned. */
 	assert_int_equal(kv_obj_write(obj, 200 * KV_PAGE_SIZE, "x", 1), -ENOSPC);
-	assert_int_equal(obj->ko_next, 40);
+	assert_int_equal(nflat(obj), 40);
 	assert_int_equal(kv_pool_used(pool), 168 * KV_PAGE_SIZE);
 	check_all(obj, &m);
 
@@ -899,6 +1032,7 @@ int main(void)
 	    cmocka_unit_test(test_seal_trims),
 	    cmocka_unit_test(test_seal_small_value_pins_one_page),
 	    cmocka_unit_test(test_clone),
+	    cmocka_unit_test(test_cow_per_extent),
 	    cmocka_unit_test(test_refcount),
 	    cmocka_unit_test(test_enospc),
 	    cmocka_unit_test(test_iov),

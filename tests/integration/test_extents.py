@@ -1,0 +1,142 @@
+# SPDX-License-Identifier: MIT
+"""Values made of 2 MiB extents (issue 9), as far as they are built: a
+small write into a large sealed value copies only the extent it touches
+(pool.cow_bytes in .kvfs/stats), with the bytes right before and after a
+restart, and concurrent readers undisturbed."""
+
+import hashlib
+import mmap
+import os
+import shutil
+import sys
+import tempfile
+import threading
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kvfstest  # noqa: E402
+from kvfstest import pattern, read_file, write_file  # noqa: E402
+
+EXTENT = 2 << 20
+SIZE = 64 << 20  # 32 extents
+
+
+class ExtentCowTest(kvfstest.KvfsTestCase):
+    MOUNT_OPTS = ("--mem-size=256M",)
+
+    def cow(self, m):
+        return m.stats()["pool"]["cow_bytes"]
+
+    def overwrite(self, path, writes):
+        fd = os.open(path, os.O_RDWR)
+        try:
+            for off, data in writes:
+                self.assertEqual(os.pwrite(fd, data, off), len(data))
+        finally:
+            os.close(fd)
+
+    def check_cow(self, m, path, model):
+        cow0 = self.cow(m)
+        # 4 KiB inside extent 18, then 4 KiB across the boundary of extents 20 and 21.
+        writes = [(18 * EXTENT + 100, b"a" * 4096), (21 * EXTENT - 2048, b"b" * 4096)]
+        self.overwrite(path, writes)
+        for off, data in writes:
+            model[off:off + len(data)] = data
+        # One version. The first write copies extent 18, the one it touches,
+        # while the old version still shares it; putting the new version in
+        # place lets go of the old one, so extents 20 and 21 are no longer
+        # shared when the second write comes and nothing more is copied.
+        self.assertEqual(self.cow(m) - cow0, EXTENT)
+        self.assertEqual(hashlib.sha256(read_file(path)).hexdigest(),
+                         hashlib.sha256(model).hexdigest())
+
+    def test_small_writes_copy_only_their_extents_dram(self):
+        m = self.mount(opts=list(self.MOUNT_OPTS) + kvfstest.dram_only_opts(), name="dram")
+        p = m.path("big")
+        model = bytearray(pattern("big", SIZE))
+        write_file(p, bytes(model))
+        used0 = m.stats()["pool"]["used"]
+        self.check_cow(m, p, model)
+        # The old version is gone: its copied extent went back to the pool.
+        self.assertEqual(m.stats()["pool"]["used"], used0)
+        # Another round, on the new version: again one extent.
+        self.check_cow(m, p, model)
+
+    def test_small_writes_copy_only_their_extents_ssd(self):
+        if not kvfstest.has_ssd_tier():
+            kvfstest.skip("no SSD tier in this build")
+        data = tempfile.mkdtemp(prefix="kvfs-it-extents-", dir="/tmp")
+        self.addCleanup(shutil.rmtree, data, True)
+        m = self.mount(data=os.path.join(data, "d"), name="first")
+        p = m.path("big")
+        model = bytearray(pattern("big", SIZE))
+        write_file(p, bytes(model))
+        fd = os.open(p, os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+        self.check_cow(m, p, model)
+        fd = os.open(p, os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+        m.stop()
+        m2 = self.mount(data=os.path.join(data, "d"), name="again")
+        self.assertEqual(hashlib.sha256(read_file(m2.path("big"))).hexdigest(),
+                         hashlib.sha256(model).hexdigest())
+
+    def test_readers_during_copy_on_write(self):
+        """O_DIRECT readers (served from the pool under read guards, which
+        hold the version they started on) run while a writer makes 40
+        versions, each with a small write into a different extent: every
+        read sees the original bytes outside the written ranges and, inside
+        them, old or new bytes only; the end result is byte-exact."""
+        m = self.m
+        p = m.path("k")
+        size = 8 * EXTENT + 12345
+        orig = pattern("k", size)
+        write_file(p, orig)
+        spots = [((i * 5) % 8 * EXTENT + i * 4096 + 7, bytes([65 + i % 26]) * 10)
+                 for i in range(40)]
+        stop = threading.Event()
+        errors = []
+
+        def reader():
+            buf = mmap.mmap(-1, (size + 4095) // 4096 * 4096)
+            fd = os.open(p, os.O_RDONLY | os.O_DIRECT)
+            try:
+                while not stop.is_set():
+                    got = os.preadv(fd, [buf], 0)
+                    data = bytearray(buf[:got])
+                    if got != size:
+                        errors.append("short read %d" % got)
+                        return
+                    for off, new in spots:
+                        piece = bytes(data[off:off + len(new)])
+                        if piece != new and piece != orig[off:off + len(new)]:
+                            errors.append("torn bytes at %d" % off)
+                            return
+                        data[off:off + len(new)] = orig[off:off + len(new)]
+                    if data != orig:
+                        errors.append("an untouched byte changed")
+                        return
+            finally:
+                os.close(fd)
+                buf.close()
+
+        threads = [threading.Thread(target=reader) for _ in range(2)]
+        for t in threads:
+            t.start()
+        try:
+            for off, new in spots:
+                self.overwrite(p, [(off, new)])
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+        self.assertEqual(errors, [])
+        model = bytearray(orig)
+        for off, new in spots:
+            model[off:off + len(new)] = new
+        self.assertEqual(read_file(p), bytes(model))
+
+
+if __name__ == "__main__":
+    kvfstest.main()
