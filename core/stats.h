@@ -112,15 +112,16 @@ struct kv_stats {
 struct kv_stats_gauges {
 	uint64_t kg_pool_size;
 	uint64_t kg_pool_used;
+	uint64_t kg_keys;     /* regular files with a name */
+	uint64_t kg_dirs;     /* directories, the root included */
+	uint64_t kg_symlinks; /* symlinks with a name */
+	uint64_t kg_specials; /* FIFOs and sockets with a name */
+	uint64_t kg_open;     /* open file handles */
+	uint64_t kg_bytes;    /* sum of the logical sizes of all keys */
+	uint64_t kg_last_seq; /* the newest sequence number handed out */
+	const char *kg_extra; /* more members of the top-level object ("a": {...}, ...), or NULL */
+
 	uint64_t kg_cow_bytes; /* bytes copied because a shared extent was changed (core/obj.h) */
-	uint64_t kg_keys;      /* regular files with a name */
-	uint64_t kg_dirs;      /* directories, the root included */
-	uint64_t kg_symlinks;  /* symlinks with a name */
-	uint64_t kg_specials;  /* FIFOs and sockets with a name */
-	uint64_t kg_open;      /* open file handles */
-	uint64_t kg_bytes;     /* sum of the logical sizes of all keys */
-	uint64_t kg_last_seq;  /* the newest sequence number handed out */
-	const char *kg_extra;  /* more members of the top-level object ("a": {...}, ...), or NULL */
 };
 
 /* Zeroes every counter and records the start time. */
