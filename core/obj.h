@@ -53,6 +53,9 @@
 #define KV_EXTENT	(1ull << KV_EXTENT_SHIFT)
 static_assert(KV_EXTENT == KV_POOL_MAX_BLOCK, "an extent is at most one pool block");
 
+/* The largest value, 16 TiB (extent indexes below 2^23): past it, EFBIG. */
+#define KV_MAX_VALUE (1ull << 44)
+
 /* One pool block of an extent's memory. */
 struct kv_seg {
 	void *ks_addr;	 /* pool memory, page aligned */

@@ -692,6 +692,8 @@ int kv_store_setattr(struct kv_store *st, struct kv_inode *ino, const struct kv_
 
 	if ((sa->ksa_valid & KV_SET_SIZE) && !S_ISREG(ino->ki_type))
 		return no_value(ino);
+	if ((sa->ksa_valid & KV_SET_SIZE) && sa->ksa_size > KV_MAX_VALUE)
+		return -EFBIG;
 	do {
 		pthread_rwlock_wrlock(&ino->ki_lock);
 		err = setattr_locked(ino, sa);
@@ -1153,8 +1155,11 @@ int kv_store_rename(struct kv_store *st, struct kv_inode *odir, const char *onam
 int kv_store_value_new(struct kv_store *st, uint64_t len, struct kv_obj **out)
 {
 	struct kv_obj *obj;
-	int err = kv_obj_new(st->ks_pool, &obj);
+	int err;
 
+	if (len > KV_MAX_VALUE)
+		return -EFBIG;
+	err = kv_obj_new(st->ks_pool, &obj);
 	if (err)
 		return err;
 	do
@@ -1334,6 +1339,8 @@ int kv_store_write(struct kv_store *st, struct kv_inode *ino, uint64_t off, cons
 
 	if (!S_ISREG(ino->ki_type))
 		return no_value(ino);
+	if (off > KV_MAX_VALUE || len > KV_MAX_VALUE - off)
+		return -EFBIG;
 	do {
 		pthread_rwlock_wrlock(&ino->ki_lock);
 		err = write_locked(ino, off, buf, len);
@@ -1375,7 +1382,7 @@ int kv_store_fallocate(struct kv_store *st, struct kv_inode *ino, int mode, uint
 		return -EOPNOTSUPP;
 	if (!S_ISREG(ino->ki_type))
 		return no_value(ino);
-	if (off + len < off)
+	if (off > KV_MAX_VALUE || len > KV_MAX_VALUE - off)
 		return -EFBIG;
 	do {
 		pthread_rwlock_wrlock(&ino->ki_lock);

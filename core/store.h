@@ -219,7 +219,8 @@ int kv_store_getattr(struct kv_store *st, struct kv_inode *ino, struct kv_attr *
 /*
  * Applies the fields named in sa->ksa_valid. A size change on a sealed value
  * makes a new version (copy-on-write of the kept prefix). -ENOSPC, -EISDIR
- * for a size change on a directory.
+ * for a size change on a directory, -EFBIG for a size past KV_MAX_VALUE
+ * (16 TiB, core/obj.h).
  */
 int kv_store_setattr(struct kv_store *st, struct kv_inode *ino, const struct kv_setattr *sa,
 		     struct kv_attr *attr);
@@ -312,7 +313,8 @@ int kv_store_read_direct(struct kv_store *st, struct kv_inode *ino, const struct
 
 /*
  * Writes len bytes at off; a write to a sealed value makes a new version
- * first. Returns 0, -ENOSPC (pool full; nothing written), -EISDIR.
+ * first. Returns 0, -ENOSPC (pool full; nothing written), -EISDIR, -EFBIG
+ * when it would end past KV_MAX_VALUE (nothing written).
  */
 int kv_store_write(struct kv_store *st, struct kv_inode *ino, uint64_t off, const void *buf,
 		   size_t len);
@@ -330,7 +332,8 @@ int kv_store_fsync(struct kv_store *st, struct kv_inode *ino);
 /*
  * Makes an open, unnamed value of len bytes for kv_store_publish, its
  * bytes not yet written: the caller fills all of them (kv_obj_iov) first.
- * Waits for room as a write does. Returns 0, -ENOSPC or -ENOMEM.
+ * Waits for room as a write does. Returns 0, -ENOSPC, -ENOMEM, or -EFBIG
+ * past KV_MAX_VALUE.
  */
 int kv_store_value_new(struct kv_store *st, uint64_t len, struct kv_obj **out);
 
@@ -349,7 +352,10 @@ int kv_store_value_new(struct kv_store *st, uint64_t len, struct kv_obj **out);
 int kv_store_publish(struct kv_store *st, struct kv_inode *dir, const char *name,
 		     struct kv_obj *obj, const struct kv_cred *cred, bool noreplace);
 
-/* fallocate mode 0 or FALLOC_FL_KEEP_SIZE. -EOPNOTSUPP for other modes, -ENOSPC. */
+/*
+ * fallocate mode 0 or FALLOC_FL_KEEP_SIZE. -EOPNOTSUPP for other modes,
+ * -ENOSPC, -EFBIG past KV_MAX_VALUE.
+ */
 int kv_store_fallocate(struct kv_store *st, struct kv_inode *ino, int mode, uint64_t off,
 		       uint64_t len);
 

@@ -2,8 +2,10 @@
 """Values made of 2 MiB extents (issue 9), as far as they are built: a
 small write into a large sealed value copies only the extent it touches
 (pool.cow_bytes in .kvfs/stats), with the bytes right before and after a
-restart, and concurrent readers undisturbed."""
+restart, and concurrent readers undisturbed; EFBIG past the largest file
+(16 TiB)."""
 
+import errno
 import hashlib
 import mmap
 import os
@@ -18,6 +20,7 @@ from kvfstest import pattern, read_file, write_file  # noqa: E402
 
 EXTENT = 2 << 20
 SIZE = 64 << 20  # 32 extents
+MAX_SIZE = 16 << 40  # core/obj.h KV_MAX_VALUE
 
 
 class ExtentCowTest(kvfstest.KvfsTestCase):
@@ -136,6 +139,29 @@ class ExtentCowTest(kvfstest.KvfsTestCase):
         for off, new in spots:
             model[off:off + len(new)] = new
         self.assertEqual(read_file(p), bytes(model))
+
+
+class MaxSizeTest(kvfstest.KvfsTestCase):
+    """The largest file is 16 TiB: a write, truncate or fallocate that would
+    end past it fails with EFBIG and changes nothing."""
+
+    MOUNT_OPTS = ("--mem-size=64M",)
+
+    def test_efbig(self):
+        p = self.m.path("k")
+        write_file(p, b"hello")
+        fd = os.open(p, os.O_RDWR)
+        try:
+            self.assertErrno(errno.EFBIG, os.pwrite, fd, b"x", MAX_SIZE)
+            self.assertErrno(errno.EFBIG, os.pwrite, fd, b"xy" * 3000, MAX_SIZE + 12345)
+            self.assertErrno(errno.EFBIG, os.ftruncate, fd, MAX_SIZE + 1)
+            self.assertErrno(errno.EFBIG, os.truncate, p, MAX_SIZE + (1 << 30))
+            self.assertErrno(errno.EFBIG, kvfstest.fallocate, fd, 0, MAX_SIZE - 4096, 8192)
+            self.assertErrno(errno.EFBIG, kvfstest.fallocate, fd, 1, MAX_SIZE, 1)
+            self.assertEqual(os.fstat(fd).st_size, 5)
+        finally:
+            os.close(fd)
+        self.assertEqual(read_file(p), b"hello")
 
 
 if __name__ == "__main__":
