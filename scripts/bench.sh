@@ -29,7 +29,14 @@
 #            DRAM per key (resident bytes next to an empty store's, values
 #            evicted).
 #
-#   scripts/bench.sh [dram] [ssd] [ioctl] [gc] [meta] [--keys=N]     (default: every part)
+#   cow      copy-on-write per extent: 4 KiB random writes into a sealed
+#            1 GiB file, each its own version (open, pwrite, close), in a
+#            DRAM-only kvfs next to /dev/shm: versions/s and pool.cow_bytes
+#            per write; fio sequential write (4 x 64 MiB) with its default
+#            fallocate next to --fallocate=none.
+#
+#   scripts/bench.sh [dram] [ssd] [ioctl] [gc] [meta] [cow] [--keys=N]  (default: every part)
+# KVFS_BIN=PATH runs another kvfs binary (a "before" build) instead of build/kvfs.
 # Needs root (mounts, drop_caches).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -39,12 +46,12 @@ kvfs_install_deps
 parts=() keys=100000
 for a in "$@"; do
 	case $a in
-	dram | ssd | ioctl | gc | meta) parts+=("$a") ;;
+	dram | ssd | ioctl | gc | meta | cow) parts+=("$a") ;;
 	--keys=*) keys=${a#*=} ;;
 	*) echo "bench.sh: unknown argument '$a'" >&2; exit 2 ;;
 	esac
 done
-[ ${#parts[@]} -gt 0 ] || parts=(dram ssd ioctl gc meta)
+[ ${#parts[@]} -gt 0 ] || parts=(dram ssd ioctl gc meta cow)
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)" --target kvfs kvfs-bench >/dev/null
 
@@ -61,7 +68,7 @@ trap cleanup EXIT
 # serves and its pool is faulted in.
 mount_kvfs() {
 	mkdir -p "$work/mnt"
-	build/kvfs -f "$@" "$work/data" "$work/mnt" 2>>"$work/log" &
+	"${KVFS_BIN:-build/kvfs}" -f "$@" "$work/data" "$work/mnt" 2>>"$work/log" &
 	pid=$!
 	for _ in $(seq 600); do mountpoint -q "$work/mnt" && [ -e "$work/mnt/.kvfs/stats" ] && break; sleep 0.1; done
 	mountpoint -q "$work/mnt" || { cat "$work/log"; exit 1; }
@@ -333,6 +340,53 @@ start_timed() {
 	sleep 1 # the pool's pages settle
 	res=($(python3 -c "import json; r=json.load(open('$work/mnt/.kvfs/stats'))['recovery']
 print(r['seconds'], r['keys'], '%.3f' % ($t1 - $t0))") $(awk '/VmRSS/ {print $2}' "/proc/$pid/status"))
+}
+
+# cow_writes DIR N -> "versions/s cow_bytes_per_write": N 4 KiB writes at
+# random 4 KiB-aligned offsets of DIR/big (1 GiB, sealed), each in its own
+# open/pwrite/close, so each makes a new version.
+cow_writes() {
+	python3 - "$1" "$2" <<'PY'
+import json, os, random, sys, time
+d, n = sys.argv[1], int(sys.argv[2])
+p = os.path.join(d, "big")
+st = os.path.join(d, ".kvfs", "stats")
+cow = lambda: json.load(open(st))["pool"].get("cow_bytes", -1) if os.path.exists(st) else 0
+rnd = random.Random(1)
+buf = os.urandom(4096)
+c0, t0 = cow(), time.monotonic()
+for _ in range(n):
+    fd = os.open(p, os.O_RDWR)
+    os.pwrite(fd, buf, rnd.randrange(1 << 18) * 4096)
+    os.close(fd)
+t = time.monotonic() - t0
+c = cow()
+print("%.0f %s" % (n / t, "%.0f" % ((c - c0) / n) if c0 >= 0 and c >= 0 else "n/a"))
+PY
+}
+
+bench_cow() {
+	local k b kc n=200
+	mount_kvfs --mem-size=2560M --ssd-size=0
+	printf '\n%-34s %10s %10s %8s\n' "copy-on-write, 1 GiB sealed file" "kvfs" "shm" ratio
+	head -c 1G /dev/urandom >"$work/mnt/big"
+	cp "$work/mnt/big" "$shm/big"
+	read -r k kc <<<"$(cow_writes "$work/mnt" $n)"
+	read -r b _ <<<"$(cow_writes "$shm" $n)"
+	row "4 KiB write+close, versions/s" "$k" "$b"
+	echo "  pool.cow_bytes per 4 KiB write: $kc (one extent: $((2 << 20)))"
+	rm -f "$work/mnt/big" "$shm/big"
+	printf '\n%-34s %10s %10s %8s\n' "fio seq write 4 x 64 MiB" "fallocate" "none" ratio
+	k=$(fio --name=bench --directory="$work/mnt" --rw=write --bs=1M --nrfiles=4 --filesize=64m \
+		--ioengine=psync --output-format=json | python3 -c 'import json,sys
+print("%.0f" % (json.load(sys.stdin)["jobs"][0]["write"]["bw_bytes"] / 2**20))')
+	rm -f "$work"/mnt/bench.*
+	b=$(fio --name=bench --directory="$work/mnt" --rw=write --bs=1M --nrfiles=4 --filesize=64m \
+		--fallocate=none --ioengine=psync --output-format=json | python3 -c 'import json,sys
+print("%.0f" % (json.load(sys.stdin)["jobs"][0]["write"]["bw_bytes"] / 2**20))')
+	row "MiB/s, default fallocate vs none" "$k" "$b"
+	umount_kvfs
+	rm -rf "$work/data"
 }
 
 bench_meta() {
