@@ -1174,6 +1174,60 @@ static void check_guard(const struct iovec *iov, int n, uint64_t bytes, uint64_t
 	free(want);
 }
 
+/*
+ * Copy-on-write per extent while a read guard holds the old version: each
+ * small write copies the one extent it lands in (pool.cow_bytes), the
+ * other extents stay shared, the guard keeps reading the old bytes, and
+ * the copies' old extents go back to the pool when the guard is done.
+ */
+static void test_cow_per_extent_guard(void **state)
+{
+	struct kv_store *st = store_new(64 * MIB);
+	struct kv_inode *root = kv_store_root(st), *k;
+	struct kv_read_guard g;
+	struct iovec iov[64];
+	uint64_t bytes, size, cow;
+	uint8_t *buf;
+	int n;
+
+	(void)state;
+	k = make_file(st, root, "k", 5 * KV_EXTENT, 1);
+	assert_int_equal(used(st), 5 * KV_EXTENT);
+	n = kv_store_read(st, k, 0, UINT64_MAX, iov, 64, &bytes, &g);
+	check_guard(iov, n, bytes, 5 * KV_EXTENT, 1);
+
+	cow = kv_obj_cow_bytes();
+	open_ok(st, k, O_WRONLY);
+	assert_int_equal(kv_store_write(st, k, KV_EXTENT + 10, "AAAA", 4), 0);
+	assert_int_equal(kv_store_write(st, k, 3 * KV_EXTENT + 20, "BBBB", 4), 0);
+	assert_int_equal(kv_store_write(st, k, 3 * KV_EXTENT + 30, "CCCC", 4), 0);
+	kv_store_release(st, k, O_WRONLY);
+	assert_int_equal(kv_obj_cow_bytes() - cow, 2 * KV_EXTENT);
+	assert_int_equal(used(st), 7 * KV_EXTENT);
+	check_guard(iov, n, bytes, 5 * KV_EXTENT, 1);
+	kv_read_done(&g);
+	assert_int_equal(used(st), 5 * KV_EXTENT);
+
+	buf = read_all(st, k, &size);
+	assert_int_equal(size, 5 * KV_EXTENT);
+	memcpy(buf + KV_EXTENT + 10, "____", 4);
+	memcpy(buf + 3 * KV_EXTENT + 20, "____", 4);
+	memcpy(buf + 3 * KV_EXTENT + 30, "____", 4);
+	for (uint64_t i = 0; i < size; i++)
+		if (buf[i] != '_')
+			assert_int_equal(buf[i], pat(i, 1));
+	free(buf);
+	buf = read_all(st, k, &size);
+	assert_memory_equal(buf + KV_EXTENT + 10, "AAAA", 4);
+	assert_memory_equal(buf + 3 * KV_EXTENT + 20, "BBBB", 4);
+	assert_memory_equal(buf + 3 * KV_EXTENT + 30, "CCCC", 4);
+	free(buf);
+	assert_int_equal(kv_store_unlink(st, root, "k"), 0);
+	kv_store_forget(st, k, 1);
+	assert_int_equal(used(st), 0);
+	kv_store_destroy(st);
+}
+
 static void test_cow_read_guard(void **state)
 {
 	struct kv_store *st = store_new(64 * MIB);
@@ -2116,6 +2170,7 @@ int main(void)
 	    cmocka_unit_test(test_references),
 	    cmocka_unit_test(test_seal_on_release),
 	    cmocka_unit_test(test_cow_read_guard),
+	    cmocka_unit_test(test_cow_per_extent_guard),
 	    cmocka_unit_test(test_open_unlink),
 	    cmocka_unit_test(test_setattr),
 	    cmocka_unit_test(test_open_trunc),
