@@ -720,6 +720,81 @@ static void test_cow_per_extent(void **state)
 	kv_pool_destroy(pool);
 }
 
+/*
+ * Random operations on a chain of versions that share extents: the open
+ * version is written, truncated, reserved and cloned; sealed versions are
+ * kept (as readers would) and dropped at random. After every step every
+ * live version matches its own model byte for byte, so a write into a
+ * shared extent can never leak into another version; at the end every
+ * page is back in the pool.
+ */
+static void test_cow_random_versions(void **state)
+{
+	enum { MAXV = 5 };
+	struct kv_pool *pool = pool_new(128 * MIB);
+	struct kv_obj *cur = obj_new(pool), *old[MAXV] = {0};
+	struct model mcur = {0}, mold[MAXV] = {{0}};
+	unsigned rnd = 12345;
+
+	(void)state;
+	for (int step = 0; step < 200; step++) {
+		uint64_t a, b;
+		unsigned op;
+
+		rnd = rnd * 1103515245u + 12345u;
+		op = (rnd >> 16) % 10;
+		rnd = rnd * 1103515245u + 12345u;
+		a = ((uint64_t)(rnd >> 8) * 7919) % (5 * MIB);
+		rnd = rnd * 1103515245u + 12345u;
+		b = (rnd >> 8) % (op < 4 ? 40000 : MIB) + 1;
+		if (op < 6) {
+			write_pat(cur, &mcur, a, b, step);
+		} else if (op == 6) {
+			assert_int_equal(kv_obj_truncate(cur, a), 0);
+			model_truncate(&mcur, a);
+		} else if (op == 7) {
+			bool keep = b & 1;
+
+			assert_int_equal(kv_obj_reserve(cur, a + b, keep), 0);
+			if (!keep && a + b > mcur.m_size)
+				model_truncate(&mcur, a + b);
+		} else {
+			/* Seal, keep the sealed version in a free slot (or drop one), clone. */
+			struct kv_obj *next = NULL;
+			struct model mnext = {0};
+			uint64_t len = op == 8 ? UINT64_MAX : a;
+			int slot = (int)(b % MAXV);
+
+			kv_obj_seal(cur, (uint64_t)step + 1);
+			assert_int_equal(kv_obj_clone(cur, len, &next), 0);
+			model_write(&mnext, 0, mcur.m_buf, len < mcur.m_size ? len : mcur.m_size);
+			if (old[slot]) {
+				kv_obj_put(old[slot]);
+				model_free(&mold[slot]);
+			}
+			old[slot] = cur;
+			mold[slot] = mcur;
+			cur = next;
+			mcur = mnext;
+		}
+		check_all(cur, &mcur);
+		for (int v = 0; v < MAXV; v++)
+			if (old[v] && (step % 4 == 0 || op >= 8))
+				check_all(old[v], &mold[v]);
+	}
+	check_boundaries(cur, &mcur);
+	for (int v = 0; v < MAXV; v++)
+		if (old[v]) {
+			kv_obj_put(old[v]);
+			model_free(&mold[v]);
+		}
+	check_all(cur, &mcur);
+	kv_obj_put(cur);
+	model_free(&mcur);
+	assert_int_equal(kv_pool_used(pool), 0);
+	kv_pool_destroy(pool);
+}
+
 static void test_refcount(void **state)
 {
 	struct kv_pool *pool = pool_new(16 * MIB);
@@ -1033,6 +1108,7 @@ int main(void)
 	    cmocka_unit_test(test_seal_small_value_pins_one_page),
 	    cmocka_unit_test(test_clone),
 	    cmocka_unit_test(test_cow_per_extent),
+	    cmocka_unit_test(test_cow_random_versions),
 	    cmocka_unit_test(test_refcount),
 	    cmocka_unit_test(test_enospc),
 	    cmocka_unit_test(test_iov),
