@@ -159,6 +159,33 @@ static int do_version(struct ioc *io, struct kvfs_ioc_version *v)
 	return 0;
 }
 
+/*
+ * A device region, before any backend sees it (so the same answers come
+ * from a daemon with or without a device): a UUID, for CUDA_IPC a handle
+ * and no fd, for CUDA_VMM an fd and no handle, nothing of the host kinds,
+ * and a range whose end does not overflow.
+ */
+static int device_region_check(const struct kvfs_ioc_region *rg)
+{
+	bool handle = !all_zero(rg->rg_ipc_handle, sizeof(rg->rg_ipc_handle));
+	uint64_t end;
+
+	if (rg->rg_addr || !all_zero(rg->rg_shm_name, sizeof(rg->rg_shm_name)) ||
+	    all_zero(rg->rg_dev_uuid, sizeof(rg->rg_dev_uuid)))
+		return -EINVAL;
+	if (rg->rg_kind == KVFS_REGION_CUDA_IPC && (rg->rg_fd || !handle))
+		return -EINVAL;
+	if (rg->rg_kind == KVFS_REGION_CUDA_VMM && handle)
+		return -EINVAL;
+	if (rg->rg_kind == KVFS_REGION_CUDA_VMM && rg->rg_fd < 0)
+		return -EBADF;
+	if (rg->rg_length == 0)
+		return -EINVAL;
+	if (__builtin_add_overflow(rg->rg_offset, rg->rg_length, &end))
+		return -EFAULT;
+	return 0;
+}
+
 int kv_ioc_region_check(const struct kvfs_ioc_region *rg)
 {
 	bool name = !all_zero(rg->rg_shm_name, sizeof(rg->rg_shm_name));
@@ -176,7 +203,7 @@ int kv_ioc_region_check(const struct kvfs_ioc_region *rg)
 		return rg->rg_offset || rg->rg_fd || cuda || name ? -EINVAL : 0;
 	case KVFS_REGION_CUDA_IPC:
 	case KVFS_REGION_CUDA_VMM:
-		return -EOPNOTSUPP;
+		return device_region_check(rg);
 	default:
 		return -EINVAL;
 	}

@@ -176,6 +176,8 @@ def load(path=None):
             "kvfs_remove": (ctypes.c_int, [vp, P(ctypes.c_char_p), sz, ctypes.c_uint, u64,
                                            P(_Status), P(_Summary)]),
             "kvfs_remove_prefix": (ctypes.c_int64, [vp, ctypes.c_char_p, u64]),
+            "kvfs_register_device": (ctypes.c_int, [vp, vp, sz, P(u32)]),
+            "kvfs_device_note": (ctypes.c_char_p, []),
         }
         for name, (res, args) in sig.items():
             fn = getattr(lib, name)
@@ -244,7 +246,8 @@ class BatchResult:
 
 class Region:
     """A registered range of memory: `id` (what layouts and iovs name),
-    `kind` ("shm" from Client.alloc, "proc" from Client.register), `size`,
+    `kind` ("shm" from Client.alloc, "proc" from Client.register, "device"
+    from Client.register_device), `size`,
     and for "shm" `buffer`, a writable memoryview of the shared memory —
     valid until the region is unregistered or the Client closed. `writable`
     is False for read-only memory (register(bytes, writable=False)): get()
@@ -385,6 +388,29 @@ class Client:
             p.release()
             _check(rc, "kvfs_region_register")
         r = Region(self, rid.value, "proc", p.len, p.addr, p, writable)
+        with self._lock:
+            self._regions[r.id] = r
+        return r
+
+    def register_device(self, ptr, nbytes):
+        """Registers `nbytes` of CUDA device memory at device address `ptr`
+        (an int: a torch.Tensor's data_ptr() and nbytes, say) as a CUDA_IPC
+        or CUDA_VMM region; libkvfs finds the allocation and its device.
+        Synchronise the stream that wrote the memory before a put. Raises
+        OSError(EOPNOTSUPP or ENODEV) with the reason where device memory
+        cannot be registered (no CUDA in libkvfs or in the daemon, no driver)."""
+        if nbytes <= 0:
+            raise ValueError("cannot register an empty range")
+        rid = ctypes.c_uint32()
+        rc = self._lib.kvfs_register_device(self._h, ctypes.c_void_p(ptr), nbytes,
+                                            ctypes.byref(rid))
+        if rc < 0:
+            note = self._lib.kvfs_device_note().decode()
+            if rc == -_errno.EOPNOTSUPP and not note:
+                note = "the daemon serves no device regions (--gpu=off, or no device there)"
+            raise OSError(-rc, "kvfs_register_device: %s%s" % (
+                os.strerror(-rc), ": " + note if note else ""))
+        r = Region(self, rid.value, "device", nbytes, ptr)
         with self._lock:
             self._regions[r.id] = r
         return r

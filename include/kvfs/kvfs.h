@@ -199,6 +199,29 @@ int kvfs_region_alloc(struct kvfs *kv, size_t len, int numa_node, void **addrp, 
 int kvfs_region_register(struct kvfs *kv, void *addr, size_t len, uint32_t *idp);
 
 /*
+ * Registers [ptr, ptr + len) of CUDA device memory — a plain device
+ * pointer and length, such as a torch.Tensor's data_ptr() and nbytes — as a
+ * region. The library finds the allocation and its device itself: memory
+ * from cudaMalloc (or any allocation cudaIpcGetMemHandle accepts) becomes a
+ * CUDA_IPC region, memory from cuMemCreate with a POSIX-fd handle type
+ * (PyTorch's expandable segments) a CUDA_VMM region. The range must lie in
+ * one allocation. Puts copy device -> DRAM and gets DRAM -> device inside
+ * the daemon; a put reads the memory as it is when the daemon copies, so
+ * the caller synchronises the stream that produced the data first. A get
+ * returns once the bytes are in device memory.
+ *
+ * Returns 0 and the region id in *idp, or -errno: -EINVAL (len 0, not
+ * device memory), -EFAULT (the range leaves its allocation), -EOPNOTSUPP
+ * (libkvfs or the daemon has no CUDA backend in force, or the allocation
+ * can be shared neither way), -ENODEV (no usable CUDA driver here, or the
+ * daemon does not see the device), -EMFILE, -ENOMEM. kvfs_device_note()
+ * says in one line why device registration cannot work here ("" when it
+ * can, as far as this process can tell).
+ */
+int kvfs_register_device(struct kvfs *kv, const void *ptr, size_t len, uint32_t *idp);
+const char *kvfs_device_note(void);
+
+/*
  * Unregisters a region; memory from kvfs_region_alloc is unmapped (its
  * pointers become invalid), memory of kvfs_region_register stays the
  * caller's. Returns 0 or -errno: -EBADF (no such region), -EPERM (not this

@@ -645,13 +645,20 @@ static void test_render(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_parse_size_good), cmocka_unit_test(test_parse_size_bad),
-	    cmocka_unit_test(test_defaults),	    cmocka_unit_test(test_positional),
-	    cmocka_unit_test(test_mem_size),	    cmocka_unit_test(test_long_option_beats_o),
-	    cmocka_unit_test(test_o_options),	    cmocka_unit_test(test_environment),
-	    cmocka_unit_test(test_threads_numa),    cmocka_unit_test(test_flags),
-	    cmocka_unit_test(test_help_version),    cmocka_unit_test(test_errors),
-	    cmocka_unit_test(test_render),	    cmocka_unit_test(test_trace),
+	    cmocka_unit_test(test_parse_size_good),
+	    cmocka_unit_test(test_parse_size_bad),
+	    cmocka_unit_test(test_defaults),
+	    cmocka_unit_test(test_positional),
+	    cmocka_unit_test(test_mem_size),
+	    cmocka_unit_test(test_long_option_beats_o),
+	    cmocka_unit_test(test_o_options),
+	    cmocka_unit_test(test_environment),
+	    cmocka_unit_test(test_threads_numa),
+	    cmocka_unit_test(test_flags),
+	    cmocka_unit_test(test_help_version),
+	    cmocka_unit_test(test_errors),
+	    cmocka_unit_test(test_render),
+	    cmocka_unit_test(test_trace),
 	    cmocka_unit_test(test_gpu),
 	};
 
