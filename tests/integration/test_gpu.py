@@ -10,7 +10,9 @@ Everywhere (no device needed):
   never has CUDA in force;
 - device registrations that cannot be right fail with their documented
   errno (ioctl_e2e devregs), whether or not the daemon has a device;
-- the Python module's register_device says why it cannot work here.
+- the Python module's register_device says why it cannot work here;
+- the C example (examples/c) round-trips host memory (and device memory
+  where there is a device).
 
 With a CUDA build and a device (tests/gpu/run.sh on a GPU machine): the
 device tests of tests/gpu/gpu_e2e.c — CUDA_IPC and CUDA_VMM regions, a
@@ -125,6 +127,20 @@ class Backend(kvfstest.KvfsTestCase):
         kvfstest.write_file(self.m.path("after"), b"alive")
         self.assertEqual(kvfstest.read_file(self.m.path("after")), b"alive")
         self.assertEqual(self.m.stats()["ioctl"]["regions"], 0)
+
+    def test_c_example(self):
+        rc, out = run([os.path.join(bindir(), "kvfs-roundtrip"), self.m.mnt])
+        self.assertEqual(rc, 0, out)
+        self.assertIn("host memory: round trip ok", out)
+        self.assertEqual(sorted(os.listdir(self.m.path("example-host"))),
+                         ["key0", "key1", "key2", "key3"])
+        for k in range(4):
+            self.assertEqual(os.stat(self.m.path("example-host", "key%d" % k)).st_size,
+                             256 << 10)
+        if device_problem() is None:
+            self.assertIn("device memory: round trip ok", out)
+        else:
+            self.assertRegex(out, r"device memory: skipped: .+")
 
     def test_python_register_device_says_why(self):
         if device_problem() is not None:
