@@ -47,6 +47,7 @@
 
 #include "core/batch.h"
 #include "fs/ioctl.h"
+#include "gpu/dev.h"
 #include "gpu/region.h"
 #include "kvfs/kvfs_ioctl.h"
 
@@ -387,7 +388,7 @@ static void name_changed(void *arg, struct kv_inode *dir, const char *name)
 }
 
 static const uint32_t batch_flags[KV_IOC__COUNT] = {
-    [KV_IOC_PUT] = KVFS_PUT_NOREPLACE | KVFS_PUT_MKDIR,
+    [KV_IOC_PUT] = KVFS_PUT_NOREPLACE | KVFS_PUT_MKDIR | KVFS_PUT_WAIT_EVENT,
     [KV_IOC_REMOVE] = KVFS_REMOVE_RECURSIVE,
 };
 
@@ -412,7 +413,7 @@ static int do_batch(struct ioc *io, enum kv_ioc_kind kind, struct kvfs_ioc_batch
 	    .kb_changed = name_changed,
 	    .kb_arg = fs,
 	};
-	bool regions = kind == KV_IOC_PUT || kind == KV_IOC_GET;
+	bool regions = kind == KV_IOC_PUT || kind == KV_IOC_GET, event;
 	uint64_t failed = 0, total;
 	int err = 0;
 
@@ -428,8 +429,15 @@ static int do_batch(struct ioc *io, enum kv_ioc_kind kind, struct kvfs_ioc_batch
 		err = tgid_of(io->io_tid, &io->io_tgid);
 		if (err)
 			return err;
-		kv_region_begin(fs->kf_regions);
 	}
+	event = kind == KV_IOC_PUT && (bt->bt_flags & KVFS_PUT_WAIT_EVENT);
+	if (event) {
+		err = kv_dev_event_begin(bt->bt_data + KVFS_BATCH_EVENT_OFF);
+		if (err)
+			return err;
+	}
+	if (regions)
+		kv_region_begin(fs->kf_regions);
 	b.kb_ns[KV_STAGE_VALIDATE] = kv_now_ns() - t0;
 	bt->bt_ok = bt->bt_prefix = 0;
 	bt->bt_bytes = 0;
@@ -451,6 +459,8 @@ static int do_batch(struct ioc *io, enum kv_ioc_kind kind, struct kvfs_ioc_batch
 	}
 	if (regions)
 		kv_region_end(fs->kf_regions);
+	if (event)
+		kv_dev_event_end();
 	total = kv_now_ns() - t0;
 	bt->bt_ns = total;
 	kv_stats_ioc(&fs->kf_stats, kind, t0, bt->bt_nkeys, failed, bt->bt_bytes, b.kb_ns);

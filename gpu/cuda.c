@@ -90,6 +90,7 @@ struct copyq {
 	size_t cq_len[QMAX];
 	cudaStream_t cq_held[MAXDEV]; /* streams taken by this thread, until it syncs */
 	int cq_err;
+	cudaEvent_t cq_event; /* KVFS_PUT_WAIT_EVENT: what every stream taken waits for */
 };
 static __thread struct copyq tq;
 
@@ -314,8 +315,11 @@ static void flush_queue(void)
 		if (!n)
 			continue;
 		err = cu_errno(cudaSetDevice(d));
-		if (!err && !tq.cq_held[d])
+		if (!err && !tq.cq_held[d]) {
 			err = stream_take(d, &tq.cq_held[d]);
+			if (!err && tq.cq_event)
+				err = cu_errno(cudaStreamWaitEvent(tq.cq_held[d], tq.cq_event, 0));
+		}
 		if (!err)
 			err = issue(tq.cq_held[d], dst, src, len, n);
 		if (err && !tq.cq_err)
@@ -364,6 +368,26 @@ static int cuda_sync(struct kv_region *r)
 	err = tq.cq_err;
 	tq.cq_err = 0;
 	return err;
+}
+
+int kv_cuda_event_begin(const uint8_t *handle)
+{
+	cudaIpcEventHandle_t h;
+	int err;
+
+	static_assert(sizeof(h.reserved) == KVFS_BATCH_EVENT_SIZE, "event handle size");
+	memcpy(h.reserved, handle, sizeof(h.reserved));
+	err = cu_errno(cudaIpcOpenEventHandle(&tq.cq_event, h));
+	if (err)
+		tq.cq_event = NULL;
+	return err == -ENOMEM ? err : err ? -EINVAL : 0;
+}
+
+void kv_cuda_event_end(void)
+{
+	if (tq.cq_event)
+		cudaEventDestroy(tq.cq_event);
+	tq.cq_event = NULL;
 }
 
 /* --- CUDA_IPC --- */

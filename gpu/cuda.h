@@ -47,6 +47,10 @@ void kv_cuda_versions(int *driver, int *runtime);
 void kv_cuda_pin(void *base, size_t len);
 void kv_cuda_pin_progress(uint64_t *pinned, uint64_t *total);
 
+/* The thread's copies wait for this client event until kv_cuda_event_end (gpu/dev.h). */
+int kv_cuda_event_begin(const uint8_t *handle);
+void kv_cuda_event_end(void);
+
 extern const struct kv_region_ops kv_cuda_ipc_ops;
 extern const struct kv_region_ops kv_cuda_vmm_ops;
 

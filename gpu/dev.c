@@ -91,6 +91,23 @@ void kv_dev_pin_progress(uint64_t *pinned, uint64_t *total)
 #endif
 }
 
+int kv_dev_event_begin(const uint8_t *handle)
+{
+#ifdef KVFS_HAVE_CUDA
+	if (cuda_on)
+		return kv_cuda_event_begin(handle);
+#endif
+	return -EOPNOTSUPP;
+}
+
+void kv_dev_event_end(void)
+{
+#ifdef KVFS_HAVE_CUDA
+	if (cuda_on)
+		kv_cuda_event_end();
+#endif
+}
+
 void kv_dev_stop(void)
 {
 #ifdef KVFS_HAVE_CUDA

@@ -72,6 +72,15 @@ void kv_dev_pin(void *base, size_t len);
 /* Bytes pinned so far, and bytes kv_dev_pin was asked to pin. */
 void kv_dev_pin_progress(uint64_t *pinned, uint64_t *total);
 
+/*
+ * KVFS_PUT_WAIT_EVENT: until kv_dev_event_end, the calling thread's device
+ * copies wait for the client's event (handle: a cudaIpcEventHandle_t,
+ * KVFS_BATCH_EVENT_SIZE bytes). Returns 0, -EOPNOTSUPP without CUDA in
+ * force, or -EINVAL for a handle the driver refuses.
+ */
+int kv_dev_event_begin(const uint8_t *handle);
+void kv_dev_event_end(void);
+
 /* Stops the pinning, unpins, and releases the devices. */
 void kv_dev_stop(void);
 

@@ -173,6 +173,8 @@ def load(path=None):
             "kvfs_put": (ctypes.c_int, [vp, P(_Key), sz, ctypes.c_uint, u64, P(_Status),
                                         P(_Summary)]),
             "kvfs_get": (ctypes.c_int, [vp, P(_Key), sz, u64, P(_Status), P(_Summary)]),
+            "kvfs_put_event": (ctypes.c_int, [vp, P(_Key), sz, ctypes.c_uint, ctypes.c_char_p,
+                                              u64, P(_Status), P(_Summary)]),
             "kvfs_remove": (ctypes.c_int, [vp, P(ctypes.c_char_p), sz, ctypes.c_uint, u64,
                                            P(_Status), P(_Summary)]),
             "kvfs_remove_prefix": (ctypes.c_int64, [vp, ctypes.c_char_p, u64]),
@@ -494,13 +496,23 @@ class Client:
             raise ValueError("give layout= (and blocks=) or iovs=")
         return keys, n, keep
 
-    def put(self, names, layout=None, blocks=None, iovs=None, flags=0, trace=0):
+    def put(self, names, layout=None, blocks=None, iovs=None, flags=0, trace=0, event=None):
         """Stores each name's memory as its new value, atomically per key.
         Memory by layout (block blocks[i], default i) or by iovs[i], a list
         of (region, offset, length). flags: PUT_NOREPLACE, PUT_MKDIR.
+        event: the 64 bytes of a cudaIpcEventHandle_t recorded after the work
+        that produced device memory: the daemon's copies wait for it instead
+        of the caller synchronising first (kvfs_put_event).
         result = bytes stored or -errno."""
         keys, n, _keep = self._keys(names, layout, blocks, iovs)
         st, s = (_Status * max(n, 1))(), _Summary()
+        if event is not None:
+            event = bytes(event)
+            if len(event) != 64:
+                raise ValueError("a CUDA IPC event handle is 64 bytes, not %d" % len(event))
+            _check(self._lib.kvfs_put_event(self._h, keys, n, flags, event, trace, st,
+                                            ctypes.byref(s)), "kvfs_put_event")
+            return BatchResult._from_c(st, n, s)
         _check(self._lib.kvfs_put(self._h, keys, n, flags, trace, st, ctypes.byref(s)),
                "kvfs_put")
         return BatchResult._from_c(st, n, s)

@@ -279,6 +279,20 @@ int kvfs_put(struct kvfs *kv, const struct kvfs_key *keys, size_t n, unsigned fl
 	     struct kvfs_status *st, struct kvfs_summary *sum);
 
 /*
+ * kvfs_put for device memory whose producing work the caller has not
+ * waited for: `event` is a cudaIpcEventHandle_t (64 bytes, from
+ * cudaIpcGetEventHandle of an event made with cudaEventInterprocess |
+ * cudaEventDisableTiming and recorded after that work). The daemon's
+ * device copies wait for it on the GPU (cudaStreamWaitEvent); host
+ * regions are not ordered by it. Returns as kvfs_put; the whole call fails
+ * with -EOPNOTSUPP when the daemon has no CUDA backend in force and with
+ * -EINVAL for a handle its driver refuses.
+ */
+int kvfs_put_event(struct kvfs *kv, const struct kvfs_key *keys, size_t n, unsigned flags,
+		   const void *event, uint64_t trace, struct kvfs_status *st,
+		   struct kvfs_summary *sum);
+
+/*
  * Copies each key's current value into its memory, whose total length must
  * equal the value's size. Every byte of a key comes from one version.
  * st[i].ks_result is the bytes copied, or -ENOENT, -EBUSY, -EMSGSIZE (the

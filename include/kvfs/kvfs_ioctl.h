@@ -331,6 +331,18 @@ struct kvfs_ioc_key {
 enum {
 	KVFS_PUT_NOREPLACE = 1 << 0, /* an existing key fails with -EEXIST, keeps its value */
 	KVFS_PUT_MKDIR = 1 << 1,     /* create missing parent directories (mode 0755) */
+	/*
+	 * The put contract for device memory: without this flag the caller has
+	 * synchronised the stream that produced the bytes before the ioctl.
+	 * With it, bt_data's last KVFS_BATCH_EVENT_SIZE bytes hold a
+	 * cudaIpcEventHandle_t (the caller records the event after the
+	 * producing work) and the daemon makes its device copies wait for it
+	 * (cudaStreamWaitEvent); names and iov lists stay out of those bytes.
+	 * Copies from host regions are not ordered by it. EOPNOTSUPP (the whole
+	 * batch) without the CUDA backend in force, EINVAL for a handle the
+	 * driver refuses.
+	 */
+	KVFS_PUT_WAIT_EVENT = 1 << 2,
 };
 
 /* bt_flags of KVFS_IOC_REMOVE. */
@@ -341,6 +353,9 @@ enum {
 #define KVFS_IOC_BATCH_SIZE  16376u
 #define KVFS_BATCH_HDR_SIZE  48u
 #define KVFS_BATCH_DATA_SIZE (KVFS_IOC_BATCH_SIZE - KVFS_BATCH_HDR_SIZE)
+/* KVFS_PUT_WAIT_EVENT: the event handle's bytes, at the end of bt_data. */
+#define KVFS_BATCH_EVENT_SIZE 64u
+#define KVFS_BATCH_EVENT_OFF  (KVFS_BATCH_DATA_SIZE - KVFS_BATCH_EVENT_SIZE)
 /* Keys with one-byte names fill bt_data: the most a batch can carry. */
 #define KVFS_BATCH_MAX_KEYS (KVFS_BATCH_DATA_SIZE / (sizeof(struct kvfs_ioc_key) + 1))
 

@@ -143,15 +143,23 @@ class Backend(kvfstest.KvfsTestCase):
             self.assertRegex(out, r"device memory: skipped: .+")
 
     def test_python_register_device_says_why(self):
-        if device_problem() is not None:
-            kvfs = kvfs_module()
-            with kvfs.Client(self.m.mnt) as c:
-                with self.assertRaises(OSError) as cm:
-                    c.register_device(0x7f0000000000, 4096)
+        if device_problem() is None:
+            self.skipTest("a device is present: tests/gpu/gpu_e2e.c covers registration")
+        kvfs = kvfs_module()
+        with kvfs.Client(self.m.mnt) as c:
+            with self.assertRaises(OSError) as cm:
+                c.register_device(0x7f0000000000, 4096)
             self.assertIn(cm.exception.errno, (errno.EOPNOTSUPP, errno.ENODEV))
             self.assertRegex(str(cm.exception), r"kvfs_register_device: .+: .+")
-        else:
-            self.skipTest("a device is present: tests/gpu/gpu_e2e.c covers registration")
+            # A put that would wait for a CUDA event: refused as a whole here.
+            src = bytearray(4096)
+            r = c.register(src, writable=False)
+            with self.assertRaises(OSError) as cm:
+                c.put(["ev"], iovs=[[(r, 0, 4096)]], event=b"\x5a" * 64)
+            self.assertEqual(cm.exception.errno, errno.EOPNOTSUPP)
+            with self.assertRaises(ValueError):
+                c.put(["ev"], iovs=[[(r, 0, 4096)]], event=b"short")
+        self.assertFalse(os.path.exists(self.m.path("ev")))
 
 
 class RefusedWithoutDevice(kvfstest.KvfsTestCase):

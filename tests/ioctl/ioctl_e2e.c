@@ -1094,6 +1094,23 @@ static int devregs_main(const char *dir)
 	      "overflow");
 	CHECK(dev_reg(fd, KVFS_REGION_CUDA_VMM, nodev, 0, fd, 0, 4096) == wellformed,
 	      "unknown uuid");
+	/* A put that asks to wait for a CUDA event: made-up handle, or no CUDA at all. */
+	{
+		struct kvfs_ioc_batch *bt = calloc(1, sizeof(*bt));
+		struct kvfs_ioc_key k = {.ik_name_off = sizeof(k), .ik_name_len = 2};
+
+		CHECK(bt, "calloc");
+		hdr_init(&bt->bt_hdr, sizeof(*bt), 0);
+		bt->bt_nkeys = 1;
+		bt->bt_flags = KVFS_PUT_WAIT_EVENT;
+		memcpy(bt->bt_data, &k, sizeof(k));
+		memcpy(bt->bt_data + sizeof(k), "ev", 2);
+		memset(bt->bt_data + KVFS_BATCH_EVENT_OFF, 0x5a, KVFS_BATCH_EVENT_SIZE);
+		CHECK(ioc(fd, KVFS_IOC_PUT, bt) == (cuda ? -EINVAL : -EOPNOTSUPP), "event put");
+		bt->bt_flags = KVFS_PUT_WAIT_EVENT;
+		CHECK(ioc(fd, KVFS_IOC_GET, bt) == -EINVAL, "a get takes no event");
+		free(bt);
+	}
 	printf("cuda=%d\n", cuda);
 	close(fd);
 	return 0;

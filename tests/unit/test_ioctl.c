@@ -233,7 +233,7 @@ static void test_batch_header(void **state)
 	bt->bt_nkeys = UINT32_MAX;
 	assert_int_equal(kv_ioc_batch_check(KV_IOC_GET, bt), -E2BIG);
 	bt->bt_nkeys = 1;
-	bt->bt_flags = KVFS_PUT_NOREPLACE | KVFS_PUT_MKDIR;
+	bt->bt_flags = KVFS_PUT_NOREPLACE | KVFS_PUT_MKDIR | KVFS_PUT_WAIT_EVENT;
 	assert_int_equal(kv_ioc_batch_check(KV_IOC_PUT, bt), 0);
 	assert_int_equal(kv_ioc_batch_check(KV_IOC_GET, bt), -EINVAL);
 	assert_int_equal(kv_ioc_batch_check(KV_IOC_LOOKUP, bt), -EINVAL);
