@@ -22,12 +22,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define MAXDEV	     16		   /* devices the daemon uses */
-#define DEV_STREAMS  32		   /* streams per device, at most */
-#define QMAX	     512	   /* copies a thread queues before it issues them */
-#define PIN_CHUNK    (256ul << 20) /* bytes pinned per cudaHostRegister */
-#define PIN_MAXCHUNK 4096
-#define DRV_ABI	     12000 /* the driver ABI the entry points are asked for */
+#define MAXDEV	    16		  /* devices the daemon uses */
+#define DEV_STREAMS 32		  /* streams per device, at most */
+#define QMAX	    512		  /* copies a thread queues before it issues them */
+#define PIN_CHUNK   (256ul << 20) /* bytes pinned per cudaHostRegister */
+#define DRV_ABI	    12000	  /* the driver ABI the entry points are asked for */
 
 /* The driver functions used, as cudaGetDriverEntryPointByVersion gives them. */
 static struct {
@@ -136,13 +135,21 @@ static int drv_errno(CUresult e)
 	}
 }
 
+/* A driver function by name: by ABI version where the runtime can (12.5 on). */
+static cudaError_t entry_point(const char *sym, void **fn, enum cudaDriverEntryPointQueryResult *q)
+{
+#if CUDART_VERSION >= 12050
+	return cudaGetDriverEntryPointByVersion(sym, fn, DRV_ABI, cudaEnableDefault, q);
+#else
+	return cudaGetDriverEntryPoint(sym, fn, cudaEnableDefault, q);
+#endif
+}
+
 static int load(const char *sym, void **fn)
 {
 	enum cudaDriverEntryPointQueryResult q;
 
-	if (cudaGetDriverEntryPointByVersion(sym, fn, DRV_ABI, cudaEnableDefault, &q) !=
-		cudaSuccess ||
-	    q != cudaDriverEntryPointSuccess || !*fn) {
+	if (entry_point(sym, fn, &q) != cudaSuccess || q != cudaDriverEntryPointSuccess || !*fn) {
 		cudaGetLastError();
 		return -ENOSYS;
 	}
@@ -281,7 +288,15 @@ static int issue(cudaStream_t s, void **dst, const void **src, size_t *len, size
 	int err = 0;
 
 	if (n > 1 && !atomic_load_explicit(&no_batch, memory_order_relaxed)) {
+#if CUDART_VERSION >= 13000
 		cudaError_t e = cudaMemcpyBatchAsync(dst, src, len, n, &attr, &idx, 1, s);
+#elif CUDART_VERSION >= 12080
+		size_t fail;
+		cudaError_t e =
+		    cudaMemcpyBatchAsync(dst, (void **)src, len, n, &attr, &idx, 1, &fail, s);
+#else
+		cudaError_t e = cudaErrorNotSupported; /* no batched copy in this runtime */
+#endif
 
 		if (e == cudaSuccess)
 			return 0;
@@ -576,7 +591,7 @@ static void *pin_main(void *arg)
 
 void kv_cuda_pin(void *base, size_t len)
 {
-	if (!ndev || pin_started || len / PIN_CHUNK >= PIN_MAXCHUNK)
+	if (!ndev || pin_started)
 		return;
 	pin_base = base;
 	pin_len = len;

@@ -56,6 +56,16 @@ static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
 static int drv_err; /* 0, or why there is no driver (immutable after drv_once) */
 static char drv_note[160];
 
+/* A driver function by name: by ABI version where the runtime can (12.5 on). */
+static cudaError_t entry_point(const char *sym, void **fn, enum cudaDriverEntryPointQueryResult *q)
+{
+#if CUDART_VERSION >= 12050
+	return cudaGetDriverEntryPointByVersion(sym, fn, DRV_ABI, cudaEnableDefault, q);
+#else
+	return cudaGetDriverEntryPoint(sym, fn, cudaEnableDefault, q);
+#endif
+}
+
 static void drv_load(void)
 {
 	static const struct {
@@ -93,8 +103,7 @@ static void drv_load(void)
 		return;
 	}
 	for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++)
-		if (cudaGetDriverEntryPointByVersion(syms[i].name, syms[i].fn, DRV_ABI,
-						     cudaEnableDefault, &q) != cudaSuccess ||
+		if (entry_point(syms[i].name, syms[i].fn, &q) != cudaSuccess ||
 		    q != cudaDriverEntryPointSuccess) {
 			snprintf(drv_note, sizeof(drv_note), "the CUDA driver lacks %s",
 				 syms[i].name);

@@ -86,8 +86,8 @@ static void batch(struct kvfs *kv, const char *prefix, uint32_t id, uint64_t off
 		  : kvfs_put(kv, keys, n, KVFS_PUT_FLAG_MKDIR, 0, st, &sum);
 	CHECK(!err, "batch: %s", strerror(-err));
 	for (size_t i = 0; i < n; i++)
-		CHECK(st[i].ks_result == (int64_t)len, "%s %s: %lld", get ? "get" : "put",
-		      names[i], (long long)st[i].ks_result);
+		CHECK(st[i].ks_result == (int64_t)len, "%s %s: %lld", get ? "get" : "put", names[i],
+		      (long long)st[i].ks_result);
 	free(iov);
 	free(keys);
 	free(st);
@@ -179,6 +179,15 @@ static int ipc_main(const char *dir)
 	return 0;
 }
 
+static cudaError_t entry_point(const char *sym, void **fn)
+{
+#if CUDART_VERSION >= 12050
+	return cudaGetDriverEntryPointByVersion(sym, fn, 12000, cudaEnableDefault, NULL);
+#else
+	return cudaGetDriverEntryPoint(sym, fn, cudaEnableDefault, NULL);
+#endif
+}
+
 /* cuMemCreate memory with a POSIX-fd handle type, mapped read/write on device 0. */
 static void *vmm_alloc(size_t *size)
 {
@@ -200,16 +209,11 @@ static void *vmm_alloc(size_t *size)
 	size_t g;
 
 	CU(cudaFree(0)); /* the primary context, current */
-	CU(cudaGetDriverEntryPointByVersion("cuMemCreate", (void **)&create, 12000,
-					    cudaEnableDefault, NULL));
-	CU(cudaGetDriverEntryPointByVersion("cuMemGetAllocationGranularity", (void **)&gran, 12000,
-					    cudaEnableDefault, NULL));
-	CU(cudaGetDriverEntryPointByVersion("cuMemAddressReserve", (void **)&reserve, 12000,
-					    cudaEnableDefault, NULL));
-	CU(cudaGetDriverEntryPointByVersion("cuMemMap", (void **)&map, 12000, cudaEnableDefault,
-					    NULL));
-	CU(cudaGetDriverEntryPointByVersion("cuMemSetAccess", (void **)&access, 12000,
-					    cudaEnableDefault, NULL));
+	CU(entry_point("cuMemCreate", (void **)&create));
+	CU(entry_point("cuMemGetAllocationGranularity", (void **)&gran));
+	CU(entry_point("cuMemAddressReserve", (void **)&reserve));
+	CU(entry_point("cuMemMap", (void **)&map));
+	CU(entry_point("cuMemSetAccess", (void **)&access));
 	CHECK(gran(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) == CUDA_SUCCESS, "granularity");
 	*size = (*size + g - 1) / g * g;
 	CHECK(create(&h, *size, &prop, 0) == CUDA_SUCCESS, "cuMemCreate");
@@ -266,7 +270,8 @@ static int layers_main(const char *dir, int nl)
 	      "layout");
 	for (int b = 0; b < NB; b++) {
 		snprintf(names[b], sizeof(names[b]), "layers/%d", b);
-		keys[b] = (struct kvfs_key){.kk_name = names[b], .kk_layout = layout, .kk_block = b};
+		keys[b] =
+		    (struct kvfs_key){.kk_name = names[b], .kk_layout = layout, .kk_block = b};
 	}
 	CHECK(!kvfs_put(kv, keys, NB, KVFS_PUT_FLAG_MKDIR, 0, st, &sum) && sum.ksum_ok == NB,
 	      "put");
