@@ -286,8 +286,11 @@ static void render_gpu(FILE *f)
 	fprintf(f,
 		" \"gpu\": {\"backend\": \"%s\", \"built\": \"%s\", \"devices\": %d, "
 		"\"driver_version\": %d, \"runtime_version\": %d, \"pool_pinned\": %" PRIu64
-		", \"pool_pin_target\": %" PRIu64 "},\n",
+		", \"pool_pin_target\": %" PRIu64 ", \"note\": \"",
 		kv_dev_backend(), kv_dev_built(), kv_dev_count(), drv, rt, pinned, total);
+	for (const char *p = kv_dev_note(); *p; p++) /* plain text: keep it valid JSON */
+		fputc(*p == '"' || *p == '\\' || (unsigned char)*p < 0x20 ? '\'' : *p, f);
+	fputs("\"},\n", f);
 }
 
 static void render_ioctl(FILE *f, const struct kv_stats *st)

@@ -308,14 +308,15 @@ int main(int argc, char **argv)
 		ret = ret < 0 ? 1 : ret;
 		goto out_datadir;
 	}
-	/* After the fork: the CUDA runtime starts threads. */
+	/*
+	 * After the fork: the CUDA runtime starts threads. With --gpu=auto and
+	 * no usable device the reason goes to the stats, not to stderr.
+	 */
 	rc = kv_dev_start((enum kv_dev_mode)cfg.kc_gpu, err, sizeof(err));
 	if (rc) {
 		fprintf(stderr, "kvfs: --gpu=cuda: %s\n", err);
 		goto out_datadir;
 	}
-	if (err[0])
-		fprintf(stderr, "kvfs: gpu: %s; serving host regions only\n", err);
 	rc = kv_store_create(&fs.kf_store, &cfg, dd.kd_dirfd);
 	if (rc) {
 		fprintf(stderr, "kvfs: cannot start on '%s' (pool %llu bytes): %s\n",

@@ -12,7 +12,8 @@
 #include "gpu/cuda.h"
 #endif
 
-static bool cuda_on; /* immutable after kv_dev_start */
+static bool cuda_on;	   /* immutable after kv_dev_start */
+static char dev_note[256]; /* ditto */
 
 const char *kv_dev_mode_name(enum kv_dev_mode m)
 {
@@ -43,7 +44,13 @@ int kv_dev_start(enum kv_dev_mode mode, char *note, size_t note_len)
 #endif
 	if (!err)
 		cuda_on = true;
+	snprintf(dev_note, sizeof(dev_note), "%s", note);
 	return mode == KV_DEV_CUDA ? err : 0;
+}
+
+const char *kv_dev_note(void)
+{
+	return dev_note;
 }
 
 const char *kv_dev_backend(void)

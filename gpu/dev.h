@@ -44,12 +44,15 @@ const char *kv_dev_built(void);
 /*
  * Probes the devices and starts the backend `mode` asks for. Returns 0 (the
  * backend in force is then kv_dev_backend(); with KV_DEV_AUTO and no usable
- * device, *note holds one line saying why CUDA is not in force, else "") or
+ * device, note holds one line saying why CUDA is not in force, else "") or
  * -ENODEV with KV_DEV_CUDA when CUDA cannot be used (no CUDA build, no
  * driver, a driver older than the runtime needs, no device), the reason
- * in one line in note (note_len bytes).
+ * in one line in note (note_len bytes). kv_dev_note() keeps that line.
  */
 int kv_dev_start(enum kv_dev_mode mode, char *note, size_t note_len);
+
+/* Why CUDA is not in force ("" when it is, or with --gpu=off). */
+const char *kv_dev_note(void);
 
 /* "cuda" when the CUDA backend is in force, else "none". */
 const char *kv_dev_backend(void);

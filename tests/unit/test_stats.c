@@ -357,6 +357,7 @@ static const char json_checker[] =
     "assert list(d) == ['uptime_s', 'ops', 'errors', 'ioctl', 'gpu', 'pool', 'namespace'], list(d)\n"
     "assert d['gpu']['backend'] == 'none' and d['gpu']['devices'] == 0, d['gpu']\n"
     "assert d['gpu']['pool_pinned'] == 0 and d['gpu']['pool_pin_target'] == 0, d['gpu']\n"
+    "assert d['gpu']['note'] == '', d['gpu']\n"
     "assert isinstance(d['uptime_s'], float) and 0 <= d['uptime_s'] < 3600\n"
     "assert list(d['ops']) == names, list(d['ops'])\n"
     "for n, o in d['ops'].items():\n"
