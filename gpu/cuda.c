@@ -280,7 +280,11 @@ static void stream_give(int dev, cudaStream_t s)
 	pthread_mutex_unlock(&p->sp_lock);
 }
 
-/* Issues n copies on s: one batched call where the driver offers it. */
+/*
+ * Issues n copies on s: one cudaMemcpyBatchAsync where the driver offers it
+ * (the source is read in stream order, so a KVFS_PUT_WAIT_EVENT wait ahead
+ * of it holds), else one cudaMemcpyAsync each.
+ */
 static int issue(cudaStream_t s, void **dst, const void **src, size_t *len, size_t n)
 {
 	struct cudaMemcpyAttributes attr = {.srcAccessOrder = cudaMemcpySrcAccessOrderStream};
@@ -301,9 +305,9 @@ static int issue(cudaStream_t s, void **dst, const void **src, size_t *len, size
 		if (e == cudaSuccess)
 			return 0;
 		cudaGetLastError();
-		if (e != cudaErrorNotSupported && e != cudaErrorCallRequiresNewerDriver)
-			return cu_errno(e);
-		atomic_store_explicit(&no_batch, true, memory_order_relaxed);
+		/* Not offered: never again. Refused: these copies one by one, which report why. */
+		if (e == cudaErrorNotSupported || e == cudaErrorCallRequiresNewerDriver)
+			atomic_store_explicit(&no_batch, true, memory_order_relaxed);
 	}
 	for (size_t i = 0; !err && i < n; i++)
 		err = cu_errno(cudaMemcpyAsync(dst[i], src[i], len[i], cudaMemcpyDefault, s));
