@@ -284,6 +284,16 @@ static int mem_copy(void *arg, bool to_store, uint64_t off, const struct iovec *
 	return kv_span_copy(km->km_sp, km->km_n, !to_store, off, iov, n);
 }
 
+static int mem_copy_start(void *arg, const struct iovec *iov, int n, struct kv_batch_wait *w)
+{
+	struct key_mem *km = arg;
+	struct kv_copy_ticket t;
+	int err = kv_span_copy_start(km->km_sp, km->km_n, true, 0, iov, n, &t);
+
+	*w = (struct kv_batch_wait){t.ct_wait, t.ct_arg};
+	return err;
+}
+
 static int mem_direct(void *arg, struct iovec *iov, int max)
 {
 	struct key_mem *km = arg;
@@ -342,6 +352,10 @@ static int64_t one_key(struct ioc *io, struct kv_batch *b, enum kv_ioc_kind kind
 	struct kv_key_info ki = {0};
 	struct key_mem km;
 	struct kv_batch_mem m = {.km_copy = mem_copy, .km_direct = mem_direct, .km_arg = &km};
+
+	/* A get's copy may outlive this call (kv_batch_retire): its spans are copied at issue. */
+	if (kind == KV_IOC_GET)
+		m.km_copy_start = mem_copy_start;
 	uint64_t t0 = kv_now_ns();
 	const char *name = NULL;
 	int64_t r = 0;
@@ -404,6 +418,35 @@ int kv_ioc_batch_check(enum kv_ioc_kind kind, const struct kvfs_ioc_batch *bt)
 static void trace_batch(struct ioc *io, enum kv_ioc_kind kind, const struct kvfs_ioc_batch *bt,
 			const struct kv_batch *b, uint64_t total_ns);
 
+/* A batch being answered, for keys whose copy fails after their result was written. */
+struct answer {
+	struct kv_fs *an_fs;
+	struct kvfs_ioc_batch *an_bt;
+	uint64_t *an_failed;
+};
+
+/* kv_batch_retire's report: a get's copy that failed in flight fails its key after all. */
+static void copy_done(void *arg, uint64_t i, int err)
+{
+	struct answer *an = arg;
+	struct kvfs_ioc_batch *bt = an->an_bt;
+	struct kvfs_ioc_key k;
+
+	if (!err)
+		return;
+	memcpy(&k, bt->bt_data + i * KEY_SIZE, sizeof(k));
+	if (k.ik_result >= 0) {
+		bt->bt_ok--;
+		bt->bt_bytes -= (uint64_t)k.ik_result;
+		if (bt->bt_prefix > i)
+			bt->bt_prefix = (uint32_t)i;
+		(*an->an_failed)++;
+		kv_stats_key_error(&an->an_fs->kf_stats, err);
+	}
+	k.ik_result = err;
+	memcpy(bt->bt_data + i * KEY_SIZE, &k, sizeof(k));
+}
+
 static int do_batch(struct ioc *io, enum kv_ioc_kind kind, struct kvfs_ioc_batch *bt, uint64_t t0)
 {
 	struct kv_fs *fs = io->io_fs;
@@ -415,6 +458,7 @@ static int do_batch(struct ioc *io, enum kv_ioc_kind kind, struct kvfs_ioc_batch
 	};
 	bool regions = kind == KV_IOC_PUT || kind == KV_IOC_GET, event;
 	uint64_t failed = 0, total;
+	struct answer an = {fs, bt, &failed};
 	int err = 0;
 
 	if (kv_ctl_is(io->io_ino))
@@ -445,6 +489,7 @@ static int do_batch(struct ioc *io, enum kv_ioc_kind kind, struct kvfs_ioc_batch
 		struct kvfs_ioc_key k;
 
 		memcpy(&k, bt->bt_data + i * KEY_SIZE, sizeof(k));
+		b.kb_key = i;
 		k.ik_result = one_key(io, &b, kind, bt, &k);
 		if (k.ik_result >= 0) {
 			bt->bt_ok++;
@@ -456,7 +501,10 @@ static int do_batch(struct ioc *io, enum kv_ioc_kind kind, struct kvfs_ioc_batch
 			kv_stats_key_error(&fs->kf_stats, (int)k.ik_result);
 		}
 		memcpy(bt->bt_data + i * KEY_SIZE, &k, sizeof(k));
+		/* The previous key's copy has run beside this key's lookup and read. */
+		kv_batch_retire(&b, false, copy_done, &an);
 	}
+	kv_batch_retire(&b, true, copy_done, &an);
 	if (regions)
 		kv_region_end(fs->kf_regions);
 	if (event)

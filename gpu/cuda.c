@@ -389,6 +389,67 @@ static int cuda_sync(struct kv_region *r)
 	return err;
 }
 
+/* What cuda_issue leaves in flight: one event per device, recorded after its copies. */
+struct cu_ticket {
+	cudaEvent_t ct_ev[MAXDEV];
+};
+
+static int ticket_wait(void *arg)
+{
+	struct cu_ticket *ct = arg;
+	int err = 0;
+
+	for (int d = 0; d < MAXDEV; d++) {
+		int e;
+
+		if (!ct->ct_ev[d])
+			continue;
+		e = cu_errno(cudaEventSynchronize(ct->ct_ev[d]));
+		err = err ? err : e;
+		cudaEventDestroy(ct->ct_ev[d]);
+	}
+	free(ct);
+	return err;
+}
+
+/*
+ * Issues the thread's queue and gives its streams back with an event
+ * recorded after the copies, so the thread can go on (read the next key
+ * from the SSD, say) while they run. Where an event cannot be made, waits.
+ */
+static int cuda_issue(struct kv_region *r, struct kv_copy_ticket *t)
+{
+	struct cu_ticket *ct = calloc(1, sizeof(*ct));
+	int err;
+
+	if (!ct)
+		return cuda_sync(r);
+	flush_queue();
+	for (int d = 0; d < ndev; d++) {
+		if (!tq.cq_held[d])
+			continue;
+		if (cudaSetDevice(d) != cudaSuccess ||
+		    cudaEventCreateWithFlags(&ct->ct_ev[d], cudaEventDisableTiming) !=
+			cudaSuccess ||
+		    cudaEventRecord(ct->ct_ev[d], tq.cq_held[d]) != cudaSuccess) {
+			cudaGetLastError();
+			if (ct->ct_ev[d])
+				cudaEventDestroy(ct->ct_ev[d]);
+			ct->ct_ev[d] = NULL;
+			continue; /* left held: cuda_sync below waits for it */
+		}
+		stream_give(d, tq.cq_held[d]);
+		tq.cq_held[d] = NULL;
+	}
+	err = cuda_sync(r); /* what could not be ticketed, and the issue's errors */
+	if (err) {
+		ticket_wait(ct);
+		return err;
+	}
+	*t = (struct kv_copy_ticket){ticket_wait, ct};
+	return 0;
+}
+
 int kv_cuda_event_begin(const uint8_t *handle)
 {
 	cudaIpcEventHandle_t h;
@@ -491,6 +552,7 @@ const struct kv_region_ops kv_cuda_ipc_ops = {
     .ro_close = ipc_close,
     .ro_copy = cuda_copy,
     .ro_sync = cuda_sync,
+    .ro_issue = cuda_issue,
 };
 
 /* --- CUDA_VMM --- */
@@ -574,6 +636,7 @@ const struct kv_region_ops kv_cuda_vmm_ops = {
     .ro_close = vmm_close,
     .ro_copy = cuda_copy,
     .ro_sync = cuda_sync,
+    .ro_issue = cuda_issue,
 };
 
 /* --- pinning the pool --- */

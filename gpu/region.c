@@ -516,8 +516,9 @@ int kv_layout_spans(struct kv_region_table *t, pid_t tgid, uint32_t id, uint64_t
  * overlaps [off, off + total), gathers the iov pieces covering the overlap
  * (at most COPY_IOV per call) and hands them to the span's backend.
  */
-int kv_span_copy(const struct kv_span *sp, int nsp, bool to_region, uint64_t off,
-		 const struct iovec *iov, int niov)
+/* Hands each span's part of [off, off + total of iov) to its backend's ro_copy. */
+static int copy_pieces(const struct kv_span *sp, int nsp, bool to_region, uint64_t off,
+		       const struct iovec *iov, int niov)
 {
 	struct iovec piece[COPY_IOV];
 	uint64_t start = 0, cur = off, end = off, ioff = 0;
@@ -553,6 +554,12 @@ int kv_span_copy(const struct kv_span *sp, int nsp, bool to_region, uint64_t off
 		}
 		start = s_end;
 	}
+	return err;
+}
+
+/* Syncs every region of the spans (also after an error); 0 or the first error. */
+static int sync_all(const struct kv_span *sp, int nsp, int err)
+{
 	for (int s = 0; s < nsp; s++) {
 		const struct kv_region_ops *ops = sp[s].sp_region->rg_ops;
 		int e = ops->ro_sync ? ops->ro_sync(sp[s].sp_region) : 0;
@@ -560,6 +567,36 @@ int kv_span_copy(const struct kv_span *sp, int nsp, bool to_region, uint64_t off
 		if (e && !err)
 			err = e;
 	}
+	return err;
+}
+
+int kv_span_copy(const struct kv_span *sp, int nsp, bool to_region, uint64_t off,
+		 const struct iovec *iov, int niov)
+{
+	return sync_all(sp, nsp, copy_pieces(sp, nsp, to_region, off, iov, niov));
+}
+
+int kv_span_copy_start(const struct kv_span *sp, int nsp, bool to_region, uint64_t off,
+		       const struct iovec *iov, int niov, struct kv_copy_ticket *t)
+{
+	int err = copy_pieces(sp, nsp, to_region, off, iov, niov);
+
+	*t = (struct kv_copy_ticket){0};
+	for (int s = 0; !err && s < nsp; s++) {
+		const struct kv_region_ops *ops = sp[s].sp_region->rg_ops;
+
+		/* One issue covers every device copy the thread queued. */
+		if (ops->ro_issue)
+			return ops->ro_issue(sp[s].sp_region, t);
+	}
+	return sync_all(sp, nsp, err);
+}
+
+int kv_copy_wait(struct kv_copy_ticket *t)
+{
+	int err = t->ct_wait ? t->ct_wait(t->ct_arg) : 0;
+
+	*t = (struct kv_copy_ticket){0};
 	return err;
 }
 

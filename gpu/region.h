@@ -46,6 +46,7 @@
 
 struct kv_region;
 struct kv_region_table;
+struct kv_copy_ticket;
 
 /* Who asks: the calling process, its uid, and the open file it asks through. */
 struct kv_caller {
@@ -85,8 +86,20 @@ struct kv_region_ops {
 	int (*ro_copy)(struct kv_region *r, bool to_region, uint64_t off, const struct iovec *iov,
 		       int n);
 	int (*ro_sync)(struct kv_region *r);
+	/*
+	 * Optional, with ro_sync: issues what ro_copy queued without waiting;
+	 * fills *t with how to wait (t->ct_wait NULL: nothing in flight). On
+	 * an error nothing is left in flight.
+	 */
+	int (*ro_issue)(struct kv_region *r, struct kv_copy_ticket *t);
 	/* Optional: the daemon's address of region byte off, when the daemon maps it. */
 	void *(*ro_direct)(struct kv_region *r, uint64_t off);
+};
+
+/* Copies in flight: ct_wait(ct_arg) waits for them (and frees ct_arg); ct_wait NULL: none. */
+struct kv_copy_ticket {
+	int (*ct_wait)(void *arg);
+	void *ct_arg;
 };
 
 /* A region (the table owns it; fields after rg_len belong to the backend). */
@@ -195,6 +208,18 @@ int kv_layout_spans(struct kv_region_table *t, pid_t tgid, uint32_t id, uint64_t
  */
 int kv_span_copy(const struct kv_span *sp, int nsp, bool to_region, uint64_t off,
 		 const struct iovec *iov, int niov);
+
+/*
+ * As kv_span_copy, but copies into or out of device memory may still be in
+ * flight when it returns: *t says how to wait for them (kv_copy_wait); the
+ * daemon memory iov must stay valid until then. Host regions are copied
+ * before it returns. On an error nothing is left in flight.
+ */
+int kv_span_copy_start(const struct kv_span *sp, int nsp, bool to_region, uint64_t off,
+		       const struct iovec *iov, int niov, struct kv_copy_ticket *t);
+
+/* Waits for the copies of t (once); 0 or the first backend error. */
+int kv_copy_wait(struct kv_copy_ticket *t);
 
 /*
  * Describes the spans as daemon addresses in iov (room for max) when every

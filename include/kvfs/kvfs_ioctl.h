@@ -192,6 +192,10 @@
  *   bytes copied, or -ENOENT, -EBUSY (still being written), -EMSGSIZE (the
  *   size differs; ik_size holds it), or a per-key error above. Values on the
  *   SSD tier are read from there. ik_flags tells the tier it came from.
+ *   Device copies of consecutive keys may overlap one another (the next
+ *   key is looked up and read while the previous one's copy runs), so
+ *   keys of one get whose memory overlaps land in no defined order; all
+ *   have landed when the ioctl returns.
  * KVFS_IOC_REMOVE: removes each name as unlink() would; a directory fails
  *   with -EISDIR unless KVFS_REMOVE_RECURSIVE, which removes it and all
  *   below it as rm -rf would. ik_result: the number of keys removed, or
