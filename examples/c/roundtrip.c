@@ -119,8 +119,8 @@ static int device_roundtrip(struct kvfs *kv)
 			err = -EIO;
 		if (!err)
 			err = move(kv, id, "example-dev", 1);
-		if (!err && cudaMemcpy(got, dev, KEYS * KEY_LEN, cudaMemcpyDeviceToHost) !=
-				cudaSuccess)
+		if (!err &&
+		    cudaMemcpy(got, dev, KEYS * KEY_LEN, cudaMemcpyDeviceToHost) != cudaSuccess)
 			err = -EIO;
 		if (!err && memcmp(got, want, KEYS * KEY_LEN))
 			err = -EIO;
