@@ -47,6 +47,11 @@ The flow, as vLLM calls it:
              wait_for_save() -> synchronises the device, one batch put
              get_finished(ids) -> (None, None): nothing asynchronous
 
+Saves cover the full prompt blocks computed in a request's first scheduled
+step (the whole prompt without chunked prefill); blocks of later chunks and
+of generated tokens are not saved. Loads and saves are synchronous within
+the step (no async loading, nothing held after request_finished).
+
 Standard library and the kvfs Python module only. vLLM itself is imported
 when present; without it (tests) minimal stand-ins of its base classes
 take their place.
@@ -146,7 +151,10 @@ def _tp(vllm_config):
 
 class KvfsConnector(KVConnectorBase_V1):
     def __init__(self, vllm_config, role, kv_cache_config=None):
-        super().__init__(vllm_config, role, kv_cache_config)
+        try:
+            super().__init__(vllm_config, role, kv_cache_config)
+        except TypeError:  # vLLM before kv_cache_config was passed to connectors
+            super().__init__(vllm_config, role)
         extra = _extra(vllm_config)
         path = extra.get("kvfs_path")
         if not path:
