@@ -123,14 +123,22 @@ static int caller(struct ioc *io, struct kv_caller *c)
 	return 0;
 }
 
-/* Keeps the region and layout gauges of the statistics in step with the table. */
+/*
+ * Keeps the region and layout gauges of the statistics in step with the
+ * table, after each change. gauge_lock (a leaf) makes reading the counts
+ * and storing them one step, so the last update stores the last counts.
+ */
+static pthread_mutex_t gauge_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static void update_gauges(struct kv_fs *fs)
 {
 	uint64_t r, l;
 
+	pthread_mutex_lock(&gauge_lock);
 	kv_region_counts(fs->kf_regions, &r, &l);
 	atomic_store_explicit(&fs->kf_stats.ks_regions, r, memory_order_relaxed);
 	atomic_store_explicit(&fs->kf_stats.ks_layouts, l, memory_order_relaxed);
+	pthread_mutex_unlock(&gauge_lock);
 }
 
 static bool all_zero(const void *p, size_t n)
@@ -392,13 +400,55 @@ static int64_t one_key(struct ioc *io, struct kv_batch *b, enum kv_ioc_kind kind
 	return r;
 }
 
+/*
+ * Names a batch put or removed. The kernel may hold their old entries for
+ * KV_FS_TIMEOUT: they are dropped once the batch is over and holds no lock
+ * (an invalidation waits for the directory's lock in the kernel, whose
+ * holder may wait for a reply from this daemon).
+ */
+struct changed {
+	struct kv_fs *ch_fs;
+	struct change {
+		fuse_ino_t c_parent;
+		char *c_name;
+	} *ch_a;
+	uint32_t ch_n, ch_max;
+};
+
+static void invalidate(struct kv_fs *fs, fuse_ino_t parent, const char *name)
+{
+	if (fs->kf_se)
+		fuse_lowlevel_notify_inval_entry(fs->kf_se, parent, name, strlen(name));
+}
+
 static void name_changed(void *arg, struct kv_inode *dir, const char *name)
 {
-	struct kv_fs *fs = arg;
+	struct changed *ch = arg;
+	fuse_ino_t parent = nodeid_of(ch->ch_fs, dir);
+	char *copy;
 
-	/* The kernel may hold the old entry for KV_FS_TIMEOUT: drop it now. */
-	if (fs->kf_se)
-		fuse_lowlevel_notify_inval_entry(fs->kf_se, nodeid_of(fs, dir), name, strlen(name));
+	if (ch->ch_n == ch->ch_max) {
+		uint32_t n = ch->ch_max ? 2 * ch->ch_max : 16;
+		struct change *a = realloc(ch->ch_a, n * sizeof(*a));
+
+		if (a) {
+			ch->ch_a = a;
+			ch->ch_max = n;
+		}
+	}
+	copy = ch->ch_n < ch->ch_max ? strdup(name) : NULL;
+	if (!copy) /* out of memory: now, then */
+		return invalidate(ch->ch_fs, parent, name);
+	ch->ch_a[ch->ch_n++] = (struct change){parent, copy};
+}
+
+static void changed_flush(struct changed *ch)
+{
+	for (uint32_t i = 0; i < ch->ch_n; i++) {
+		invalidate(ch->ch_fs, ch->ch_a[i].c_parent, ch->ch_a[i].c_name);
+		free(ch->ch_a[i].c_name);
+	}
+	free(ch->ch_a);
 }
 
 static const uint32_t batch_flags[KV_IOC__COUNT] = {
@@ -450,11 +500,12 @@ static void copy_done(void *arg, uint64_t i, int err)
 static int do_batch(struct ioc *io, enum kv_ioc_kind kind, struct kvfs_ioc_batch *bt, uint64_t t0)
 {
 	struct kv_fs *fs = io->io_fs;
+	struct changed ch = {.ch_fs = fs};
 	struct kv_batch b = {
 	    .kb_st = fs->kf_store,
 	    .kb_cred = {fuse_req_ctx(io->io_req)->uid, fuse_req_ctx(io->io_req)->gid},
 	    .kb_changed = name_changed,
-	    .kb_arg = fs,
+	    .kb_arg = &ch,
 	};
 	bool regions = kind == KV_IOC_PUT || kind == KV_IOC_GET, event;
 	uint64_t failed = 0, total;
@@ -509,6 +560,7 @@ static int do_batch(struct ioc *io, enum kv_ioc_kind kind, struct kvfs_ioc_batch
 		kv_region_end(fs->kf_regions);
 	if (event)
 		kv_dev_event_end();
+	changed_flush(&ch);
 	total = kv_now_ns() - t0;
 	bt->bt_ns = total;
 	kv_stats_ioc(&fs->kf_stats, kind, t0, bt->bt_nkeys, failed, bt->bt_bytes, b.kb_ns);
@@ -679,11 +731,9 @@ void kv_fs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 
 void kv_fs_ioctl_release(struct kv_fs *fs, uint64_t fh)
 {
-	/* The common case, a close with nothing registered anywhere, costs one load. */
-	if (!fs->kf_regions ||
-	    !atomic_load_explicit(&fs->kf_stats.ks_regions, memory_order_relaxed))
+	/* A close with nothing registered on it costs a lookup under rt_tag_lock. */
+	if (!fs->kf_regions || !kv_region_release_tag(fs->kf_regions, fh))
 		return;
-	if (kv_region_release_tag(fs->kf_regions, fh))
-		kv_region_reap(fs->kf_regions);
+	kv_region_reap(fs->kf_regions);
 	update_gauges(fs);
 }

@@ -95,7 +95,7 @@ static __thread struct copyq tq;
 
 /* Pinning (kv_cuda_pin): the thread's own state, and progress for anyone. */
 static pthread_t pin_thread;
-static bool pin_started; /* set and read by the starting thread only */
+static atomic_bool pin_started; /* set by the starting thread; pin_base and pin_len before it */
 static void *pin_base;
 static size_t pin_len;
 static atomic_bool pin_stop;
@@ -194,7 +194,8 @@ int kv_cuda_start(char *note, size_t note_len)
 			 "no CUDA driver on this machine (libcuda.so.1 not loaded)");
 		return -ENODEV;
 	}
-	if (drv_version < rt_version) {
+	/* Minor-version compatibility: any driver of the runtime's major version will do. */
+	if (drv_version / 1000 < rt_version / 1000) {
 		snprintf(note, note_len,
 			 "the CUDA driver (%d.%d) is older than the runtime kvfs was built with "
 			 "(%d.%d) needs: update the driver or use --gpu=off",
@@ -658,30 +659,30 @@ static void *pin_main(void *arg)
 
 void kv_cuda_pin(void *base, size_t len)
 {
-	if (!ndev || pin_started)
+	if (!ndev || atomic_load(&pin_started))
 		return;
 	pin_base = base;
 	pin_len = len;
-	pin_started = pthread_create(&pin_thread, NULL, pin_main, NULL) == 0;
+	atomic_store(&pin_started, pthread_create(&pin_thread, NULL, pin_main, NULL) == 0);
 }
 
 void kv_cuda_pin_progress(uint64_t *pinned, uint64_t *total)
 {
 	*pinned = atomic_load(&pin_done);
-	*total = pin_started ? pin_len : 0;
+	*total = atomic_load(&pin_started) ? pin_len : 0;
 }
 
 void kv_cuda_stop(void)
 {
 	uint64_t done;
 
-	if (pin_started) {
+	if (atomic_load(&pin_started)) {
 		atomic_store(&pin_stop, true);
 		pthread_join(pin_thread, NULL);
 		done = atomic_load(&pin_done);
 		for (size_t off = 0; off < done; off += PIN_CHUNK)
 			cudaHostUnregister((char *)pin_base + off);
-		pin_started = false;
+		atomic_store(&pin_started, false);
 	}
 	for (int d = 0; d < ndev; d++) {
 		cudaSetDevice(d);

@@ -28,9 +28,10 @@
  * Registration, release and reaping take it exclusive. A batch takes it
  * shared for its whole duration (kv_region_begin / kv_region_end), so the
  * struct kv_span pointers it resolves stay valid while it copies, and a
- * region is never unmapped under a copy. Nothing else is taken inside it
- * except by the caller (the store's locks, after it); never take it while
- * holding a store lock.
+ * region is never unmapped under a copy. Taken inside it: rt_tag_lock, the
+ * store's locks (a batch's keys), and the CUDA backend's leaf locks
+ * (gpu/cuda.c: cu_ipc_lock when a region is freed, a device's sp_lock when
+ * a copy takes a stream); never take it while holding any of them.
  *
  * Every function returns 0 or a negative errno.
  */

@@ -95,7 +95,8 @@ static void drv_load(void)
 		drv_err = -ENODEV;
 		return;
 	}
-	if (version < rt) {
+	/* Minor-version compatibility: any driver of the runtime's major version will do. */
+	if (version / 1000 < rt / 1000) {
 		snprintf(drv_note, sizeof(drv_note),
 			 "the CUDA driver (%d.%d) is older than libkvfs's runtime (%d.%d) needs",
 			 version / 1000, version % 1000 / 10, rt / 1000, rt % 1000 / 10);

@@ -10,10 +10,12 @@ concatenation of block 17's K and V slices of every layer. A save is then
 one batch put of (key, block id) pairs and a load one batch get: the daemon
 copies device -> DRAM and DRAM (or SSD) -> device on its own streams.
 
-Keys are `<model>/<tp rank>/<block hash>`: the hash of a full block chains
-the hash of the block before it with the block's token ids (SHA-256, so
-every process and every node names a prefix the same way), the model name
-with "/" spelt "--". A prompt's cached prefix is the leading run of hits of
+Keys are `<model>/tp<N>-bs<B>-<kv dtype>/<tp rank>/<block hash>`: the hash
+of a full block chains the hash of the block before it with the block's
+token ids (SHA-256, so every process and every node names a prefix the same
+way), the model name with "/" spelt "--"; the shape component keeps
+deployments whose blocks differ (tensor-parallel size, block size, KV
+dtype) from reading each other's bytes. A prompt's cached prefix is the leading run of hits of
 one batch lookup over its block hashes, for every tensor-parallel rank.
 
 Enable it in vLLM (the kv_connector_module_path form loads a connector
@@ -163,22 +165,28 @@ class KvfsConnector(KVConnectorBase_V1):
         self.model = str(model).replace("/", "--")
         self.block_size = vllm_config.cache_config.block_size
         self.rank, self.tp_size = _tp(vllm_config)
+        self.shape = "tp%d-bs%d-%s" % (self.tp_size, self.block_size,
+                                       getattr(vllm_config.cache_config, "cache_dtype", "auto"))
         self.client = kvfs.Client(path)
         # scheduler side
         self._hashes = {}     # req_id -> block hashes of the prompt's full blocks
         self._loads = {}      # req_id -> ReqMeta to send with the next step
         self._loaded = {}     # req_id -> blocks that come from kvfs (not saved again)
+        # req_id -> tokens vLLM had computed locally (its prefix cache) when it
+        # asked: update_state_after_alloc runs before request.num_computed_tokens is set
+        self._computed = {}
         # worker side
         self._layout = None
         self._regions = []
         self._layers = []
         self._on_device = False
         self._pending_saves = []
+        self._load_errors = set()  # block ids whose load failed, for vLLM to recompute
         self.stats = {"lookups": 0, "hit_blocks": 0, "loaded_blocks": 0, "saved_blocks": 0,
                       "failed_blocks": 0}
 
     def key(self, h, rank=None):
-        return "%s/%d/%s" % (self.model, self.rank if rank is None else rank, h)
+        return "%s/%s/%d/%s" % (self.model, self.shape, self.rank if rank is None else rank, h)
 
     # ---------------- scheduler side ----------------
 
@@ -203,14 +211,16 @@ class KvfsConnector(KVConnectorBase_V1):
             hit = min(hit, self.client.lookup(names).prefix)
         self.stats["lookups"] += 1
         self.stats["hit_blocks"] += hit
+        self._computed[request.request_id] = num_computed_tokens
         return max(0, hit * self.block_size - num_computed_tokens), False
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens):
         if num_external_tokens <= 0:
             return
         block_ids = blocks.get_block_ids()[0]
-        first = request.num_computed_tokens // self.block_size
-        last = (request.num_computed_tokens + num_external_tokens) // self.block_size
+        local = self._computed.pop(request.request_id, request.num_computed_tokens)
+        first = local // self.block_size
+        last = (local + num_external_tokens) // self.block_size
         hashes = self._prompt_hashes(request)
         self._loads[request.request_id] = ReqMeta(
             request.request_id, hashes[first:last], list(block_ids[first:last]), True)
@@ -237,6 +247,7 @@ class KvfsConnector(KVConnectorBase_V1):
         self._hashes.pop(request.request_id, None)
         self._loaded.pop(request.request_id, None)
         self._loads.pop(request.request_id, None)
+        self._computed.pop(request.request_id, None)
         return False, None
 
     # ---------------- worker side ----------------
@@ -254,6 +265,12 @@ class KvfsConnector(KVConnectorBase_V1):
         Registers each tensor once and one layout over all of them."""
         segs = []
         for name, t in kv_caches.items():
+            # Other layouts ((num_blocks, 2, ...) of FlashInfer, MLA's single
+            # tensor) would be saved and loaded as garbage: refuse them.
+            if t.shape[0] != 2 or not getattr(t, "is_contiguous", lambda: True)():
+                raise ValueError("kvfs connector: %s has shape %s; a contiguous "
+                                 "(2, num_blocks, ...) K/V tensor is needed"
+                                 % (name, tuple(t.shape)))
             num_blocks = t.shape[1]
             half = t.nbytes // 2
             blk = half // num_blocks
@@ -277,10 +294,17 @@ class KvfsConnector(KVConnectorBase_V1):
         self.stats["loaded_blocks"] += r.ok
         self.stats["failed_blocks"] += len(names) - r.ok
         if r.ok != len(names):
-            # A block evicted since the lookup: vLLM recomputes what the
-            # scheduler planned to load only if told; log it loudly.
+            # A block evicted since the lookup, or stored with another shape:
+            # its memory holds garbage. vLLM recomputes the blocks
+            # get_block_ids_with_load_errors names.
+            self._load_errors.update(b for b, res in zip(blocks, r.results) if res < 0)
             log.warning("kvfs connector: %d of %d blocks failed to load",
                         len(names) - r.ok, len(names))
+
+    def get_block_ids_with_load_errors(self):
+        """Block ids whose load failed since the last call (vLLM recomputes them)."""
+        failed, self._load_errors = self._load_errors, set()
+        return failed
 
     def wait_for_layer_load(self, layer_name):
         return  # start_load_kv loaded every layer of every block

@@ -34,6 +34,7 @@ import kvfstest  # noqa: E402
 
 LAYERS, NUM_BLOCKS, BLOCK_SIZE, BLK = 8, 100, 16, 256  # BLK: bytes of one block of K (or V)
 SENTINEL = 0xEE
+KEY_DIR = ("org--tiny-llm", "tp1-bs16-auto", "0")  # <model>/<shape>/<tp rank>
 
 
 class FakeTensor(bytearray):
@@ -136,10 +137,9 @@ class Connector(kvfstest.KvfsTestCase):
         self.assertEqual(worker.stats["saved_blocks"], 40)
         self.assertEqual(worker.stats["failed_blocks"], 0)
         self.assertEqual(sched.request_finished(req, blocks_a), (False, None))
-        keys = sorted(os.listdir(self.m.path("org--tiny-llm", "0")))
+        keys = sorted(os.listdir(self.m.path(*KEY_DIR)))
         self.assertEqual(len(keys), 40)
-        self.assertEqual(os.stat(self.m.path("org--tiny-llm", "0", keys[0])).st_size,
-                         LAYERS * 2 * BLK)
+        self.assertEqual(os.stat(self.m.path(*KEY_DIR, keys[0])).st_size, LAYERS * 2 * BLK)
 
         # Second pair: 40 of the 64 blocks hit; they load into other block ids.
         sched2, worker2, tb = self.pair()
@@ -169,7 +169,7 @@ class Connector(kvfstest.KvfsTestCase):
         # ... and its step computes and saves the 24 new blocks.
         forward(worker2, meta, tb, [(40 + i, blocks_b[40 + i]) for i in range(24)])
         self.assertEqual(worker2.stats["saved_blocks"], 24)
-        self.assertEqual(len(os.listdir(self.m.path("org--tiny-llm", "0"))), 64)
+        self.assertEqual(len(os.listdir(self.m.path(*KEY_DIR))), 64)
 
         # A third scheduler sees all 64 blocks (the last prompt token is always computed).
         sched3, _, _ = self.pair()
@@ -181,6 +181,45 @@ class Connector(kvfstest.KvfsTestCase):
         # Tensor parallelism: rank 1 saved nothing, so no block is complete for TP=2.
         sched4, _, _ = self.pair(tp_size=2)
         self.assertEqual(sched4.get_num_new_matched_tokens(longer, 0), (0, False))
+
+    def test_local_hit_load_errors_and_layouts(self):
+        """vLLM asks with its local prefix-cache hit, then allocates before it
+        sets request.num_computed_tokens: loads start after the local hit. A
+        block that fails to load is reported for recomputation. A KV layout
+        other than (2, num_blocks, ...) is refused."""
+        import kvfs_connector as kc
+        tokens = list(range(500, 500 + 40 * BLOCK_SIZE))
+        sched, worker, t = self.pair()
+        req = request("s", tokens)
+        sched.get_num_new_matched_tokens(req, 0)
+        ids = list(range(40))
+        forward(worker, step(sched, req, ids, 0), t, list(enumerate(ids)))
+        self.assertEqual(worker.stats["saved_blocks"], 40)
+
+        sched2, worker2, _ = self.pair()
+        req = request("l", tokens + [1])  # as vLLM passes it: num_computed_tokens still 0
+        self.assertEqual(sched2.get_num_new_matched_tokens(req, 5 * BLOCK_SIZE),
+                         (35 * BLOCK_SIZE, False))
+        ids2 = [60 + i for i in range(41)]
+        sched2.update_state_after_alloc(req, Blocks(ids2), 35 * BLOCK_SIZE)
+        meta = sched2.build_connector_meta(NS(scheduled_new_reqs=[], num_scheduled_tokens={}))
+        hashes = kc.block_hashes(tokens, BLOCK_SIZE)
+        self.assertEqual([(r.load, r.block_ids, r.hashes) for r in meta.requests],
+                         [(True, ids2[5:40], hashes[5:40])])
+        os.unlink(self.m.path(*KEY_DIR, hashes[10]))  # gone since the lookup
+        worker2.bind_connector_metadata(meta)
+        worker2.start_load_kv(NS())
+        worker2.clear_connector_metadata()
+        self.assertEqual(worker2.stats["loaded_blocks"], 34)
+        self.assertEqual(worker2.get_block_ids_with_load_errors(), {ids2[10]})
+        self.assertEqual(worker2.get_block_ids_with_load_errors(), set())
+
+        other = kc.KvfsConnector(config(self.m.mnt), kc.KVConnectorRole.WORKER)
+        self.addCleanup(other.close)
+        flashinfer = FakeTensor()
+        flashinfer.shape = (NUM_BLOCKS, 2, BLOCK_SIZE, BLK // BLOCK_SIZE)
+        with self.assertRaises(ValueError):
+            other.register_kv_caches({"model.layers.0.self_attn": flashinfer})
 
 
 if __name__ == "__main__":
