@@ -479,7 +479,8 @@ int kv_region_span(struct kv_region_table *t, pid_t tgid, uint32_t id, uint64_t 
 
 	if (!r)
 		return -EBADF;
-	if (r->rg_owner != tgid)
+	/* A dead owner's pid may have been reused: the newcomer is not the owner. */
+	if (r->rg_owner != tgid || pidfd_exited(r->rg_pidfd))
 		return -EPERM;
 	if (len == 0)
 		return -EINVAL;
@@ -496,7 +497,7 @@ int kv_layout_spans(struct kv_region_table *t, pid_t tgid, uint32_t id, uint64_t
 
 	if (!l)
 		return -EBADF;
-	if (l->ly_owner != tgid)
+	if (l->ly_owner != tgid || pidfd_exited(l->ly_segs[0].ls_region->rg_pidfd))
 		return -EPERM;
 	if (block >= l->ly_nblocks)
 		return -EFAULT;
