@@ -285,6 +285,9 @@ static int get_chunked(struct kv_batch *b, struct kv_inode *ino, const struct kv
 	return err ? err : a.ka_seq == seq ? 0 : -EAGAIN;
 }
 
+static int get_start(struct kv_batch *b, struct kv_inode *ino, const struct kv_batch_mem *m,
+		     const struct iovec *iov, int n, struct kv_read_guard *guard);
+
 int64_t kv_batch_get(struct kv_batch *b, const char *name, size_t len, const struct kv_batch_mem *m,
 		     struct kv_key_info *ki)
 {
@@ -322,6 +325,20 @@ int64_t kv_batch_get(struct kv_batch *b, const char *name, size_t len, const str
 	else if (size != m->km_len)
 		err = -EMSGSIZE;
 	t0 = kv_now_ns();
+	if (!err && bytes == size) {
+		int r = get_start(b, ino, m, iov, n, &guard);
+
+		if (r == 1) {
+			add_ns(b, KV_STAGE_COPY_OUT, t0);
+			return (int64_t)size; /* the copy and the version are now kb_inflight's */
+		}
+		if (r != -EAGAIN) { /* copied already, or failed */
+			add_ns(b, KV_STAGE_COPY_OUT, t0);
+			kv_read_done(&guard);
+			kv_inode_put(ino);
+			return r ? r : (int64_t)size;
+		}
+	}
 	for (off = 0; !err && off < size; off += bytes) {
 		if (off)
 			n = kv_obj_iov(guard.krg_obj, off, size - off, iov, BATCH_IOV, &bytes);
@@ -331,6 +348,57 @@ int64_t kv_batch_get(struct kv_batch *b, const char *name, size_t len, const str
 	kv_read_done(&guard);
 	kv_inode_put(ino);
 	return err ? err : (int64_t)size;
+}
+
+/*
+ * Starts the copy of a whole value (one iov list) with km_copy_start when a
+ * slot of kb_inflight is free. Returns 1 when the copy is in flight (the
+ * slot then holds the guard and the inode reference), 0 when it is done
+ * already, -EAGAIN when it was not tried (no km_copy_start, no free slot:
+ * the caller copies as usual), or the copy's error (nothing in flight).
+ */
+static int get_start(struct kv_batch *b, struct kv_inode *ino, const struct kv_batch_mem *m,
+		     const struct iovec *iov, int n, struct kv_read_guard *guard)
+{
+	struct kv_batch_inflight *bi = NULL;
+	struct kv_batch_wait w = {0};
+	int err;
+
+	if (!m->km_copy_start)
+		return -EAGAIN;
+	for (int i = 0; i < 2 && !bi; i++)
+		if (!b->kb_inflight[i].bi_busy)
+			bi = &b->kb_inflight[i];
+	if (!bi)
+		return -EAGAIN;
+	err = m->km_copy_start(m->km_arg, iov, n, &w);
+	if (err || !w.bw_wait)
+		return err;
+	*bi = (struct kv_batch_inflight){*guard, ino, w, b->kb_key, true};
+	return 1;
+}
+
+void kv_batch_retire(struct kv_batch *b, bool all, void (*done)(void *arg, uint64_t key, int err),
+		     void *arg)
+{
+	struct kv_batch_inflight *bi = b->kb_inflight;
+	int keep = -1;
+
+	if (!all && bi[0].bi_busy && bi[1].bi_busy)
+		keep = bi[0].bi_key > bi[1].bi_key ? 0 : 1;
+	else if (!all)
+		keep = bi[0].bi_busy ? 0 : 1;
+	for (int i = 0; i < 2; i++) {
+		int err;
+
+		if (!bi[i].bi_busy || i == keep)
+			continue;
+		err = bi[i].bi_wait.bw_wait(bi[i].bi_wait.bw_arg);
+		kv_read_done(&bi[i].bi_guard);
+		kv_inode_put(bi[i].bi_ino);
+		bi[i].bi_busy = false;
+		done(arg, bi[i].bi_key, err);
+	}
 }
 
 /* Removes dir/name and everything below it; returns the keys removed or -errno. */

@@ -12,9 +12,11 @@
  *           sees the key, or its new bytes, before the copy is complete.
  *   get     pins one sealed version (a DRAM object reference, or one read
  *           of the SSD record) and copies only from it: never a mix of two
- *           versions. The value's size must equal the memory's length. A
- *           large SSD-only value is read in pieces, its sequence number
- *           checked before and after, so no buffer needs its whole size.
+ *           versions. With km_copy_start the copy may finish after the
+ *           call returns (kv_batch_retire), the version pinned until then.
+ *           The value's size must equal the memory's length. A large
+ *           SSD-only value is read in pieces, its sequence number checked
+ *           before and after, so no buffer needs its whole size.
  *   remove  is unlink, or rm -rf of a directory with `recursive`.
  *
  * Symlinks, FIFOs and sockets are names, not keys. Names are never resolved
@@ -66,6 +68,12 @@ enum {
 	KV_BATCH_MKDIR = 1 << 1,     /* create missing parent directories */
 };
 
+/* How to wait for a copy in flight: bw_wait(bw_arg), once; NULL: nothing to wait for. */
+struct kv_batch_wait {
+	int (*bw_wait)(void *arg);
+	void *bw_arg;
+};
+
 /*
  * A key's memory outside the store: km_len bytes, reached through km_copy,
  * which copies between its bytes [off, off + total of iov) and the daemon
@@ -81,7 +89,25 @@ struct kv_batch_mem {
 	 * get of an SSD-only value then reads into it with no bounce buffer.
 	 */
 	int (*km_direct)(void *arg, struct iovec *iov, int max);
+	/*
+	 * Optional (gets): as km_copy from daemon memory, but the copy may
+	 * still be in flight on return (device memory); *w says how to wait
+	 * for it (bw_wait NULL: it is done). On an error nothing is in flight.
+	 */
+	int (*km_copy_start)(void *arg, const struct iovec *iov, int n, struct kv_batch_wait *w);
 	void *km_arg;
+};
+
+/*
+ * A get whose copy into the key's memory is still in flight: it keeps the
+ * version it copies from (guard, inode) until kv_batch_retire.
+ */
+struct kv_batch_inflight {
+	struct kv_read_guard bi_guard;
+	struct kv_inode *bi_ino;
+	struct kv_batch_wait bi_wait;
+	uint64_t bi_key; /* kb_key when it started */
+	bool bi_busy;
 };
 
 /* One batch's context: where names start, who asks, and where time went. */
@@ -94,6 +120,14 @@ struct kv_batch {
 	/* A name in dir was replaced or removed (drop cached entries); may be NULL. */
 	void (*kb_changed)(void *arg, struct kv_inode *dir, const char *name);
 	void *kb_arg;
+	/*
+	 * Gets with km_copy_start: the caller's index of the key being served,
+	 * and up to two gets in flight, so the next key's lookup and SSD read
+	 * overlap the previous key's copy to the device. The caller retires
+	 * them (kv_batch_retire) after each key and at the end of the batch.
+	 */
+	uint64_t kb_key;
+	struct kv_batch_inflight kb_inflight[2];
 };
 
 /* Checks a name (len bytes, not NUL-terminated). Returns 0, -EINVAL or -ENAMETOOLONG. */
@@ -115,11 +149,19 @@ int64_t kv_batch_put(struct kv_batch *b, const char *name, size_t len, unsigned 
 
 /*
  * Copies the key's sealed value into m. Returns the bytes copied, or
- * -ENOENT, -EBUSY, -EISDIR, -EINVAL (not a regular file), -EMSGSIZE (ki->kki_size differs from
- * m->km_len), -EIO, or km_copy's error.
+ * -ENOENT, -EBUSY, -EISDIR, -EINVAL (not a regular file), -EMSGSIZE
+ * (ki->kki_size differs from m->km_len), -EIO, or km_copy's error.
  */
 int64_t kv_batch_get(struct kv_batch *b, const char *name, size_t len, const struct kv_batch_mem *m,
 		     struct kv_key_info *ki);
+
+/*
+ * Waits for the gets in flight — all of them, or all but the one that
+ * started last — and lets go of what they held. done(arg, key, err) is
+ * called for each, with err 0 or the copy's error (the key then failed).
+ */
+void kv_batch_retire(struct kv_batch *b, bool all, void (*done)(void *arg, uint64_t key, int err),
+		     void *arg);
 
 /*
  * Removes a key (or a symlink, FIFO or socket: 0 keys), or with recursive

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "gpu/dev.h"
+
 void kv_config_defaults(struct kv_config *cfg)
 {
 	long pages = sysconf(_SC_PHYS_PAGES);
@@ -145,6 +147,7 @@ int kv_config_render(const struct kv_config *cfg, char **buf, size_t *len)
 	fprintf(f, "allow_other = %d\n", cfg->kc_allow_other);
 	fprintf(f, "debug = %d\n", cfg->kc_debug);
 	fprintf(f, "trace = %s\n", cfg->kc_trace ? cfg->kc_trace : "off");
+	fprintf(f, "gpu = %s\n", kv_dev_mode_name((enum kv_dev_mode)cfg->kc_gpu));
 	if (fclose(f) != 0)
 		return -ENOMEM;
 	return 0;

@@ -41,6 +41,7 @@ struct kv_config {
 	bool kc_debug;
 	bool kc_allow_other;
 	char *kc_trace; /* --trace=FILE: JSON lines per ioctl batch and key; NULL: off */
+	int kc_gpu;	/* --gpu=auto|cuda|off: enum kv_dev_mode (gpu/dev.h) */
 };
 
 /* Fills in the defaults: a quarter of RAM for the pool, 16 threads, node -1. */

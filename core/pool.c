@@ -566,6 +566,11 @@ uint64_t kv_pool_used(const struct kv_pool *pool)
 	return atomic_load_explicit(&pool->kp_used, memory_order_relaxed);
 }
 
+void *kv_pool_base(const struct kv_pool *pool)
+{
+	return pool->kp_base;
+}
+
 int kv_pool_node(const struct kv_pool *pool)
 {
 	return pool->kp_node;

@@ -75,6 +75,9 @@ uint64_t kv_pool_size(const struct kv_pool *pool);
 /* Bytes handed out and not returned. */
 uint64_t kv_pool_used(const struct kv_pool *pool);
 
+/* The pool's first byte: [base, base + kv_pool_size) is all of its memory (to pin it). */
+void *kv_pool_base(const struct kv_pool *pool);
+
 /* The NUMA node the pool's memory is bound to, or -1 when not bound. */
 int kv_pool_node(const struct kv_pool *pool);
 

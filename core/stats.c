@@ -18,6 +18,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "gpu/dev.h"
+
 /*
  * Bucket mapping, with S = KV_HIST_SUB_BITS:
  *
@@ -274,6 +276,24 @@ static void render_pcts(FILE *f, const struct kv_hist *h)
 		hist_snap_percentile(snap, total, 99.0));
 }
 
+/* The device backend in force and how much of the pool is pinned for it (gpu/dev.h). */
+static void render_gpu(FILE *f)
+{
+	uint64_t pinned, total;
+	int drv, rt;
+
+	kv_dev_pin_progress(&pinned, &total);
+	kv_dev_versions(&drv, &rt);
+	fprintf(f,
+		" \"gpu\": {\"backend\": \"%s\", \"built\": \"%s\", \"devices\": %d, "
+		"\"driver_version\": %d, \"runtime_version\": %d, \"pool_pinned\": %" PRIu64
+		", \"pool_pin_target\": %" PRIu64 ", \"note\": \"",
+		kv_dev_backend(), kv_dev_built(), kv_dev_count(), drv, rt, pinned, total);
+	for (const char *p = kv_dev_note(); *p; p++) /* plain text: keep it valid JSON */
+		fputc(*p == '"' || *p == '\\' || (unsigned char)*p < 0x20 ? '\'' : *p, f);
+	fputs("\"},\n", f);
+}
+
 static void render_ioctl(FILE *f, const struct kv_stats *st)
 {
 	fprintf(f,
@@ -356,6 +376,7 @@ int kv_stats_render(const struct kv_stats *st, const struct kv_stats_gauges *g, 
 	render_errors(f, st->ks_errno);
 	fputs("},\n", f);
 	render_ioctl(f, st);
+	render_gpu(f);
 	fprintf(f,
 		" \"pool\": {\"size\": %" PRIu64 ", \"used\": %" PRIu64 ", \"free\": %" PRIu64
 		", \"cow_bytes\": %" PRIu64 "},\n",

@@ -47,6 +47,7 @@
 
 #include "core/batch.h"
 #include "fs/ioctl.h"
+#include "gpu/dev.h"
 #include "gpu/region.h"
 #include "kvfs/kvfs_ioctl.h"
 
@@ -122,14 +123,22 @@ static int caller(struct ioc *io, struct kv_caller *c)
 	return 0;
 }
 
-/* Keeps the region and layout gauges of the statistics in step with the table. */
+/*
+ * Keeps the region and layout gauges of the statistics in step with the
+ * table, after each change. gauge_lock (a leaf) makes reading the counts
+ * and storing them one step, so the last update stores the last counts.
+ */
+static pthread_mutex_t gauge_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static void update_gauges(struct kv_fs *fs)
 {
 	uint64_t r, l;
 
+	pthread_mutex_lock(&gauge_lock);
 	kv_region_counts(fs->kf_regions, &r, &l);
 	atomic_store_explicit(&fs->kf_stats.ks_regions, r, memory_order_relaxed);
 	atomic_store_explicit(&fs->kf_stats.ks_layouts, l, memory_order_relaxed);
+	pthread_mutex_unlock(&gauge_lock);
 }
 
 static bool all_zero(const void *p, size_t n)
@@ -159,6 +168,33 @@ static int do_version(struct ioc *io, struct kvfs_ioc_version *v)
 	return 0;
 }
 
+/*
+ * A device region, before any backend sees it (so the same answers come
+ * from a daemon with or without a device): a UUID, for CUDA_IPC a handle
+ * and no fd, for CUDA_VMM an fd and no handle, nothing of the host kinds,
+ * and a range whose end does not overflow.
+ */
+static int device_region_check(const struct kvfs_ioc_region *rg)
+{
+	bool handle = !all_zero(rg->rg_ipc_handle, sizeof(rg->rg_ipc_handle));
+	uint64_t end;
+
+	if (rg->rg_addr || !all_zero(rg->rg_shm_name, sizeof(rg->rg_shm_name)) ||
+	    all_zero(rg->rg_dev_uuid, sizeof(rg->rg_dev_uuid)))
+		return -EINVAL;
+	if (rg->rg_kind == KVFS_REGION_CUDA_IPC && (rg->rg_fd || !handle))
+		return -EINVAL;
+	if (rg->rg_kind == KVFS_REGION_CUDA_VMM && handle)
+		return -EINVAL;
+	if (rg->rg_kind == KVFS_REGION_CUDA_VMM && rg->rg_fd < 0)
+		return -EBADF;
+	if (rg->rg_length == 0)
+		return -EINVAL;
+	if (__builtin_add_overflow(rg->rg_offset, rg->rg_length, &end))
+		return -EFAULT;
+	return 0;
+}
+
 int kv_ioc_region_check(const struct kvfs_ioc_region *rg)
 {
 	bool name = !all_zero(rg->rg_shm_name, sizeof(rg->rg_shm_name));
@@ -176,7 +212,7 @@ int kv_ioc_region_check(const struct kvfs_ioc_region *rg)
 		return rg->rg_offset || rg->rg_fd || cuda || name ? -EINVAL : 0;
 	case KVFS_REGION_CUDA_IPC:
 	case KVFS_REGION_CUDA_VMM:
-		return -EOPNOTSUPP;
+		return device_region_check(rg);
 	default:
 		return -EINVAL;
 	}
@@ -256,6 +292,16 @@ static int mem_copy(void *arg, bool to_store, uint64_t off, const struct iovec *
 	return kv_span_copy(km->km_sp, km->km_n, !to_store, off, iov, n);
 }
 
+static int mem_copy_start(void *arg, const struct iovec *iov, int n, struct kv_batch_wait *w)
+{
+	struct key_mem *km = arg;
+	struct kv_copy_ticket t;
+	int err = kv_span_copy_start(km->km_sp, km->km_n, true, 0, iov, n, &t);
+
+	*w = (struct kv_batch_wait){t.ct_wait, t.ct_arg};
+	return err;
+}
+
 static int mem_direct(void *arg, struct iovec *iov, int max)
 {
 	struct key_mem *km = arg;
@@ -314,6 +360,10 @@ static int64_t one_key(struct ioc *io, struct kv_batch *b, enum kv_ioc_kind kind
 	struct kv_key_info ki = {0};
 	struct key_mem km;
 	struct kv_batch_mem m = {.km_copy = mem_copy, .km_direct = mem_direct, .km_arg = &km};
+
+	/* A get's copy may outlive this call (kv_batch_retire): its spans are copied at issue. */
+	if (kind == KV_IOC_GET)
+		m.km_copy_start = mem_copy_start;
 	uint64_t t0 = kv_now_ns();
 	const char *name = NULL;
 	int64_t r = 0;
@@ -350,17 +400,59 @@ static int64_t one_key(struct ioc *io, struct kv_batch *b, enum kv_ioc_kind kind
 	return r;
 }
 
+/*
+ * Names a batch put or removed. The kernel may hold their old entries for
+ * KV_FS_TIMEOUT: they are dropped once the batch is over and holds no lock
+ * (an invalidation waits for the directory's lock in the kernel, whose
+ * holder may wait for a reply from this daemon).
+ */
+struct changed {
+	struct kv_fs *ch_fs;
+	struct change {
+		fuse_ino_t c_parent;
+		char *c_name;
+	} *ch_a;
+	uint32_t ch_n, ch_max;
+};
+
+static void invalidate(struct kv_fs *fs, fuse_ino_t parent, const char *name)
+{
+	if (fs->kf_se)
+		fuse_lowlevel_notify_inval_entry(fs->kf_se, parent, name, strlen(name));
+}
+
 static void name_changed(void *arg, struct kv_inode *dir, const char *name)
 {
-	struct kv_fs *fs = arg;
+	struct changed *ch = arg;
+	fuse_ino_t parent = nodeid_of(ch->ch_fs, dir);
+	char *copy;
 
-	/* The kernel may hold the old entry for KV_FS_TIMEOUT: drop it now. */
-	if (fs->kf_se)
-		fuse_lowlevel_notify_inval_entry(fs->kf_se, nodeid_of(fs, dir), name, strlen(name));
+	if (ch->ch_n == ch->ch_max) {
+		uint32_t n = ch->ch_max ? 2 * ch->ch_max : 16;
+		struct change *a = realloc(ch->ch_a, n * sizeof(*a));
+
+		if (a) {
+			ch->ch_a = a;
+			ch->ch_max = n;
+		}
+	}
+	copy = ch->ch_n < ch->ch_max ? strdup(name) : NULL;
+	if (!copy) /* out of memory: now, then */
+		return invalidate(ch->ch_fs, parent, name);
+	ch->ch_a[ch->ch_n++] = (struct change){parent, copy};
+}
+
+static void changed_flush(struct changed *ch)
+{
+	for (uint32_t i = 0; i < ch->ch_n; i++) {
+		invalidate(ch->ch_fs, ch->ch_a[i].c_parent, ch->ch_a[i].c_name);
+		free(ch->ch_a[i].c_name);
+	}
+	free(ch->ch_a);
 }
 
 static const uint32_t batch_flags[KV_IOC__COUNT] = {
-    [KV_IOC_PUT] = KVFS_PUT_NOREPLACE | KVFS_PUT_MKDIR,
+    [KV_IOC_PUT] = KVFS_PUT_NOREPLACE | KVFS_PUT_MKDIR | KVFS_PUT_WAIT_EVENT,
     [KV_IOC_REMOVE] = KVFS_REMOVE_RECURSIVE,
 };
 
@@ -376,17 +468,48 @@ int kv_ioc_batch_check(enum kv_ioc_kind kind, const struct kvfs_ioc_batch *bt)
 static void trace_batch(struct ioc *io, enum kv_ioc_kind kind, const struct kvfs_ioc_batch *bt,
 			const struct kv_batch *b, uint64_t total_ns);
 
+/* A batch being answered, for keys whose copy fails after their result was written. */
+struct answer {
+	struct kv_fs *an_fs;
+	struct kvfs_ioc_batch *an_bt;
+	uint64_t *an_failed;
+};
+
+/* kv_batch_retire's report: a get's copy that failed in flight fails its key after all. */
+static void copy_done(void *arg, uint64_t i, int err)
+{
+	struct answer *an = arg;
+	struct kvfs_ioc_batch *bt = an->an_bt;
+	struct kvfs_ioc_key k;
+
+	if (!err)
+		return;
+	memcpy(&k, bt->bt_data + i * KEY_SIZE, sizeof(k));
+	if (k.ik_result >= 0) {
+		bt->bt_ok--;
+		bt->bt_bytes -= (uint64_t)k.ik_result;
+		if (bt->bt_prefix > i)
+			bt->bt_prefix = (uint32_t)i;
+		(*an->an_failed)++;
+		kv_stats_key_error(&an->an_fs->kf_stats, err);
+	}
+	k.ik_result = err;
+	memcpy(bt->bt_data + i * KEY_SIZE, &k, sizeof(k));
+}
+
 static int do_batch(struct ioc *io, enum kv_ioc_kind kind, struct kvfs_ioc_batch *bt, uint64_t t0)
 {
 	struct kv_fs *fs = io->io_fs;
+	struct changed ch = {.ch_fs = fs};
 	struct kv_batch b = {
 	    .kb_st = fs->kf_store,
 	    .kb_cred = {fuse_req_ctx(io->io_req)->uid, fuse_req_ctx(io->io_req)->gid},
 	    .kb_changed = name_changed,
-	    .kb_arg = fs,
+	    .kb_arg = &ch,
 	};
-	bool regions = kind == KV_IOC_PUT || kind == KV_IOC_GET;
+	bool regions = kind == KV_IOC_PUT || kind == KV_IOC_GET, event;
 	uint64_t failed = 0, total;
+	struct answer an = {fs, bt, &failed};
 	int err = 0;
 
 	if (kv_ctl_is(io->io_ino))
@@ -401,8 +524,15 @@ static int do_batch(struct ioc *io, enum kv_ioc_kind kind, struct kvfs_ioc_batch
 		err = tgid_of(io->io_tid, &io->io_tgid);
 		if (err)
 			return err;
-		kv_region_begin(fs->kf_regions);
 	}
+	event = kind == KV_IOC_PUT && (bt->bt_flags & KVFS_PUT_WAIT_EVENT);
+	if (event) {
+		err = kv_dev_event_begin(bt->bt_data + KVFS_BATCH_EVENT_OFF);
+		if (err)
+			return err;
+	}
+	if (regions)
+		kv_region_begin(fs->kf_regions);
 	b.kb_ns[KV_STAGE_VALIDATE] = kv_now_ns() - t0;
 	bt->bt_ok = bt->bt_prefix = 0;
 	bt->bt_bytes = 0;
@@ -410,6 +540,7 @@ static int do_batch(struct ioc *io, enum kv_ioc_kind kind, struct kvfs_ioc_batch
 		struct kvfs_ioc_key k;
 
 		memcpy(&k, bt->bt_data + i * KEY_SIZE, sizeof(k));
+		b.kb_key = i;
 		k.ik_result = one_key(io, &b, kind, bt, &k);
 		if (k.ik_result >= 0) {
 			bt->bt_ok++;
@@ -421,9 +552,15 @@ static int do_batch(struct ioc *io, enum kv_ioc_kind kind, struct kvfs_ioc_batch
 			kv_stats_key_error(&fs->kf_stats, (int)k.ik_result);
 		}
 		memcpy(bt->bt_data + i * KEY_SIZE, &k, sizeof(k));
+		/* The previous key's copy has run beside this key's lookup and read. */
+		kv_batch_retire(&b, false, copy_done, &an);
 	}
+	kv_batch_retire(&b, true, copy_done, &an);
 	if (regions)
 		kv_region_end(fs->kf_regions);
+	if (event)
+		kv_dev_event_end();
+	changed_flush(&ch);
 	total = kv_now_ns() - t0;
 	bt->bt_ns = total;
 	kv_stats_ioc(&fs->kf_stats, kind, t0, bt->bt_nkeys, failed, bt->bt_bytes, b.kb_ns);
@@ -594,11 +731,9 @@ void kv_fs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 
 void kv_fs_ioctl_release(struct kv_fs *fs, uint64_t fh)
 {
-	/* The common case, a close with nothing registered anywhere, costs one load. */
-	if (!fs->kf_regions ||
-	    !atomic_load_explicit(&fs->kf_stats.ks_regions, memory_order_relaxed))
+	/* A close with nothing registered on it costs a lookup under rt_tag_lock. */
+	if (!fs->kf_regions || !kv_region_release_tag(fs->kf_regions, fh))
 		return;
-	if (kv_region_release_tag(fs->kf_regions, fh))
-		kv_region_reap(fs->kf_regions);
+	kv_region_reap(fs->kf_regions);
 	update_gauges(fs);
 }

@@ -270,7 +270,7 @@ int main(int argc, char **argv)
 			fputs(kv_options_usage, stdout);
 		else
 			printf("kvfs %s (libfuse %s, gpu backend %s)\n", KVFS_VERSION,
-			       fuse_pkgversion(), kv_dev_backend());
+			       fuse_pkgversion(), kv_dev_built());
 		ret = 0;
 		goto out_cfg;
 	}
@@ -308,6 +308,15 @@ int main(int argc, char **argv)
 		ret = ret < 0 ? 1 : ret;
 		goto out_datadir;
 	}
+	/*
+	 * After the fork: the CUDA runtime starts threads. With --gpu=auto and
+	 * no usable device the reason goes to the stats, not to stderr.
+	 */
+	rc = kv_dev_start((enum kv_dev_mode)cfg.kc_gpu, err, sizeof(err));
+	if (rc) {
+		fprintf(stderr, "kvfs: --gpu=cuda: %s\n", err);
+		goto out_datadir;
+	}
 	rc = kv_store_create(&fs.kf_store, &cfg, dd.kd_dirfd);
 	if (rc) {
 		fprintf(stderr, "kvfs: cannot start on '%s' (pool %llu bytes): %s\n",
@@ -315,6 +324,8 @@ int main(int argc, char **argv)
 		goto out_datadir;
 	}
 	report_recovery(fs.kf_store);
+	kv_dev_pin(kv_pool_base(kv_store_pool(fs.kf_store)),
+		   kv_pool_size(kv_store_pool(fs.kf_store)));
 	if (open_ioctl_path(&fs))
 		goto out_store;
 	kv_stats_init(&fs.kf_stats);
@@ -327,6 +338,7 @@ int main(int argc, char **argv)
 	fuse_opt_free_args(&args);
 out_store:
 	close_ioctl_path(&fs);
+	kv_dev_stop(); /* unpins the pool before it goes */
 	lost = kv_store_destroy(fs.kf_store);
 	if (lost) {
 		fprintf(stderr,

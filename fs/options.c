@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpu/dev.h"
+
 const char kv_options_usage[] =
     "usage: kvfs [options] DATA_DIR MOUNTPOINT\n"
     "       kvfs --fsck|--salvage DATA_DIR\n"
@@ -39,6 +41,8 @@ const char kv_options_usage[] =
     "                      (default: 0 = 256 MiB/s; above the watermark: unpaced)\n"
     "  --evict=none|lru    at the quota: none = new puts fail with ENOSPC,\n"
     "                      lru = delete least recently used keys (default: none)\n"
+    "  --gpu=auto|cuda|off device backend: cuda = CUDA regions or refuse to start,\n"
+    "                      auto = CUDA when a usable device is present (default: auto)\n"
     "  --fsck              kvfs --fsck DATA_DIR: check a data directory, report, exit\n"
     "  --salvage           kvfs --salvage DATA_DIR: rebuild the metadata from the buckets\n"
     "  -f                  stay in the foreground\n"
@@ -256,6 +260,19 @@ static int set_evict(struct kv_config *cfg, const char *val)
 	return 0;
 }
 
+static int set_gpu(struct kv_config *cfg, const char *val)
+{
+	if (!strcmp(val, "auto"))
+		cfg->kc_gpu = KV_DEV_AUTO;
+	else if (!strcmp(val, "cuda"))
+		cfg->kc_gpu = KV_DEV_CUDA;
+	else if (!strcmp(val, "off"))
+		cfg->kc_gpu = KV_DEV_OFF;
+	else
+		return -EINVAL;
+	return 0;
+}
+
 static const struct setting settings[] = {
     {"mem-size", set_mem_size},
     {"threads", set_threads},
@@ -274,6 +291,7 @@ static const struct setting settings[] = {
     {"gc-max-buckets", set_gc_max_buckets},
     {"gc-rate", set_gc_rate},
     {"evict", set_evict},
+    {"gpu", set_gpu},
 };
 
 /* Words of an fstab line that mean nothing to a mount of kvfs. */

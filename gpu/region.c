@@ -18,6 +18,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "gpu/dev.h"
+#ifdef KVFS_HAVE_CUDA
+#include "gpu/cuda.h"
+#endif
+
 #define SLOT_BITS	12
 #define KV_REGION_SLOTS (1u << SLOT_BITS)
 #define GEN_MAX		((UINT32_MAX >> SLOT_BITS) - 1)
@@ -69,6 +74,12 @@ const struct kv_region_ops *kv_region_ops_of(uint32_t kind)
 		return &kv_host_shm_ops;
 	case KVFS_REGION_HOST_PROC:
 		return &kv_host_proc_ops;
+#ifdef KVFS_HAVE_CUDA
+	case KVFS_REGION_CUDA_IPC:
+		return kv_dev_cuda() ? &kv_cuda_ipc_ops : NULL;
+	case KVFS_REGION_CUDA_VMM:
+		return kv_dev_cuda() ? &kv_cuda_vmm_ops : NULL;
+#endif
 	default:
 		return NULL;
 	}
@@ -76,7 +87,10 @@ const struct kv_region_ops *kv_region_ops_of(uint32_t kind)
 
 uint32_t kv_region_kinds(void)
 {
-	return 1u << KVFS_REGION_HOST_SHM | 1u << KVFS_REGION_HOST_PROC;
+	uint32_t cuda = 1u << KVFS_REGION_CUDA_IPC | 1u << KVFS_REGION_CUDA_VMM;
+
+	return 1u << KVFS_REGION_HOST_SHM | 1u << KVFS_REGION_HOST_PROC |
+	       (kv_dev_cuda() ? cuda : 0);
 }
 
 int kv_region_table_create(struct kv_region_table **out)
@@ -465,7 +479,8 @@ int kv_region_span(struct kv_region_table *t, pid_t tgid, uint32_t id, uint64_t 
 
 	if (!r)
 		return -EBADF;
-	if (r->rg_owner != tgid)
+	/* A dead owner's pid may have been reused: the newcomer is not the owner. */
+	if (r->rg_owner != tgid || pidfd_exited(r->rg_pidfd))
 		return -EPERM;
 	if (len == 0)
 		return -EINVAL;
@@ -482,7 +497,7 @@ int kv_layout_spans(struct kv_region_table *t, pid_t tgid, uint32_t id, uint64_t
 
 	if (!l)
 		return -EBADF;
-	if (l->ly_owner != tgid)
+	if (l->ly_owner != tgid || pidfd_exited(l->ly_segs[0].ls_region->rg_pidfd))
 		return -EPERM;
 	if (block >= l->ly_nblocks)
 		return -EFAULT;
@@ -502,8 +517,9 @@ int kv_layout_spans(struct kv_region_table *t, pid_t tgid, uint32_t id, uint64_t
  * overlaps [off, off + total), gathers the iov pieces covering the overlap
  * (at most COPY_IOV per call) and hands them to the span's backend.
  */
-int kv_span_copy(const struct kv_span *sp, int nsp, bool to_region, uint64_t off,
-		 const struct iovec *iov, int niov)
+/* Hands each span's part of [off, off + total of iov) to its backend's ro_copy. */
+static int copy_pieces(const struct kv_span *sp, int nsp, bool to_region, uint64_t off,
+		       const struct iovec *iov, int niov)
 {
 	struct iovec piece[COPY_IOV];
 	uint64_t start = 0, cur = off, end = off, ioff = 0;
@@ -539,9 +555,49 @@ int kv_span_copy(const struct kv_span *sp, int nsp, bool to_region, uint64_t off
 		}
 		start = s_end;
 	}
-	for (int s = 0; !err && s < nsp; s++)
-		if (sp[s].sp_region->rg_ops->ro_sync)
-			err = sp[s].sp_region->rg_ops->ro_sync(sp[s].sp_region);
+	return err;
+}
+
+/* Syncs every region of the spans (also after an error); 0 or the first error. */
+static int sync_all(const struct kv_span *sp, int nsp, int err)
+{
+	for (int s = 0; s < nsp; s++) {
+		const struct kv_region_ops *ops = sp[s].sp_region->rg_ops;
+		int e = ops->ro_sync ? ops->ro_sync(sp[s].sp_region) : 0;
+
+		if (e && !err)
+			err = e;
+	}
+	return err;
+}
+
+int kv_span_copy(const struct kv_span *sp, int nsp, bool to_region, uint64_t off,
+		 const struct iovec *iov, int niov)
+{
+	return sync_all(sp, nsp, copy_pieces(sp, nsp, to_region, off, iov, niov));
+}
+
+int kv_span_copy_start(const struct kv_span *sp, int nsp, bool to_region, uint64_t off,
+		       const struct iovec *iov, int niov, struct kv_copy_ticket *t)
+{
+	int err = copy_pieces(sp, nsp, to_region, off, iov, niov);
+
+	*t = (struct kv_copy_ticket){0};
+	for (int s = 0; !err && s < nsp; s++) {
+		const struct kv_region_ops *ops = sp[s].sp_region->rg_ops;
+
+		/* One issue covers every device copy the thread queued. */
+		if (ops->ro_issue)
+			return ops->ro_issue(sp[s].sp_region, t);
+	}
+	return sync_all(sp, nsp, err);
+}
+
+int kv_copy_wait(struct kv_copy_ticket *t)
+{
+	int err = t->ct_wait ? t->ct_wait(t->ct_arg) : 0;
+
+	*t = (struct kv_copy_ticket){0};
 	return err;
 }
 

@@ -5,8 +5,9 @@
  *
  * A region is a range of some client process's memory, reached through one
  * backend of the ops table below: host_shm (a POSIX shared-memory object the
- * daemon maps) or host_proc (process_vm_readv/writev on the client's pid);
- * cuda plugs in beside them. A layout is a list of segments over regions
+ * daemon maps), host_proc (process_vm_readv/writev on the client's pid), or
+ * with the CUDA backend in force (gpu/dev.h) cuda_ipc and cuda_vmm
+ * (gpu/cuda.h). A layout is a list of segments over regions
  * that says where block b of a KV cache lies (include/kvfs/kvfs_ioctl.h
  * draws it). Both live in one table per daemon and are known to clients by
  * small ids.
@@ -27,9 +28,10 @@
  * Registration, release and reaping take it exclusive. A batch takes it
  * shared for its whole duration (kv_region_begin / kv_region_end), so the
  * struct kv_span pointers it resolves stay valid while it copies, and a
- * region is never unmapped under a copy. Nothing else is taken inside it
- * except by the caller (the store's locks, after it); never take it while
- * holding a store lock.
+ * region is never unmapped under a copy. Taken inside it: rt_tag_lock, the
+ * store's locks (a batch's keys), and the CUDA backend's leaf locks
+ * (gpu/cuda.c: cu_ipc_lock when a region is freed, a device's sp_lock when
+ * a copy takes a stream); never take it while holding any of them.
  *
  * Every function returns 0 or a negative errno.
  */
@@ -45,6 +47,7 @@
 
 struct kv_region;
 struct kv_region_table;
+struct kv_copy_ticket;
 
 /* Who asks: the calling process, its uid, and the open file it asks through. */
 struct kv_caller {
@@ -84,8 +87,20 @@ struct kv_region_ops {
 	int (*ro_copy)(struct kv_region *r, bool to_region, uint64_t off, const struct iovec *iov,
 		       int n);
 	int (*ro_sync)(struct kv_region *r);
+	/*
+	 * Optional, with ro_sync: issues what ro_copy queued without waiting;
+	 * fills *t with how to wait (t->ct_wait NULL: nothing in flight). On
+	 * an error nothing is left in flight.
+	 */
+	int (*ro_issue)(struct kv_region *r, struct kv_copy_ticket *t);
 	/* Optional: the daemon's address of region byte off, when the daemon maps it. */
 	void *(*ro_direct)(struct kv_region *r, uint64_t off);
+};
+
+/* Copies in flight: ct_wait(ct_arg) waits for them (and frees ct_arg); ct_wait NULL: none. */
+struct kv_copy_ticket {
+	int (*ct_wait)(void *arg);
+	void *ct_arg;
 };
 
 /* A region (the table owns it; fields after rg_len belong to the backend). */
@@ -104,6 +119,9 @@ struct kv_region {
 	char *rg_base;	  /* host_shm: the region's first byte in the daemon */
 	pid_t rg_pid;	  /* host_proc: the process to copy to and from */
 	uint64_t rg_addr; /* host_proc: the region's first byte in that process */
+	int rg_dev;	  /* cuda_*: the device's ordinal in the daemon */
+	uint64_t rg_dptr; /* cuda_*: the region's first byte, a device address in the daemon */
+	void *rg_cuda;	  /* cuda_*: the opened allocation */
 };
 
 /* A piece of a key's memory: [sp_off, sp_off + sp_len) of one region. */
@@ -113,7 +131,7 @@ struct kv_span {
 	uint64_t sp_len;
 };
 
-/* The backends; NULL for a kind this build cannot serve. */
+/* The backends; NULL for a kind this daemon cannot serve (CUDA not in force). */
 const struct kv_region_ops *kv_region_ops_of(uint32_t kind);
 extern const struct kv_region_ops kv_host_shm_ops;
 extern const struct kv_region_ops kv_host_proc_ops;
@@ -185,11 +203,24 @@ int kv_layout_spans(struct kv_region_table *t, pid_t tgid, uint32_t id, uint64_t
  * Copies between the memory the spans describe (logically concatenated)
  * and daemon memory iov, which stands for logical bytes [off, off + total
  * of iov). to_region: from iov into the spans. The caller has checked that
- * the range lies inside the spans. Then syncs every region it touched.
- * Returns 0 or the backend's error.
+ * the range lies inside the spans. Then syncs every region it touched,
+ * also after a failed copy, so nothing issued outlives the call. Returns 0
+ * or the first backend error.
  */
 int kv_span_copy(const struct kv_span *sp, int nsp, bool to_region, uint64_t off,
 		 const struct iovec *iov, int niov);
+
+/*
+ * As kv_span_copy, but copies into or out of device memory may still be in
+ * flight when it returns: *t says how to wait for them (kv_copy_wait); the
+ * daemon memory iov must stay valid until then. Host regions are copied
+ * before it returns. On an error nothing is left in flight.
+ */
+int kv_span_copy_start(const struct kv_span *sp, int nsp, bool to_region, uint64_t off,
+		       const struct iovec *iov, int niov, struct kv_copy_ticket *t);
+
+/* Waits for the copies of t (once); 0 or the first backend error. */
+int kv_copy_wait(struct kv_copy_ticket *t);
 
 /*
  * Describes the spans as daemon addresses in iov (room for max) when every

@@ -7,7 +7,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 . scripts/deps.sh
 kvfs_install_deps
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+# KVFS_CUDA=AUTO: with the CUDA backend when a toolkit is found, without otherwise.
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DKVFS_CUDA=AUTO >/dev/null
 cmake --build build -j"$(nproc)" --target kvfs >/dev/null
 mkdir -p mnt
 # A mount left by a killed daemon answers "Transport endpoint is not connected".

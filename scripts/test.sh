@@ -3,7 +3,11 @@
 #   1. a Release build with every test (unit, integration on real mounts, fio);
 #   2. the unit tests and the tests labelled asan (the ioctl path) again under
 #      AddressSanitizer + UndefinedBehaviorSanitizer;
-#   3. the concurrency tests under ThreadSanitizer.
+#   3. the concurrency tests under ThreadSanitizer;
+#   4. where a CUDA toolkit is found (these machines: /usr/local/cuda), a
+#      -DKVFS_CUDA=ON build (-Werror like the others) with its unit tests and
+#      the integration tests of the device and ioctl paths; the CUDA tests
+#      skip, each with the reason, where there is no GPU.
 # Exits non-zero on any failure.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -19,8 +23,8 @@ build() { # dir, cmake args...
 	cmake --build "$dir" -j"$jobs" >/dev/null
 }
 
-echo "== Release build: all tests"
-build build -DCMAKE_BUILD_TYPE=Release
+echo "== Release build (without CUDA): all tests"
+build build -DCMAKE_BUILD_TYPE=Release -DKVFS_CUDA=OFF
 (cd build && ctest --output-on-failure --timeout 600)
 
 echo "== ASan+UBSan build: unit tests, ioctl tests"
@@ -30,4 +34,22 @@ build build-asan -DCMAKE_BUILD_TYPE=Debug -DKVFS_CUDA=OFF -DKVFS_SANITIZE=addres
 echo "== TSan build: concurrency tests"
 build build-tsan -DCMAKE_BUILD_TYPE=Debug -DKVFS_CUDA=OFF -DKVFS_SANITIZE=thread
 (cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -L concurrency)
+cuda_root=""
+for d in "${CUDA_HOME:-}" "${CUDA_PATH:-}" /usr/local/cuda; do
+	if [ -n "$d" ] && [ -x "$d/bin/nvcc" ]; then
+		cuda_root=$d
+		break
+	fi
+done
+if [ -z "$cuda_root" ] && command -v nvcc >/dev/null; then
+	cuda_root=$(dirname "$(dirname "$(command -v nvcc)")")
+fi
+if [ -n "$cuda_root" ]; then
+	echo "== CUDA build ($cuda_root): unit tests, device and ioctl integration tests"
+	build build-cuda -DCMAKE_BUILD_TYPE=Release -DKVFS_CUDA=ON -DCUDAToolkit_ROOT="$cuda_root"
+	(cd build-cuda && ctest --output-on-failure -L unit &&
+		ctest --output-on-failure -R 'integration_test_(gpu|ioctl|client|vllm_connector)$')
+else
+	echo "== CUDA build: skipped, no CUDA toolkit found (nvcc not in CUDA_HOME, /usr/local/cuda or PATH)"
+fi
 echo "== all tests passed"

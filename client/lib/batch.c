@@ -35,7 +35,14 @@ struct src {
 	const char *const *names;
 	const struct kvfs_key *keys;
 	bool stop_at_miss; /* kvfs_lookup_prefix: no ioctl after a chunk with a miss */
+	const void *event; /* kvfs_put_event: KVFS_BATCH_EVENT_SIZE bytes, or NULL */
 };
+
+/* Bytes of bt_data the keys may use: all but the event handle's. */
+static size_t src_room(const struct src *s)
+{
+	return s->event ? KVFS_BATCH_EVENT_OFF : KVFS_BATCH_DATA_SIZE;
+}
 
 static const char *src_name(const struct src *s, size_t i)
 {
@@ -67,7 +74,7 @@ static long key_need(const struct kvfs *kv, const struct src *s, size_t i, size_
 	if (niov > KVFS_LAYOUT_MAX_SEGS)
 		return -E2BIG;
 	need = sizeof(struct kvfs_ioc_key) + niov * sizeof(struct kvfs_ioc_iov) + len;
-	if (need > KVFS_BATCH_DATA_SIZE)
+	if (need > src_room(s))
 		return -E2BIG;
 	*name_len = len;
 	return (long)need;
@@ -97,7 +104,7 @@ static size_t choose(const struct kvfs *kv, const struct src *s, size_t first, s
 			set_status(&st[i], need);
 			continue;
 		}
-		if (used + (size_t)need > KVFS_BATCH_DATA_SIZE)
+		if (used + (size_t)need > src_room(s))
 			break;
 		used += (size_t)need;
 		map[k] = i;
@@ -198,6 +205,8 @@ static int run(struct kvfs *kv, unsigned long cmd, uint32_t flags, const struct 
 		b->bt_nkeys = (uint32_t)k;
 		b->bt_flags = flags;
 		pack(b, s, map, lens, k);
+		if (s->event)
+			memcpy(b->bt_data + KVFS_BATCH_EVENT_OFF, s->event, KVFS_BATCH_EVENT_SIZE);
 		do
 			err = kv->kv_ioctl(kv->kv_fd, cmd, b);
 		while (err == -EINTR && cmd != KVFS_IOC_REMOVE);
@@ -267,6 +276,17 @@ int kvfs_put(struct kvfs *kv, const struct kvfs_key *keys, size_t n, unsigned fl
 	if ((n && !keys) || (flags & ~(KVFS_PUT_FLAG_NOREPLACE | KVFS_PUT_FLAG_MKDIR)))
 		return -EINVAL;
 	return run(kv, KVFS_IOC_PUT, flags, &s, n, trace, st, sum);
+}
+
+int kvfs_put_event(struct kvfs *kv, const struct kvfs_key *keys, size_t n, unsigned flags,
+		   const void *event, uint64_t trace, struct kvfs_status *st,
+		   struct kvfs_summary *sum)
+{
+	struct src s = {.keys = keys, .event = event};
+
+	if ((n && !keys) || !event || (flags & ~(KVFS_PUT_FLAG_NOREPLACE | KVFS_PUT_FLAG_MKDIR)))
+		return -EINVAL;
+	return run(kv, KVFS_IOC_PUT, flags | KVFS_PUT_WAIT_EVENT, &s, n, trace, st, sum);
 }
 
 int kvfs_get(struct kvfs *kv, const struct kvfs_key *keys, size_t n, uint64_t trace,

@@ -173,9 +173,13 @@ def load(path=None):
             "kvfs_put": (ctypes.c_int, [vp, P(_Key), sz, ctypes.c_uint, u64, P(_Status),
                                         P(_Summary)]),
             "kvfs_get": (ctypes.c_int, [vp, P(_Key), sz, u64, P(_Status), P(_Summary)]),
+            "kvfs_put_event": (ctypes.c_int, [vp, P(_Key), sz, ctypes.c_uint, ctypes.c_char_p,
+                                              u64, P(_Status), P(_Summary)]),
             "kvfs_remove": (ctypes.c_int, [vp, P(ctypes.c_char_p), sz, ctypes.c_uint, u64,
                                            P(_Status), P(_Summary)]),
             "kvfs_remove_prefix": (ctypes.c_int64, [vp, ctypes.c_char_p, u64]),
+            "kvfs_register_device": (ctypes.c_int, [vp, vp, sz, P(u32)]),
+            "kvfs_device_note": (ctypes.c_char_p, []),
         }
         for name, (res, args) in sig.items():
             fn = getattr(lib, name)
@@ -244,7 +248,8 @@ class BatchResult:
 
 class Region:
     """A registered range of memory: `id` (what layouts and iovs name),
-    `kind` ("shm" from Client.alloc, "proc" from Client.register), `size`,
+    `kind` ("shm" from Client.alloc, "proc" from Client.register, "device"
+    from Client.register_device), `size`,
     and for "shm" `buffer`, a writable memoryview of the shared memory —
     valid until the region is unregistered or the Client closed. `writable`
     is False for read-only memory (register(bytes, writable=False)): get()
@@ -389,6 +394,29 @@ class Client:
             self._regions[r.id] = r
         return r
 
+    def register_device(self, ptr, nbytes):
+        """Registers `nbytes` of CUDA device memory at device address `ptr`
+        (an int: a torch.Tensor's data_ptr() and nbytes, say) as a CUDA_IPC
+        or CUDA_VMM region; libkvfs finds the allocation and its device.
+        Synchronise the stream that wrote the memory before a put. Raises
+        OSError(EOPNOTSUPP or ENODEV) with the reason where device memory
+        cannot be registered (no CUDA in libkvfs or in the daemon, no driver)."""
+        if nbytes <= 0:
+            raise ValueError("cannot register an empty range")
+        rid = ctypes.c_uint32()
+        rc = self._lib.kvfs_register_device(self._h, ctypes.c_void_p(ptr), nbytes,
+                                            ctypes.byref(rid))
+        if rc < 0:
+            note = self._lib.kvfs_device_note().decode()
+            if rc == -_errno.EOPNOTSUPP and not note:
+                note = "the daemon serves no device regions (--gpu=off, or no device there)"
+            raise OSError(-rc, "kvfs_register_device: %s%s" % (
+                os.strerror(-rc), ": " + note if note else ""))
+        r = Region(self, rid.value, "device", nbytes, ptr)
+        with self._lock:
+            self._regions[r.id] = r
+        return r
+
     def unregister(self, region):
         """Unregisters a Region (or region id); shared memory is unmapped."""
         rid = _rid(region)
@@ -468,13 +496,23 @@ class Client:
             raise ValueError("give layout= (and blocks=) or iovs=")
         return keys, n, keep
 
-    def put(self, names, layout=None, blocks=None, iovs=None, flags=0, trace=0):
+    def put(self, names, layout=None, blocks=None, iovs=None, flags=0, trace=0, event=None):
         """Stores each name's memory as its new value, atomically per key.
         Memory by layout (block blocks[i], default i) or by iovs[i], a list
         of (region, offset, length). flags: PUT_NOREPLACE, PUT_MKDIR.
+        event: the 64 bytes of a cudaIpcEventHandle_t recorded after the work
+        that produced device memory: the daemon's copies wait for it instead
+        of the caller synchronising first (kvfs_put_event).
         result = bytes stored or -errno."""
         keys, n, _keep = self._keys(names, layout, blocks, iovs)
         st, s = (_Status * max(n, 1))(), _Summary()
+        if event is not None:
+            event = bytes(event)
+            if len(event) != 64:
+                raise ValueError("a CUDA IPC event handle is 64 bytes, not %d" % len(event))
+            _check(self._lib.kvfs_put_event(self._h, keys, n, flags, event, trace, st,
+                                            ctypes.byref(s)), "kvfs_put_event")
+            return BatchResult._from_c(st, n, s)
         _check(self._lib.kvfs_put(self._h, keys, n, flags, trace, st, ctypes.byref(s)),
                "kvfs_put")
         return BatchResult._from_c(st, n, s)

@@ -199,6 +199,29 @@ int kvfs_region_alloc(struct kvfs *kv, size_t len, int numa_node, void **addrp, 
 int kvfs_region_register(struct kvfs *kv, void *addr, size_t len, uint32_t *idp);
 
 /*
+ * Registers [ptr, ptr + len) of CUDA device memory — a plain device
+ * pointer and length, such as a torch.Tensor's data_ptr() and nbytes — as a
+ * region. The library finds the allocation and its device itself: memory
+ * from cudaMalloc (or any allocation cudaIpcGetMemHandle accepts) becomes a
+ * CUDA_IPC region, memory from cuMemCreate with a POSIX-fd handle type
+ * (PyTorch's expandable segments) a CUDA_VMM region. The range must lie in
+ * one allocation. Puts copy device -> DRAM and gets DRAM -> device inside
+ * the daemon; a put reads the memory as it is when the daemon copies, so
+ * the caller synchronises the stream that produced the data first. A get
+ * returns once the bytes are in device memory.
+ *
+ * Returns 0 and the region id in *idp, or -errno: -EINVAL (len 0, not
+ * device memory), -EFAULT (the range leaves its allocation), -EOPNOTSUPP
+ * (libkvfs or the daemon has no CUDA backend in force, or the allocation
+ * can be shared neither way), -ENODEV (no usable CUDA driver here, or the
+ * daemon does not see the device), -EMFILE, -ENOMEM. kvfs_device_note()
+ * says in one line why device registration cannot work here ("" when it
+ * can, as far as this process can tell).
+ */
+int kvfs_register_device(struct kvfs *kv, const void *ptr, size_t len, uint32_t *idp);
+const char *kvfs_device_note(void);
+
+/*
  * Unregisters a region; memory from kvfs_region_alloc is unmapped (its
  * pointers become invalid), memory of kvfs_region_register stays the
  * caller's. Returns 0 or -errno: -EBADF (no such region), -EPERM (not this
@@ -254,6 +277,20 @@ int64_t kvfs_lookup_prefix(struct kvfs *kv, const char *const *names, size_t n, 
  */
 int kvfs_put(struct kvfs *kv, const struct kvfs_key *keys, size_t n, unsigned flags, uint64_t trace,
 	     struct kvfs_status *st, struct kvfs_summary *sum);
+
+/*
+ * kvfs_put for device memory whose producing work the caller has not
+ * waited for: `event` is a cudaIpcEventHandle_t (64 bytes, from
+ * cudaIpcGetEventHandle of an event made with cudaEventInterprocess |
+ * cudaEventDisableTiming and recorded after that work). The daemon's
+ * device copies wait for it on the GPU (cudaStreamWaitEvent); host
+ * regions are not ordered by it. Returns as kvfs_put; the whole call fails
+ * with -EOPNOTSUPP when the daemon has no CUDA backend in force and with
+ * -EINVAL for a handle its driver refuses.
+ */
+int kvfs_put_event(struct kvfs *kv, const struct kvfs_key *keys, size_t n, unsigned flags,
+		   const void *event, uint64_t trace, struct kvfs_status *st,
+		   struct kvfs_summary *sum);
 
 /*
  * Copies each key's current value into its memory, whose total length must

@@ -48,7 +48,9 @@
  *                    shared-memory object owned by another user
  *   EBUSY            unregistering a region a layout still uses
  *   EFAULT           a range outside the region, or one whose end overflows
- *   EOPNOTSUPP       a region kind this daemon was built without (CUDA)
+ *   EOPNOTSUPP       a region kind this daemon does not serve now (CUDA
+ *                    without the CUDA backend in force)
+ *   ENODEV           a device region whose UUID names no device of the daemon's
  *   EMFILE           the process has KVFS_MAX_REGIONS regions (or layouts)
  *   ENOSPC           the daemon's table of regions (or layouts) is full
  *   ENOENT, EACCES   HOST_SHM: no such object, or the daemon may not open it
@@ -87,14 +89,33 @@
  *                          daemon probes the range at registration and fails
  *                          with EPERM when it may not reach it, EFAULT when
  *                          the range is not mapped.
- *   KVFS_REGION_CUDA_IPC   (next release) a cudaMalloc allocation: its 64-byte
- *                          cudaIpcMemHandle_t in rg_ipc_handle, rg_offset from
- *                          the allocation's base, rg_length, the device's
- *                          UUID in rg_dev_uuid. EOPNOTSUPP until then.
- *   KVFS_REGION_CUDA_VMM   (next release) cuMemCreate memory: rg_fd is the
- *                          caller's fd of its exported POSIX-fd handle (the
- *                          daemon takes it with pidfd_getfd), rg_offset,
- *                          rg_length, rg_dev_uuid. EOPNOTSUPP until then.
+ *   KVFS_REGION_CUDA_IPC   a cudaMalloc allocation: its 64-byte
+ *                          cudaIpcMemHandle_t (of the allocation's base) in
+ *                          rg_ipc_handle, rg_offset from that base,
+ *                          rg_length, and the device's UUID in rg_dev_uuid
+ *                          (not its ordinal: CUDA_VISIBLE_DEVICES numbers
+ *                          devices differently in each process); rg_fd 0.
+ *                          The daemon opens each (process, device, handle)
+ *                          once and shares it among that process's regions.
+ *   KVFS_REGION_CUDA_VMM   cuMemCreate memory (exported with a POSIX-fd
+ *                          handle type): rg_fd is the caller's fd of the
+ *                          exported handle, which the daemon takes with
+ *                          pidfd_getfd during the call (the caller may close
+ *                          it afterwards), rg_offset from the allocation's
+ *                          start, rg_length, rg_dev_uuid; rg_ipc_handle zero.
+ *                          Both device kinds: EINVAL for a zero UUID, a
+ *                          missing or misplaced handle or fd, or a field of
+ *                          the host kinds; EFAULT for a range whose end
+ *                          overflows or that leaves the allocation; EBADF
+ *                          for an fd the caller does not hold; ENODEV for a
+ *                          UUID that names no device of the daemon's;
+ *                          EOPNOTSUPP when the daemon has no CUDA backend in
+ *                          force (built without CUDA, --gpu=off, or no
+ *                          device: vr_kinds says). Puts copy device -> DRAM
+ *                          and gets DRAM -> device on the daemon's streams;
+ *                          a put reads the memory when it runs, so the
+ *                          caller synchronises the producing stream first;
+ *                          a get returns once the bytes are in the device.
  *
  * A layout names where block b of a KV cache lies: a list of segments
  * (region, base, stride, length), and block b is the concatenation, in
@@ -171,6 +192,10 @@
  *   bytes copied, or -ENOENT, -EBUSY (still being written), -EMSGSIZE (the
  *   size differs; ik_size holds it), or a per-key error above. Values on the
  *   SSD tier are read from there. ik_flags tells the tier it came from.
+ *   Device copies of consecutive keys may overlap one another (the next
+ *   key is looked up and read while the previous one's copy runs), so
+ *   keys of one get whose memory overlaps land in no defined order; all
+ *   have landed when the ioctl returns.
  * KVFS_IOC_REMOVE: removes each name as unlink() would; a directory fails
  *   with -EISDIR unless KVFS_REMOVE_RECURSIVE, which removes it and all
  *   below it as rm -rf would. ik_result: the number of keys removed, or
@@ -310,6 +335,18 @@ struct kvfs_ioc_key {
 enum {
 	KVFS_PUT_NOREPLACE = 1 << 0, /* an existing key fails with -EEXIST, keeps its value */
 	KVFS_PUT_MKDIR = 1 << 1,     /* create missing parent directories (mode 0755) */
+	/*
+	 * The put contract for device memory: without this flag the caller has
+	 * synchronised the stream that produced the bytes before the ioctl.
+	 * With it, bt_data's last KVFS_BATCH_EVENT_SIZE bytes hold a
+	 * cudaIpcEventHandle_t (the caller records the event after the
+	 * producing work) and the daemon makes its device copies wait for it
+	 * (cudaStreamWaitEvent); names and iov lists stay out of those bytes.
+	 * Copies from host regions are not ordered by it. EOPNOTSUPP (the whole
+	 * batch) without the CUDA backend in force, EINVAL for a handle the
+	 * driver refuses.
+	 */
+	KVFS_PUT_WAIT_EVENT = 1 << 2,
 };
 
 /* bt_flags of KVFS_IOC_REMOVE. */
@@ -320,6 +357,9 @@ enum {
 #define KVFS_IOC_BATCH_SIZE  16376u
 #define KVFS_BATCH_HDR_SIZE  48u
 #define KVFS_BATCH_DATA_SIZE (KVFS_IOC_BATCH_SIZE - KVFS_BATCH_HDR_SIZE)
+/* KVFS_PUT_WAIT_EVENT: the event handle's bytes, at the end of bt_data. */
+#define KVFS_BATCH_EVENT_SIZE 64u
+#define KVFS_BATCH_EVENT_OFF  (KVFS_BATCH_DATA_SIZE - KVFS_BATCH_EVENT_SIZE)
 /* Keys with one-byte names fill bt_data: the most a batch can carry. */
 #define KVFS_BATCH_MAX_KEYS (KVFS_BATCH_DATA_SIZE / (sizeof(struct kvfs_ioc_key) + 1))
 

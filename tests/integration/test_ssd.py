@@ -537,11 +537,7 @@ class CleanRestartTest(SsdTestCase):
             keys["k%03d" % i] = (len(data), digest(data))
         os.unlink(m.path("k000"))
         del keys["k000"]
-        fd = os.open(m.mnt, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_path(m.mnt, directory=True)
         self.crash(m)
         m = self.start("third")
         self.assertEqual(m.stats()["recovery"]["keys"], 259)

@@ -227,11 +227,7 @@ class CrashTest(SsdTestCase):
         os.unlink(m.path("s/k07"))
         del keys["s/k07"]
         # with a 5 s flush delay nothing would be written yet, but for this:
-        fd = os.open(m.mnt, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_path(m.mnt, directory=True)
         self.crash(m)
         m = self.start("after", opts=["--mem-size=128M", "--bucket-size=8M"])
         t = tree(m.mnt)

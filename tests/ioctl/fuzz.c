@@ -171,6 +171,7 @@ static bool ioctl_errno_ok(int err)
 	case EACCES:
 	case ENOSPC:
 	case ENOMEM:
+	case ENODEV: /* a device region naming no device of the daemon's */
 		return true;
 	default:
 		return false;
@@ -251,6 +252,45 @@ static void gen_batch(struct fz *f, unsigned long cmd, struct kvfs_ioc_batch *bt
  * the fuzzer's buffers (so the guards stay unregistered); the others are
  * out of range, overflowing, unmapped or someone else's.
  */
+/*
+ * Turns rg into a device registration (CUDA_IPC or CUDA_VMM): a UUID that
+ * names no device, is zero or is noise; a handle of noise, zero or all
+ * ones; an fd of the fuzzer's (no CUDA handle), none, negative or huge;
+ * offsets and lengths drawn like the host kinds'; now and then a host
+ * field or the pad set. With or without a device in the daemon each must
+ * fail with a documented errno, never succeed: no handle here is real.
+ */
+static void gen_device_region(struct fz *f, struct kvfs_ioc_region *rg)
+{
+	uint64_t c = below(f, 8);
+
+	memset((char *)rg + sizeof(rg->rg_hdr), 0, sizeof(*rg) - sizeof(rg->rg_hdr));
+	rg->rg_kind = below(f, 2) ? KVFS_REGION_CUDA_IPC : KVFS_REGION_CUDA_VMM;
+	rg->rg_offset = pick64(f, RLEN);
+	rg->rg_length = pick64(f, RLEN);
+	if (c < 5)
+		for (int i = 0; i < 16; i++)
+			rg->rg_dev_uuid[i] = (uint8_t)rnd(f);
+	else if (c == 5)
+		memset(rg->rg_dev_uuid, 0xff, 16);
+	c = below(f, 6);
+	if (rg->rg_kind == KVFS_REGION_CUDA_IPC || c == 5)
+		for (int i = 0; i < 64; i++)
+			rg->rg_ipc_handle[i] = c < 3 ? (uint8_t)rnd(f) : c == 4 ? 0xff : 0;
+	c = below(f, 6);
+	if (rg->rg_kind == KVFS_REGION_CUDA_VMM || c == 5)
+		rg->rg_fd = c < 2    ? f->dirfd
+			    : c == 2 ? -1 - (int32_t)below(f, 3)
+			    : c == 3 ? (int32_t)(rnd(f) >> 34)
+				     : f->filefd;
+	if (!below(f, 12))
+		rg->rg_addr = (uintptr_t)f->pmem;
+	if (!below(f, 12))
+		snprintf(rg->rg_shm_name, sizeof(rg->rg_shm_name), "%s", f->shm);
+	if (!below(f, 12))
+		rg->rg_pad = 1;
+}
+
 static void gen_region(struct fz *f, struct kvfs_ioc_region *rg)
 {
 	static const char *const names[] = {"", "/", "noslash", "/a/b", "/..", "/nonexistent"};
@@ -295,6 +335,8 @@ static void gen_region(struct fz *f, struct kvfs_ioc_region *rg)
 		rg->rg_pad = (uint32_t)rnd(f);
 	if (!below(f, 10))
 		rg->rg_ipc_handle[below(f, 64)] = 1;
+	if (!below(f, 4))
+		gen_device_region(f, rg);
 }
 
 static void gen_layout(struct fz *f, struct kvfs_ioc_layout *ly)
@@ -387,9 +429,13 @@ static void one(struct fz *f, long i)
 	      strerror(-err));
 	if (err)
 		return;
-	if (cmd == KVFS_IOC_REGION_REGISTER)
+	if (cmd == KVFS_IOC_REGION_REGISTER) {
+		uint32_t kind = ((struct kvfs_ioc_region *)f->buf)->rg_kind;
+
+		CHECK(kind != KVFS_REGION_CUDA_IPC && kind != KVFS_REGION_CUDA_VMM,
+		      "ioctl %ld: a made-up device registration succeeded", i);
 		keep_fresh(f, fd, ((struct kvfs_ioc_region *)f->buf)->rg_id);
-	else if (cmd == KVFS_IOC_LAYOUT_REGISTER)
+	} else if (cmd == KVFS_IOC_LAYOUT_REGISTER)
 		keep_fresh(f, fd, ((struct kvfs_ioc_layout *)f->buf)->ly_id);
 	else if (_IOC_NR(cmd) >= 0x10 && _IOC_NR(cmd) <= 0x13) {
 		const struct kvfs_ioc_batch *bt = (const struct kvfs_ioc_batch *)f->buf;

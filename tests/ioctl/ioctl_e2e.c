@@ -1035,6 +1035,87 @@ static int bench_main(const char *dir)
 	return 0;
 }
 
+/* Registers a device region as given; returns 0 or -errno (unregistering what succeeded). */
+static int dev_reg(int fd, uint32_t kind, const uint8_t *uuid, uint8_t handle_byte, int32_t rfd,
+		   uint64_t off, uint64_t len)
+{
+	struct kvfs_ioc_region rg;
+	int err;
+
+	memset(&rg, 0, sizeof(rg));
+	hdr_init(&rg.rg_hdr, sizeof(rg), 0);
+	rg.rg_kind = kind;
+	rg.rg_offset = off;
+	rg.rg_length = len;
+	rg.rg_fd = rfd;
+	if (uuid)
+		memcpy(rg.rg_dev_uuid, uuid, 16);
+	memset(rg.rg_ipc_handle, handle_byte, sizeof(rg.rg_ipc_handle));
+	err = ioc(fd, KVFS_IOC_REGION_REGISTER, &rg);
+	if (!err)
+		unreg(fd, KVFS_IOC_REGION_UNREGISTER, rg.rg_id);
+	return err;
+}
+
+/*
+ * Device registrations that must fail, each with its documented errno,
+ * whether or not the daemon has a device: the struct checks come first;
+ * then a daemon without CUDA in force says EOPNOTSUPP, one with CUDA says
+ * ENODEV for a UUID of no device of its own. Prints cuda=0|1.
+ */
+static int devregs_main(const char *dir)
+{
+	static const uint8_t nodev[16] = {0xde, 0xad, 0xbe, 0xef, 1, 2,	 3,  4,
+					  5,	6,    7,    8,	  9, 10, 11, 12};
+	struct kvfs_ioc_version v;
+	int fd = open(dir, O_RDONLY | O_DIRECTORY), wellformed;
+	bool cuda;
+
+	CHECK(fd >= 0, "open %s", dir);
+	memset(&v, 0, sizeof(v));
+	hdr_init(&v.vr_hdr, sizeof(v), 0);
+	CHECK(ioc(fd, KVFS_IOC_VERSION, &v) == 0, "version");
+	cuda = v.vr_kinds & (1u << KVFS_REGION_CUDA_IPC);
+	CHECK(!!(v.vr_kinds & (1u << KVFS_REGION_CUDA_VMM)) == cuda, "kinds %#x", v.vr_kinds);
+	wellformed = cuda ? -ENODEV : -EOPNOTSUPP;
+	/* CUDA_IPC */
+	CHECK(dev_reg(fd, KVFS_REGION_CUDA_IPC, NULL, 7, 0, 0, 4096) == -EINVAL, "no uuid");
+	CHECK(dev_reg(fd, KVFS_REGION_CUDA_IPC, nodev, 0, 0, 0, 4096) == -EINVAL, "no handle");
+	CHECK(dev_reg(fd, KVFS_REGION_CUDA_IPC, nodev, 7, 3, 0, 4096) == -EINVAL, "ipc with fd");
+	CHECK(dev_reg(fd, KVFS_REGION_CUDA_IPC, nodev, 7, 0, 0, 0) == -EINVAL, "length 0");
+	CHECK(dev_reg(fd, KVFS_REGION_CUDA_IPC, nodev, 7, 0, UINT64_MAX, 2) == -EFAULT, "overflow");
+	CHECK(dev_reg(fd, KVFS_REGION_CUDA_IPC, nodev, 7, 0, 0, 4096) == wellformed,
+	      "unknown uuid");
+	/* CUDA_VMM */
+	CHECK(dev_reg(fd, KVFS_REGION_CUDA_VMM, NULL, 0, fd, 0, 4096) == -EINVAL, "no uuid");
+	CHECK(dev_reg(fd, KVFS_REGION_CUDA_VMM, nodev, 7, fd, 0, 4096) == -EINVAL, "vmm handle");
+	CHECK(dev_reg(fd, KVFS_REGION_CUDA_VMM, nodev, 0, -1, 0, 4096) == -EBADF, "fd -1");
+	CHECK(dev_reg(fd, KVFS_REGION_CUDA_VMM, nodev, 0, fd, 1, UINT64_MAX) == -EFAULT,
+	      "overflow");
+	CHECK(dev_reg(fd, KVFS_REGION_CUDA_VMM, nodev, 0, fd, 0, 4096) == wellformed,
+	      "unknown uuid");
+	/* A put that asks to wait for a CUDA event: made-up handle, or no CUDA at all. */
+	{
+		struct kvfs_ioc_batch *bt = calloc(1, sizeof(*bt));
+		struct kvfs_ioc_key k = {.ik_name_off = sizeof(k), .ik_name_len = 2};
+
+		CHECK(bt, "calloc");
+		hdr_init(&bt->bt_hdr, sizeof(*bt), 0);
+		bt->bt_nkeys = 1;
+		bt->bt_flags = KVFS_PUT_WAIT_EVENT;
+		memcpy(bt->bt_data, &k, sizeof(k));
+		memcpy(bt->bt_data + sizeof(k), "ev", 2);
+		memset(bt->bt_data + KVFS_BATCH_EVENT_OFF, 0x5a, KVFS_BATCH_EVENT_SIZE);
+		CHECK(ioc(fd, KVFS_IOC_PUT, bt) == (cuda ? -EINVAL : -EOPNOTSUPP), "event put");
+		bt->bt_flags = KVFS_PUT_WAIT_EVENT;
+		CHECK(ioc(fd, KVFS_IOC_GET, bt) == -EINVAL, "a get takes no event");
+		free(bt);
+	}
+	printf("cuda=%d\n", cuda);
+	close(fd);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc >= 3 && !strcmp(argv[1], "bench"))
@@ -1045,10 +1126,12 @@ int main(int argc, char **argv)
 		return atomic_main(argv[2]);
 	if (argc >= 4 && !strcmp(argv[1], "isolation"))
 		return isolation_main(argv[2], argv[3]);
+	if (argc >= 3 && !strcmp(argv[1], "devregs"))
+		return devregs_main(argv[2]);
 	if (argc >= 3 && !strcmp(argv[1], "hold"))
 		return hold_main(argv[2]);
 	if (argc >= 5 && !strcmp(argv[1], "fuzz"))
 		return fuzz_main(argv[2], strtol(argv[3], NULL, 10), strtoul(argv[4], NULL, 10));
-	fprintf(stderr, "usage: ioctl_e2e e2e|atomic|isolation|hold|fuzz DIR [N SEED]\n");
+	fprintf(stderr, "usage: ioctl_e2e e2e|atomic|isolation|hold|devregs|fuzz DIR [N SEED]\n");
 	return 2;
 }

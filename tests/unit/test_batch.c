@@ -7,7 +7,9 @@
  * nothing, and (label "concurrency", also under TSan) gets and lookups
  * racing puts of the same keys.
  *
- * A key's memory here is a plain buffer behind km_copy.
+ * A key's memory here is a plain buffer behind km_copy (and, for copies
+ * left in flight, behind km_copy_start with a copy that lands only when
+ * waited for).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -465,6 +467,128 @@ static void test_race(void **state)
 	kv_store_destroy(r.st);
 }
 
+/* A copy to a device, stood in for: it lands when waited for, or fails then. */
+struct flight {
+	struct iovec fl_src[64]; /* the store's memory, which must still hold the version */
+	int fl_n;
+	char *fl_dst;
+	int fl_err;
+	int fl_started, fl_copies;
+	bool fl_now; /* km_copy_start copies at once (nothing in flight) */
+};
+
+static int flight_wait(void *arg)
+{
+	struct flight *fl = arg;
+	char *p = fl->fl_dst;
+
+	for (int i = 0; i < fl->fl_n; i++) {
+		memcpy(p, fl->fl_src[i].iov_base, fl->fl_src[i].iov_len);
+		p += fl->fl_src[i].iov_len;
+	}
+	return fl->fl_err;
+}
+
+static int flight_start(void *arg, const struct iovec *iov, int n, struct kv_batch_wait *w)
+{
+	struct flight *fl = arg;
+
+	fl->fl_started++;
+	assert_true(n <= 64);
+	memcpy(fl->fl_src, iov, (size_t)n * sizeof(*iov)); /* what the device would read later */
+	fl->fl_n = n;
+	if (fl->fl_now)
+		return flight_wait(fl);
+	*w = (struct kv_batch_wait){flight_wait, fl};
+	return 0;
+}
+
+static int flight_copy(void *arg, bool to_store, uint64_t off, const struct iovec *iov, int n)
+{
+	struct flight *fl = arg;
+
+	fl->fl_copies++;
+	for (int i = 0; i < n; i++) {
+		memcpy(fl->fl_dst + off, iov[i].iov_base, iov[i].iov_len);
+		off += iov[i].iov_len;
+	}
+	return 0;
+}
+
+struct retired {
+	uint64_t key[4];
+	int err[4], n;
+};
+
+static void on_retire(void *arg, uint64_t key, int err)
+{
+	struct retired *r = arg;
+
+	r->key[r->n] = key;
+	r->err[r->n++] = err;
+}
+
+/*
+ * Gets whose copy is still in flight when kv_batch_get returns: the version
+ * they copy from stays pinned (a put replacing the key meanwhile changes
+ * nothing for them), at most two are in flight, kv_batch_retire keeps the
+ * newest unless told all, reports each key with its copy's error; a copy
+ * that lands at once is not made twice.
+ */
+static void test_copy_in_flight(void **state)
+{
+	enum { LEN = 64 << 10 };
+	struct kv_store *st = store_new(64 << 20);
+	struct kv_batch b = batch(st);
+	char *v0 = malloc(LEN), *v1 = malloc(LEN), *out0 = calloc(1, LEN), *out1 = calloc(1, LEN);
+	struct flight f0 = {.fl_dst = out0}, f1 = {.fl_dst = out1, .fl_err = -EIO};
+	struct kv_batch_mem m0 = {
+	    .km_len = LEN, .km_copy = flight_copy, .km_copy_start = flight_start, .km_arg = &f0};
+	struct kv_batch_mem m1 = m0;
+	struct retired r = {0};
+	struct kv_key_info ki;
+
+	(void)state;
+	m1.km_arg = &f1;
+	memset(v0, 'a', LEN);
+	memset(v1, 'b', LEN);
+	assert_int_equal(put(&b, "k0", v0, LEN, 0), LEN);
+	assert_int_equal(put(&b, "k1", v1, LEN, 0), LEN);
+	b.kb_key = 0;
+	assert_int_equal(kv_batch_get(&b, "k0", 2, &m0, &ki), LEN);
+	assert_true(b.kb_inflight[0].bi_busy || b.kb_inflight[1].bi_busy);
+	assert_int_equal(put(&b, "k0", v1, LEN, 0), LEN); /* replaced while in flight */
+	b.kb_key = 1;
+	assert_int_equal(kv_batch_get(&b, "k1", 2, &m1, &ki), LEN);
+	assert_true(b.kb_inflight[0].bi_busy && b.kb_inflight[1].bi_busy);
+	kv_batch_retire(&b, false, on_retire, &r);
+	assert_int_equal(r.n, 1);
+	assert_int_equal(r.key[0], 0);
+	assert_int_equal(r.err[0], 0);
+	assert_memory_equal(out0, v0, LEN); /* the version pinned at the get */
+	kv_batch_retire(&b, true, on_retire, &r);
+	assert_int_equal(r.n, 2);
+	assert_int_equal(r.key[1], 1);
+	assert_int_equal(r.err[1], -EIO);
+	assert_false(b.kb_inflight[0].bi_busy || b.kb_inflight[1].bi_busy);
+	assert_int_equal(f0.fl_copies + f1.fl_copies, 0);
+	/* Landing at once: done, and not copied a second time. */
+	f0 = (struct flight){.fl_dst = out0, .fl_now = true};
+	memset(out0, 0, LEN);
+	assert_int_equal(kv_batch_get(&b, "k0", 2, &m0, &ki), LEN);
+	assert_memory_equal(out0, v1, LEN);
+	assert_int_equal(f0.fl_started, 1);
+	assert_int_equal(f0.fl_copies, 0);
+	assert_false(b.kb_inflight[0].bi_busy || b.kb_inflight[1].bi_busy);
+	kv_batch_retire(&b, true, on_retire, &r);
+	assert_int_equal(r.n, 2);
+	free(v0);
+	free(v1);
+	free(out0);
+	free(out1);
+	kv_store_destroy(st);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -472,6 +596,7 @@ int main(void)
 	    cmocka_unit_test(test_replace),    cmocka_unit_test(test_open_value),
 	    cmocka_unit_test(test_failed_put), cmocka_unit_test(test_remove),
 	    cmocka_unit_test(test_nodes),      cmocka_unit_test(test_race),
+	    cmocka_unit_test(test_copy_in_flight),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

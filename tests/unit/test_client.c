@@ -52,7 +52,9 @@ static struct {
 	uint32_t mk_next_id; /* ids handed out */
 	char mk_unreg[256];  /* 'L'/'R' + id for each unregister, in order */
 	char mk_shm_seen[KVFS_SHM_NAME_MAX];
-	uint64_t mk_shm_size; /* fstat of that object at register time */
+	uint64_t mk_shm_size;			 /* fstat of that object at register time */
+	uint8_t mk_event[KVFS_BATCH_EVENT_SIZE]; /* the event handle of the last WAIT_EVENT put */
+	unsigned mk_events;			 /* WAIT_EVENT puts seen */
 } mk = {.mk_lock = PTHREAD_MUTEX_INITIALIZER};
 
 static int64_t name_result(const char *name, size_t len)
@@ -86,7 +88,7 @@ static int64_t key_result(const struct kvfs_ioc_batch *b, const struct kvfs_ioc_
 static int mock_batch(unsigned long cmd, struct kvfs_ioc_batch *b)
 {
 	struct kvfs_ioc_key *ik = (struct kvfs_ioc_key *)b->bt_data;
-	size_t keys_end;
+	size_t keys_end, room;
 	unsigned call;
 
 	assert_int_equal(b->bt_hdr.ih_size, sizeof(*b));
@@ -112,8 +114,20 @@ static int mock_batch(unsigned long cmd, struct kvfs_ioc_batch *b)
 		pthread_mutex_unlock(&mk.mk_lock);
 		return mk.mk_fail_err;
 	}
+	/* With an event handle, the keys' bytes stay out of its place at the end. */
+	room = KVFS_BATCH_DATA_SIZE;
+	if (b->bt_flags & KVFS_PUT_WAIT_EVENT) {
+		assert_int_equal(cmd, KVFS_IOC_PUT);
+		room = KVFS_BATCH_EVENT_OFF;
+		memcpy(mk.mk_event, b->bt_data + room, sizeof(mk.mk_event));
+		mk.mk_events++;
+	}
 	for (uint32_t j = 0; j < b->bt_nkeys; j++) {
 		const char *name = (const char *)b->bt_data + ik[j].ik_name_off;
+
+		assert_true((size_t)ik[j].ik_name_off + ik[j].ik_name_len <= room);
+		assert_true(
+		    (size_t)ik[j].ik_iov_off + ik[j].ik_niov * sizeof(struct kvfs_ioc_iov) <= room);
 
 		assert_int_equal(ik[j].ik_flags, 0);
 		assert_int_equal(ik[j].ik_size, 0);
@@ -595,6 +609,45 @@ static void test_put_get_iovs(void **state)
 }
 
 /*
+ * kvfs_put_event: every ioctl of a split call carries the event handle in
+ * bt_data's last 64 bytes with KVFS_PUT_WAIT_EVENT, and no name or iov
+ * list reaches into them; a NULL handle or an unknown flag is refused.
+ */
+static void test_put_event(void **state)
+{
+	const size_t n = 600;
+	struct kvfs *kv = mock_open(MOCK_MAX_KEYS);
+	struct kvfs_key *keys = calloc(n, sizeof(*keys));
+	struct kvfs_status *st = calloc(n, sizeof(*st));
+	struct kvfs_iov iov = {.ki_region = 2, .ki_offset = 0, .ki_len = 4096};
+	char **names = make_names(n, 40, "ev");
+	uint8_t ev[KVFS_BATCH_EVENT_SIZE];
+	struct kvfs_summary sum;
+
+	(void)state;
+	for (size_t i = 0; i < KVFS_BATCH_EVENT_SIZE; i++)
+		ev[i] = (uint8_t)(0xa0 + i);
+	for (size_t i = 0; i < n; i++)
+		keys[i] = (struct kvfs_key){.kk_name = names[i], .kk_iov = &iov, .kk_niov = 1};
+	mk.mk_events = 0;
+	assert_int_equal(kvfs_put_event(kv, keys, n, KVFS_PUT_FLAG_MKDIR, ev, 0, st, &sum), 0);
+	assert_int_equal(sum.ksum_ok, n);
+	assert_true(sum.ksum_ioctls >= 2);
+	assert_int_equal(mk.mk_events, sum.ksum_ioctls);
+	assert_int_equal(mk.mk_flags, KVFS_PUT_MKDIR | KVFS_PUT_WAIT_EVENT);
+	assert_memory_equal(mk.mk_event, ev, sizeof(ev));
+	for (size_t i = 0; i < n; i++)
+		assert_int_equal(st[i].ks_result, 2 * 1000 + 4096);
+	assert_int_equal(kvfs_put_event(kv, keys, n, 0, NULL, 0, st, &sum), -EINVAL);
+	assert_int_equal(kvfs_put_event(kv, keys, n, KVFS_PUT_WAIT_EVENT, ev, 0, st, &sum),
+			 -EINVAL);
+	free_names(names, n);
+	free(keys);
+	free(st);
+	kvfs_close(kv);
+}
+
+/*
  * An ioctl the daemon refuses as a whole ends the call: the keys already
  * answered keep their results, that ioctl's keys and the later ones get the
  * error, and no further ioctl is sent.
@@ -763,6 +816,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_key_limit, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_local_refusals, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_put_get_iovs, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_put_event, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_whole_ioctl_failure, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_eintr, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_regions_and_layouts, setup, teardown),

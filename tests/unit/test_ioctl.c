@@ -122,14 +122,72 @@ static void test_region_fields(void **state)
 	rg.rg_dev_uuid[0] = 1;
 	assert_int_equal(kv_ioc_region_check(&rg), -EINVAL);
 
-	rg.rg_kind = KVFS_REGION_CUDA_IPC;
-	assert_int_equal(kv_ioc_region_check(&rg), -EOPNOTSUPP);
-	rg.rg_kind = KVFS_REGION_CUDA_VMM;
-	assert_int_equal(kv_ioc_region_check(&rg), -EOPNOTSUPP);
 	rg.rg_kind = 0;
 	assert_int_equal(kv_ioc_region_check(&rg), -EINVAL);
 	rg.rg_kind = 5;
 	assert_int_equal(kv_ioc_region_check(&rg), -EINVAL);
+}
+
+static struct kvfs_ioc_region dev_region(uint32_t kind)
+{
+	struct kvfs_ioc_region rg;
+
+	memset(&rg, 0, sizeof(rg));
+	rg.rg_kind = kind;
+	rg.rg_offset = 4096;
+	rg.rg_length = 1 << 20;
+	rg.rg_dev_uuid[3] = 0x42;
+	if (kind == KVFS_REGION_CUDA_IPC)
+		rg.rg_ipc_handle[10] = 7;
+	else
+		rg.rg_fd = 5;
+	return rg;
+}
+
+/* Device registrations: the struct checks that run whether or not the daemon has a device. */
+static void test_device_region_fields(void **state)
+{
+	static const uint32_t kinds[] = {KVFS_REGION_CUDA_IPC, KVFS_REGION_CUDA_VMM};
+	struct kvfs_ioc_region rg;
+
+	(void)state;
+	for (int i = 0; i < 2; i++) {
+		uint32_t k = kinds[i];
+
+		rg = dev_region(k);
+		assert_int_equal(kv_ioc_region_check(&rg), 0);
+		memset(rg.rg_dev_uuid, 0, sizeof(rg.rg_dev_uuid)); /* no device named */
+		assert_int_equal(kv_ioc_region_check(&rg), -EINVAL);
+		rg = dev_region(k);
+		rg.rg_addr = 0x1000; /* a host field */
+		assert_int_equal(kv_ioc_region_check(&rg), -EINVAL);
+		rg = dev_region(k);
+		rg.rg_shm_name[0] = '/';
+		assert_int_equal(kv_ioc_region_check(&rg), -EINVAL);
+		rg = dev_region(k);
+		rg.rg_pad = 1;
+		assert_int_equal(kv_ioc_region_check(&rg), -EINVAL);
+		rg = dev_region(k);
+		rg.rg_length = 0;
+		assert_int_equal(kv_ioc_region_check(&rg), -EINVAL);
+		rg = dev_region(k);
+		rg.rg_offset = UINT64_MAX - 10; /* the end overflows */
+		assert_int_equal(kv_ioc_region_check(&rg), -EFAULT);
+	}
+	rg = dev_region(KVFS_REGION_CUDA_IPC);
+	memset(rg.rg_ipc_handle, 0, sizeof(rg.rg_ipc_handle)); /* no handle */
+	assert_int_equal(kv_ioc_region_check(&rg), -EINVAL);
+	rg = dev_region(KVFS_REGION_CUDA_IPC);
+	rg.rg_fd = 3; /* an fd is VMM's */
+	assert_int_equal(kv_ioc_region_check(&rg), -EINVAL);
+	rg = dev_region(KVFS_REGION_CUDA_VMM);
+	rg.rg_ipc_handle[0] = 1; /* a handle is IPC's */
+	assert_int_equal(kv_ioc_region_check(&rg), -EINVAL);
+	rg = dev_region(KVFS_REGION_CUDA_VMM);
+	rg.rg_fd = -1;
+	assert_int_equal(kv_ioc_region_check(&rg), -EBADF);
+	rg.rg_fd = 0; /* fd 0 is an fd */
+	assert_int_equal(kv_ioc_region_check(&rg), 0);
 }
 
 static void test_layout_fields(void **state)
@@ -175,7 +233,7 @@ static void test_batch_header(void **state)
 	bt->bt_nkeys = UINT32_MAX;
 	assert_int_equal(kv_ioc_batch_check(KV_IOC_GET, bt), -E2BIG);
 	bt->bt_nkeys = 1;
-	bt->bt_flags = KVFS_PUT_NOREPLACE | KVFS_PUT_MKDIR;
+	bt->bt_flags = KVFS_PUT_NOREPLACE | KVFS_PUT_MKDIR | KVFS_PUT_WAIT_EVENT;
 	assert_int_equal(kv_ioc_batch_check(KV_IOC_PUT, bt), 0);
 	assert_int_equal(kv_ioc_batch_check(KV_IOC_GET, bt), -EINVAL);
 	assert_int_equal(kv_ioc_batch_check(KV_IOC_LOOKUP, bt), -EINVAL);
@@ -302,9 +360,9 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_commands),	  cmocka_unit_test(test_header),
-	    cmocka_unit_test(test_region_fields), cmocka_unit_test(test_layout_fields),
-	    cmocka_unit_test(test_batch_header),  cmocka_unit_test(test_in_data),
-	    cmocka_unit_test(test_key_memory),
+	    cmocka_unit_test(test_region_fields), cmocka_unit_test(test_device_region_fields),
+	    cmocka_unit_test(test_layout_fields), cmocka_unit_test(test_batch_header),
+	    cmocka_unit_test(test_in_data),	  cmocka_unit_test(test_key_memory),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

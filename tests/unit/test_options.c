@@ -20,6 +20,7 @@
 
 #include "core/config.h"
 #include "fs/options.h"
+#include "gpu/dev.h"
 
 #define MIB (1ull << 20)
 #define GIB (1ull << 30)
@@ -402,6 +403,42 @@ static void test_trace(void **state)
 	check_err(&p, "--trace", NULL);
 }
 
+/* --gpu=auto|cuda|off in its three forms; anything else is refused; auto by default. */
+static void test_gpu(void **state)
+{
+	char *env[] = {"KVFS_GPU=off", NULL};
+	struct parse p;
+
+	(void)state;
+	PARSE(&p, "data", "mnt");
+	check_run(&p, "");
+	assert_int_equal(p.p_cfg.kc_gpu, KV_DEV_AUTO);
+	parse_free(&p);
+
+	PARSE(&p, "--gpu=cuda", "data", "mnt");
+	check_run(&p, "");
+	assert_int_equal(p.p_cfg.kc_gpu, KV_DEV_CUDA);
+	parse_free(&p);
+
+	PARSE(&p, "data", "mnt", "-o", "gpu=off,allow_other");
+	check_run(&p, "allow_other");
+	assert_int_equal(p.p_cfg.kc_gpu, KV_DEV_OFF);
+	parse_free(&p);
+
+	PARSE_ENV(&p, env, "data", "mnt");
+	check_run(&p, "");
+	assert_int_equal(p.p_cfg.kc_gpu, KV_DEV_OFF);
+	parse_free(&p);
+
+	PARSE_ENV(&p, env, "--gpu=auto", "data", "mnt");
+	check_run(&p, "");
+	assert_int_equal(p.p_cfg.kc_gpu, KV_DEV_AUTO);
+	parse_free(&p);
+
+	PARSE(&p, "--gpu=rocm", "data", "mnt");
+	check_err(&p, "--gpu", "rocm");
+}
+
 static void test_threads_numa(void **state)
 {
 	static const char *const bad_threads[] = {"0", "1025", "-1", "abc", "", "4x", "4 "};
@@ -608,13 +645,21 @@ static void test_render(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_parse_size_good), cmocka_unit_test(test_parse_size_bad),
-	    cmocka_unit_test(test_defaults),	    cmocka_unit_test(test_positional),
-	    cmocka_unit_test(test_mem_size),	    cmocka_unit_test(test_long_option_beats_o),
-	    cmocka_unit_test(test_o_options),	    cmocka_unit_test(test_environment),
-	    cmocka_unit_test(test_threads_numa),    cmocka_unit_test(test_flags),
-	    cmocka_unit_test(test_help_version),    cmocka_unit_test(test_errors),
-	    cmocka_unit_test(test_render),	    cmocka_unit_test(test_trace),
+	    cmocka_unit_test(test_parse_size_good),
+	    cmocka_unit_test(test_parse_size_bad),
+	    cmocka_unit_test(test_defaults),
+	    cmocka_unit_test(test_positional),
+	    cmocka_unit_test(test_mem_size),
+	    cmocka_unit_test(test_long_option_beats_o),
+	    cmocka_unit_test(test_o_options),
+	    cmocka_unit_test(test_environment),
+	    cmocka_unit_test(test_threads_numa),
+	    cmocka_unit_test(test_flags),
+	    cmocka_unit_test(test_help_version),
+	    cmocka_unit_test(test_errors),
+	    cmocka_unit_test(test_render),
+	    cmocka_unit_test(test_trace),
+	    cmocka_unit_test(test_gpu),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -26,7 +26,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "gpu/dev.h"
 #include "gpu/region.h"
+
+#ifdef KVFS_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 #define PAGE 4096u
 
@@ -540,12 +545,70 @@ static void test_span_direct(void **state)
 	free(pm);
 }
 
+/*
+ * The CUDA backend in force (a CUDA build on a machine with a device):
+ * both device kinds served; a registration naming no device of the
+ * daemon's is -ENODEV, a made-up handle on a real device -EINVAL, a VMM fd
+ * that is no CUDA handle -EINVAL, and nothing stays registered. Skipped,
+ * with the reason, anywhere else.
+ */
+static void test_cuda_backend(void **state)
+{
+	char note[256];
+	int rc;
+
+	(void)state;
+	rc = kv_dev_start(KV_DEV_AUTO, note, sizeof(note));
+	assert_int_equal(rc, 0); /* auto never refuses to start */
+	if (!kv_dev_cuda()) {
+		print_message("skipped: no CUDA backend here: %s\n", note);
+		skip();
+	}
+#ifdef KVFS_HAVE_CUDA
+	{
+		struct kv_region_table *t = table();
+		struct kv_caller c = me(1);
+		struct cudaDeviceProp p;
+		uint8_t uuid[16], handle[64];
+		struct kv_region_desc d = {.rd_kind = KVFS_REGION_CUDA_IPC,
+					   .rd_length = 4096,
+					   .rd_dev_uuid = uuid,
+					   .rd_ipc_handle = handle};
+		uint64_t regions, layouts;
+		uint32_t id;
+		int fd = open("/dev/null", O_RDONLY);
+
+		assert_int_equal(kv_region_kinds() &
+				     (1u << KVFS_REGION_CUDA_IPC | 1u << KVFS_REGION_CUDA_VMM),
+				 1u << KVFS_REGION_CUDA_IPC | 1u << KVFS_REGION_CUDA_VMM);
+		assert_non_null(kv_region_ops_of(KVFS_REGION_CUDA_VMM));
+		memset(uuid, 0xab, sizeof(uuid));
+		memset(handle, 0x5a, sizeof(handle));
+		assert_int_equal(kv_region_register(t, &c, &d, &id), -ENODEV);
+		assert_int_equal(cudaGetDeviceProperties(&p, 0), cudaSuccess);
+		memcpy(uuid, p.uuid.bytes, sizeof(uuid));
+		assert_int_equal(kv_region_register(t, &c, &d, &id), -EINVAL);
+		d = (struct kv_region_desc){.rd_kind = KVFS_REGION_CUDA_VMM,
+					    .rd_length = 4096,
+					    .rd_fd = fd,
+					    .rd_dev_uuid = uuid};
+		assert_int_equal(kv_region_register(t, &c, &d, &id), -EINVAL);
+		kv_region_counts(t, &regions, &layouts);
+		assert_int_equal(regions, 0);
+		close(fd);
+		kv_region_table_destroy(t);
+	}
+#endif
+	kv_dev_stop();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_shm_register_span_copy),
 	    cmocka_unit_test(test_shm_refusals),
 	    cmocka_unit_test(test_kinds),
+	    cmocka_unit_test(test_cuda_backend),
 	    cmocka_unit_test(test_proc),
 	    cmocka_unit_test(test_layouts),
 	    cmocka_unit_test(test_limits),
