@@ -17,3 +17,19 @@ kvfs_install_deps() {
 	$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 		"${missing[@]}" >/dev/null
 }
+
+# Prints the CUDA toolkit's root (CUDA_HOME, CUDA_PATH, /usr/local/cuda, or
+# where nvcc is on PATH), or nothing when there is none. The toolkit is not
+# a Debian package here: it is found, never installed.
+kvfs_cuda_root() {
+	local d
+	for d in "${CUDA_HOME:-}" "${CUDA_PATH:-}" /usr/local/cuda; do
+		if [ -n "$d" ] && [ -x "$d/bin/nvcc" ]; then
+			echo "$d"
+			return
+		fi
+	done
+	if command -v nvcc >/dev/null; then
+		dirname "$(dirname "$(command -v nvcc)")"
+	fi
+}

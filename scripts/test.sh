@@ -34,16 +34,7 @@ build build-asan -DCMAKE_BUILD_TYPE=Debug -DKVFS_CUDA=OFF -DKVFS_SANITIZE=addres
 echo "== TSan build: concurrency tests"
 build build-tsan -DCMAKE_BUILD_TYPE=Debug -DKVFS_CUDA=OFF -DKVFS_SANITIZE=thread
 (cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -L concurrency)
-cuda_root=""
-for d in "${CUDA_HOME:-}" "${CUDA_PATH:-}" /usr/local/cuda; do
-	if [ -n "$d" ] && [ -x "$d/bin/nvcc" ]; then
-		cuda_root=$d
-		break
-	fi
-done
-if [ -z "$cuda_root" ] && command -v nvcc >/dev/null; then
-	cuda_root=$(dirname "$(dirname "$(command -v nvcc)")")
-fi
+cuda_root=$(kvfs_cuda_root)
 if [ -n "$cuda_root" ]; then
 	echo "== CUDA build ($cuda_root): unit tests, device and ioctl integration tests"
 	build build-cuda -DCMAKE_BUILD_TYPE=Release -DKVFS_CUDA=ON -DCUDAToolkit_ROOT="$cuda_root"

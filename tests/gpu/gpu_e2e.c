@@ -29,20 +29,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../ioctl/ioc_util.h" /* CHECK, and the raw ioctl helpers */
 #include "kvfs/kvfs.h"
 #include "kvfs/kvfs_ioctl.h"
 
 #define MiB (1ul << 20)
 
-#define CHECK(cond, ...)                                                                           \
-	do {                                                                                       \
-		if (!(cond)) {                                                                     \
-			fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);   \
-			fprintf(stderr, __VA_ARGS__);                                              \
-			fprintf(stderr, "\n");                                                     \
-			exit(1);                                                                   \
-		}                                                                                  \
-	} while (0)
 #define CU(call) CHECK((call) == cudaSuccess, "%s", cudaGetErrorString(cudaGetLastError()))
 
 static void pattern(unsigned char *p, size_t n, unsigned seed)

@@ -21,16 +21,7 @@ bench_mib=${1:-2048}
 . scripts/deps.sh
 kvfs_install_deps
 
-cuda_root=""
-for d in "${CUDA_HOME:-}" "${CUDA_PATH:-}" /usr/local/cuda; do
-	if [ -n "$d" ] && [ -x "$d/bin/nvcc" ]; then
-		cuda_root=$d
-		break
-	fi
-done
-if [ -z "$cuda_root" ] && command -v nvcc >/dev/null; then
-	cuda_root=$(dirname "$(dirname "$(command -v nvcc)")")
-fi
+cuda_root=$(kvfs_cuda_root)
 [ -n "$cuda_root" ] || { echo "tests/gpu/run.sh: no CUDA toolkit found" >&2; exit 1; }
 echo "== CUDA toolkit: $cuda_root ($("$cuda_root/bin/nvcc" --version | tail -1))"
 if command -v nvidia-smi >/dev/null; then
