@@ -330,7 +330,7 @@ start_timed() {
 	shift
 	mkdir -p "$work/mnt"
 	t0=$(date +%s.%N)
-	build/kvfs -f "$@" "$work/data" "$work/mnt" >>"$work/log" 2>&1 &
+	"${KVFS_BIN:-build/kvfs}" -f "$@" "$work/data" "$work/mnt" >>"$work/log" 2>&1 &
 	pid=$!
 	until [ -e "$work/mnt/.kvfs/stats" ]; do
 		kill -0 "$pid" 2>/dev/null || { cat "$work/log"; exit 1; }
