@@ -20,6 +20,8 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -439,7 +441,8 @@ struct reader {
 	struct kv_loc rd_loc;
 	uint64_t *rd_csums;
 	const char *rd_want;
-	int rd_ok, rd_gone, rd_bad;
+	_Atomic int rd_ok;
+	int rd_gone, rd_bad;
 };
 
 /* Reads until the bucket is gone: every read is whole and exact, or -ENOENT. */
@@ -533,7 +536,10 @@ static void test_drop_waits_for_reads(void **state)
 		assert_int_equal(kv_bucket_load_csums(bs, &p.bp_loc, &r[i].rd_csums, &nchunks), 0);
 		assert_int_equal(pthread_create(&th[i], NULL, read_loop, &r[i]), 0);
 	}
-	usleep(20 * 1000);
+	/* Every reader is reading when the drop comes: it waits for them. */
+	for (int i = 0; i < 4; i++)
+		while (atomic_load(&r[i].rd_ok) == 0)
+			sched_yield();
 	assert_int_equal(kv_bucket_drop(bs, p.bp_loc.kl_bucket), 0);
 	for (int i = 0; i < 4; i++) {
 		pthread_join(th[i], NULL);
@@ -612,7 +618,8 @@ static void *work(void *arg)
 struct collector {
 	struct kv_store *c_st;
 	_Atomic bool *c_stop;
-	int c_fail, c_passes;
+	int c_fail;
+	_Atomic int c_passes;
 };
 
 static void *collect(void *arg)
@@ -667,13 +674,21 @@ static void test_threads(void **state)
 		assert_int_equal(pthread_create(&th[t], NULL, work, &w[t]), 0);
 	}
 	assert_int_equal(pthread_create(&th[NTHREADS], NULL, collect, &c), 0);
+	/* At least STRESS_NS, and until compaction has done some work (slow under TSan). */
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	do {
+	for (;;) {
+		uint64_t ns;
+
 		usleep(50 * 1000);
 		clock_gettime(CLOCK_MONOTONIC, &now);
-	} while ((uint64_t)(now.tv_sec - t0.tv_sec) * 1000000000ull + (uint64_t)now.tv_nsec -
-		     (uint64_t)t0.tv_nsec <
-		 STRESS_NS);
+		ns = (uint64_t)(now.tv_sec - t0.tv_sec) * 1000000000ull + (uint64_t)now.tv_nsec -
+		     (uint64_t)t0.tv_nsec;
+		assert_true(kv_store_gc_stats(st, &g));
+		if (ns >= STRESS_NS && atomic_load(&c.c_passes) > 1 &&
+		    g.gs_compacted + g.gs_dropped > 0)
+			break;
+		assert_true(ns < 60ull * 1000 * 1000 * 1000); /* no progress in a minute */
+	}
 	atomic_store(&stop, true);
 	for (unsigned t = 0; t <= NTHREADS; t++)
 		pthread_join(th[t], NULL);
