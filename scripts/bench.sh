@@ -52,7 +52,7 @@ for a in "$@"; do
 	esac
 done
 [ ${#parts[@]} -gt 0 ] || parts=(dram ssd ioctl gc meta cow)
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DKVFS_CUDA=OFF >/dev/null # as test.sh: no rebuild
 cmake --build build -j"$(nproc)" --target kvfs kvfs-bench >/dev/null
 
 work=$(mktemp -d "$root/.bench.XXXXXX") # on DATA_DIR's filesystem, like ./kvfs-data

@@ -32,13 +32,14 @@ echo "== build (build-gpu, -DKVFS_CUDA=ON)"
 cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DKVFS_CUDA=ON \
 	-DCUDAToolkit_ROOT="$cuda_root" >/dev/null
 cmake --build build-gpu -j"$(nproc)" >/dev/null
-build-gpu/gpu_e2e probe # prints devices, driver and runtime versions; 77: none
+# prints devices, driver and runtime versions; 77: none
+build-gpu/gpu_e2e probe || { echo "tests/gpu/run.sh: no usable CUDA device" >&2; exit 1; }
 
 echo "== CUDA tests"
-set -o pipefail
 timeout 200 python3 tests/integration/test_gpu.py --kvfs build-gpu/kvfs -v 2>&1 |
 	tee build-gpu/gpu-tests.log
-if grep -qE '__main__\.Device\.[a-z0-9_]+\) \.\.\. skipped' build-gpu/gpu-tests.log; then
+# Python 3.11 prints "(__main__.Device.test_x)", older ones "(__main__.Device)".
+if grep -qE '\(__main__\.Device(\.[a-z0-9_]+)?\) \.\.\. skipped' build-gpu/gpu-tests.log; then
 	echo "tests/gpu/run.sh: a CUDA test was skipped on a GPU machine" >&2
 	exit 1
 fi
@@ -46,14 +47,14 @@ timeout 60 python3 tests/integration/test_vllm_connector.py --kvfs build-gpu/kvf
 
 echo "== bandwidth: ${bench_mib} MiB in 2 MiB blocks"
 tmp=$(mktemp -d /tmp/kvfs-gpu.XXXXXX)
-mkdir -p "$tmp/data" "$tmp/mnt"
-build-gpu/kvfs --gpu=cuda --mem-size=$((bench_mib * 2 + 1024))M --ssd-size=0 \
-	"$tmp/data" "$tmp/mnt"
 cleanup() {
 	fusermount3 -u "$tmp/mnt" 2>/dev/null || true
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
+mkdir -p "$tmp/data" "$tmp/mnt"
+build-gpu/kvfs --gpu=cuda --mem-size=$((bench_mib * 2 + 1024))M --ssd-size=0 \
+	"$tmp/data" "$tmp/mnt"
 # Let the pool be pinned before measuring (progress in the stats).
 for _ in $(seq 60); do
 	python3 - "$tmp/mnt/.kvfs/stats" <<'PY' && break
@@ -64,6 +65,9 @@ sys.exit(0 if g["pool_pinned"] >= g["pool_pin_target"] else 1)
 PY
 	sleep 1
 done
+python3 -c 'import json, sys; g = json.load(open(sys.argv[1]))["gpu"]
+sys.exit(0 if g["pool_pinned"] >= g["pool_pin_target"] else 1)' "$tmp/mnt/.kvfs/stats" ||
+	{ echo "tests/gpu/run.sh: the pool is not pinned after 60 s" >&2; exit 1; }
 mkdir -p "$tmp/mnt/b"
 timeout 120 build-gpu/gpu_e2e bench "$tmp/mnt/b" "$bench_mib"
 echo "== tests/gpu/run.sh: done"
