@@ -577,7 +577,7 @@ static int vmm_open(struct kv_region *r, const struct kv_region_desc *d, const s
 		return -EFAULT;
 	fd = (int)syscall(SYS_pidfd_getfd, r->rg_pidfd, d->rd_fd, 0);
 	if (fd < 0)
-		return errno == EBADF ? -EBADF : errno == EPERM ? -EPERM : -errno;
+		return -errno;
 	err = cu_errno(cudaSetDevice(dev));
 	if (!err)
 		err = drv_errno(drv.import(&h, (void *)(uintptr_t)fd,

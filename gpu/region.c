@@ -479,8 +479,7 @@ int kv_region_span(struct kv_region_table *t, pid_t tgid, uint32_t id, uint64_t 
 
 	if (!r)
 		return -EBADF;
-	/* A dead owner's pid may have been reused: the newcomer is not the owner. */
-	if (r->rg_owner != tgid || pidfd_exited(r->rg_pidfd))
+	if (r->rg_owner != tgid)
 		return -EPERM;
 	if (len == 0)
 		return -EINVAL;
@@ -497,7 +496,7 @@ int kv_layout_spans(struct kv_region_table *t, pid_t tgid, uint32_t id, uint64_t
 
 	if (!l)
 		return -EBADF;
-	if (l->ly_owner != tgid || pidfd_exited(l->ly_segs[0].ls_region->rg_pidfd))
+	if (l->ly_owner != tgid)
 		return -EPERM;
 	if (block >= l->ly_nblocks)
 		return -EFAULT;
@@ -591,14 +590,6 @@ int kv_span_copy_start(const struct kv_span *sp, int nsp, bool to_region, uint64
 			return ops->ro_issue(sp[s].sp_region, t);
 	}
 	return sync_all(sp, nsp, err);
-}
-
-int kv_copy_wait(struct kv_copy_ticket *t)
-{
-	int err = t->ct_wait ? t->ct_wait(t->ct_arg) : 0;
-
-	*t = (struct kv_copy_ticket){0};
-	return err;
 }
 
 int kv_span_direct(const struct kv_span *sp, int nsp, size_t align, struct iovec *iov, int max)

@@ -212,15 +212,12 @@ int kv_span_copy(const struct kv_span *sp, int nsp, bool to_region, uint64_t off
 
 /*
  * As kv_span_copy, but copies into or out of device memory may still be in
- * flight when it returns: *t says how to wait for them (kv_copy_wait); the
+ * flight when it returns: t->ct_wait(t->ct_arg) waits for them; the
  * daemon memory iov must stay valid until then. Host regions are copied
  * before it returns. On an error nothing is left in flight.
  */
 int kv_span_copy_start(const struct kv_span *sp, int nsp, bool to_region, uint64_t off,
 		       const struct iovec *iov, int niov, struct kv_copy_ticket *t);
-
-/* Waits for the copies of t (once); 0 or the first backend error. */
-int kv_copy_wait(struct kv_copy_ticket *t);
 
 /*
  * Describes the spans as daemon addresses in iov (room for max) when every

@@ -197,16 +197,19 @@ int kvfs_region_register(struct kvfs *kv, void *addr, size_t len, uint32_t *idp)
 	err = region_ioctl(kv, &rg, idp);
 	if (err == -EPERM && !atomic_load(&ptracer_set) && geteuid() != 0 && yama_scope_one()) {
 		/*
-		 * Name the daemon alone where its pid means something here (the
-		 * same pid namespace); any tracer otherwise.
+		 * Name the daemon alone; its pid is from its own pid namespace,
+		 * so when that does not let it in (another namespace), any tracer.
 		 */
-		if ((kv->kv_daemon_pid > 0 &&
-		     prctl(PR_SET_PTRACER, (unsigned long)kv->kv_daemon_pid, 0, 0, 0) == 0) ||
-		    prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) == 0) {
-			atomic_store(&ptracer_set, true);
+		if (kv->kv_daemon_pid > 0 &&
+		    prctl(PR_SET_PTRACER, (unsigned long)kv->kv_daemon_pid, 0, 0, 0) == 0) {
 			rg.rg_id = 0;
 			err = region_ioctl(kv, &rg, idp);
 		}
+		if (err == -EPERM && prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) == 0) {
+			rg.rg_id = 0;
+			err = region_ioctl(kv, &rg, idp);
+		}
+		atomic_store(&ptracer_set, err != -EPERM);
 	}
 	if (err)
 		return err;
