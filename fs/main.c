@@ -352,6 +352,6 @@ out_datadir:
 out_cfg:
 	free(fuse_opts);
 	kv_config_free(&cfg);
-	tell_parent(&fs.kf_ready_fd, ret ? ret : 1);
+	tell_parent(&fs.kf_ready_fd, ret > 0 && ret < 256 ? ret : 1);
 	return ret;
 }

@@ -1095,8 +1095,11 @@ int kv_bucket_append(struct kv_bucket_set *bs, struct kv_bucket_put *puts, unsig
 /*
  * Finds the bucket of loc, or NULL, and counts a read in flight on it:
  * kv_bucket_drop frees a bucket only once every such read is released.
+ * now: a foreground read's time, which makes the bucket warm; 0 for
+ * compaction's own reads, which leave its coldness alone.
  */
-static struct kv_bucket *bucket_get(struct kv_bucket_set *bs, const struct kv_loc *loc)
+static struct kv_bucket *bucket_get(struct kv_bucket_set *bs, const struct kv_loc *loc,
+				    uint64_t now)
 {
 	struct kv_bucket *b;
 
@@ -1106,7 +1109,8 @@ static struct kv_bucket *bucket_get(struct kv_bucket_set *bs, const struct kv_lo
 		b = NULL;
 	if (b) {
 		b->kb_readers++;
-		b->kb_access_ns = mono_ns();
+		if (now)
+			b->kb_access_ns = now;
 	}
 	pthread_mutex_unlock(&bs->bs_lock);
 	return b;
@@ -1115,8 +1119,10 @@ static struct kv_bucket *bucket_get(struct kv_bucket_set *bs, const struct kv_lo
 /* bucket_get for a foreground read: compaction yields to it (gc_io). */
 static struct kv_bucket *fg_get(struct kv_bucket_set *bs, const struct kv_loc *loc)
 {
-	atomic_store_explicit(&bs->bs_fg_ns, mono_ns(), memory_order_relaxed);
-	return bucket_get(bs, loc);
+	uint64_t now = mono_ns();
+
+	atomic_store_explicit(&bs->bs_fg_ns, now, memory_order_relaxed);
+	return bucket_get(bs, loc, now);
 }
 
 static void bucket_release(struct kv_bucket_set *bs, struct kv_bucket *b)
@@ -1517,7 +1523,6 @@ out_free:
 	return err;
 }
 
-/* Writes what is staged. Returns 0 or -EIO. */
 /* The most bytes compaction may have in flight now (see GC_IO). */
 static uint64_t gc_io(const struct kv_compact *c)
 {
@@ -1541,6 +1546,7 @@ static int gc_rw(const struct kv_compact *c, int fd, bool write, void *buf, uint
 	return err;
 }
 
+/* Writes what is staged. Returns 0 or -EIO. */
 static int stage_flush(struct kv_compact *c)
 {
 	int err = 0;
@@ -1659,42 +1665,30 @@ static int take(struct kv_compact *c, const char *rec, const struct kv_loc *from
 	return 0;
 }
 
-/* Copies one record (see kv_compact_copy_many): 0, -EBADMSG, -ENOSPC (output full) or -errno. */
+/*
+ * Copies one record larger than the stage (kv_compact_copy_many copies the
+ * others): 0, -EBADMSG, -ENOSPC (output full) or -errno.
+ */
 static int copy_one(struct kv_compact *c, const struct kv_loc *from, struct kv_loc *to)
 {
 	struct kv_bucket_set *bs = c->kc_bs;
 	struct kv_bucket *b = c->kc_b, *src;
 	uint64_t size = kv_loc_size(from);
-	bool staged = size <= STAGE;
 	void *head = NULL;
-	char *rec = NULL;
 	int err;
 
 	if (b->kb_count && (b->kb_end + size > bs->bs_opts.bo_bucket_size ||
 			    b->kb_count >= bs->bs_opts.bo_bucket_keys))
 		return -ENOSPC;
-	src = bucket_get(bs, from);
+	src = bucket_get(bs, from, 0);
 	if (!src)
 		return -ENOENT;
-	if (!staged) {
-		err = stage_flush(c);
-		if (!err)
-			err = copy_large(c, src, from, &head);
-		rec = head;
-	} else {
-		if (c->kc_fill + size > STAGE && (err = stage_flush(c)))
-			goto out_release;
-		rec = c->kc_buf + c->kc_fill;
-		err = gc_rw(c, src->kb_fd, false, rec, size, from->kl_off) ? -EBADMSG : 0;
-		if (err)
-			atomic_fetch_add(&bs->bs_csum_errors, 1);
-		else
-			err = record_check(bs, rec, from);
-	}
-out_release:
+	err = stage_flush(c);
+	if (!err)
+		err = copy_large(c, src, from, &head);
 	bucket_release(bs, src);
 	if (!err)
-		err = take(c, rec, from, to, staged);
+		err = take(c, head, from, to, false);
 	free(head);
 	return err;
 }
@@ -1731,7 +1725,7 @@ int kv_compact_copy_many(struct kv_compact *c, const struct kv_loc *from, struct
 		if (size > STAGE || fill + size > STAGE || (k && batch + size > io) ||
 		    (count && (end + size > o->bo_bucket_size || count >= o->bo_bucket_keys)))
 			break;
-		src[k] = bucket_get(bs, &from[k]);
+		src[k] = bucket_get(bs, &from[k], 0);
 		if (!src[k]) {
 			err = -ENOENT;
 			break;

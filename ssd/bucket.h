@@ -26,7 +26,8 @@
  * mutex) guards the bucket table, the active bucket and the counters;
  * appends are serialised by bs_append_lock, taken before bs_lock and held
  * across the I/O so one appender at a time fills the active bucket.
- * Reads take bs_lock only to find the bucket's fd, then run unlocked.
+ * Reads take bs_lock to find the bucket and count themselves in flight,
+ * and again to count themselves out; the I/O runs unlocked.
  */
 #ifndef KVFS_SSD_BUCKET_H
 #define KVFS_SSD_BUCKET_H
