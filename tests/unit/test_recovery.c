@@ -404,53 +404,34 @@ static int fsync_path(struct kv_store *st, const char *path)
 	return err;
 }
 
+/*
+ * Makes a node at path: a directory (S_IFDIR), a FIFO or socket of mode, or
+ * with a target a symlink to it.
+ */
+static int make_path(struct kv_store *st, const char *path, mode_t mode, const char *target)
+{
+	struct kv_inode *dir, *ino;
+	struct kv_attr a;
+	const char *name;
+	int err = parent(st, path, &dir, &name);
+
+	if (err)
+		return err;
+	if (target)
+		err = kv_store_symlink(st, dir, name, target, &cred, &ino, &a);
+	else if (S_ISDIR(mode))
+		err = kv_store_mkdir(st, dir, name, mode & 07777, &cred, &ino, &a);
+	else
+		err = kv_store_mknod(st, dir, name, mode, &cred, &ino, &a);
+	kv_store_forget(st, dir, 1);
+	if (!err)
+		kv_store_forget(st, ino, 1);
+	return err;
+}
+
 static int mkdir_path(struct kv_store *st, const char *path, mode_t mode)
 {
-	struct kv_inode *dir, *ino;
-	struct kv_attr a;
-	const char *name;
-	int err = parent(st, path, &dir, &name);
-
-	if (err)
-		return err;
-	err = kv_store_mkdir(st, dir, name, mode, &cred, &ino, &a);
-	kv_store_forget(st, dir, 1);
-	if (!err)
-		kv_store_forget(st, ino, 1);
-	return err;
-}
-
-/* Makes a symlink to target (mknod_path: a FIFO or socket of mode) at path. */
-static int symlink_path(struct kv_store *st, const char *path, const char *target)
-{
-	struct kv_inode *dir, *ino;
-	struct kv_attr a;
-	const char *name;
-	int err = parent(st, path, &dir, &name);
-
-	if (err)
-		return err;
-	err = kv_store_symlink(st, dir, name, target, &cred, &ino, &a);
-	kv_store_forget(st, dir, 1);
-	if (!err)
-		kv_store_forget(st, ino, 1);
-	return err;
-}
-
-static int mknod_path(struct kv_store *st, const char *path, mode_t mode)
-{
-	struct kv_inode *dir, *ino;
-	struct kv_attr a;
-	const char *name;
-	int err = parent(st, path, &dir, &name);
-
-	if (err)
-		return err;
-	err = kv_store_mknod(st, dir, name, mode, &cred, &ino, &a);
-	kv_store_forget(st, dir, 1);
-	if (!err)
-		kv_store_forget(st, ino, 1);
-	return err;
+	return make_path(st, path, S_IFDIR | mode, NULL);
 }
 
 static int unlink_path(struct kv_store *st, const char *path, bool is_dir)
@@ -1259,17 +1240,17 @@ static void test_nodes_recovered(void **state)
 	assert_int_equal(mkdir_path(st, "d", 0755), 0);
 	assert_int_equal(create_file(st, "k", 0644, "kk", 2, true), 0);
 	assert_int_equal(create_file(st, "was_key", 0644, "old", 3, true), 0);
-	assert_int_equal(symlink_path(st, "d/l", "../k"), 0);
-	assert_int_equal(symlink_path(st, "d/long", long_target), 0);
-	assert_int_equal(symlink_path(st, "d/gone", "x"), 0);
-	assert_int_equal(symlink_path(st, "was_link", "y"), 0);
-	assert_int_equal(mknod_path(st, "d/p", S_IFIFO | 0640), 0);
-	assert_int_equal(mknod_path(st, "s", S_IFSOCK | 0600), 0);
+	assert_int_equal(make_path(st, "d/l", 0, "../k"), 0);
+	assert_int_equal(make_path(st, "d/long", 0, long_target), 0);
+	assert_int_equal(make_path(st, "d/gone", 0, "x"), 0);
+	assert_int_equal(make_path(st, "was_link", 0, "y"), 0);
+	assert_int_equal(make_path(st, "d/p", S_IFIFO | 0640, NULL), 0);
+	assert_int_equal(make_path(st, "s", S_IFSOCK | 0600, NULL), 0);
 	assert_int_equal(setattr_path(st, "d/l", &sa), 0);
 	assert_int_equal(rename_path(st, "d/p", "d/p2", 0), 0);
 	assert_int_equal(unlink_path(st, "d/gone", false), 0);
 	assert_int_equal(unlink_path(st, "was_key", false), 0);
-	assert_int_equal(symlink_path(st, "was_key", "now a link"), 0);
+	assert_int_equal(make_path(st, "was_key", 0, "now a link"), 0);
 	assert_int_equal(unlink_path(st, "was_link", false), 0);
 	assert_int_equal(create_file(st, "was_link", 0644, "value", 5, true), 0);
 	assert_int_equal(fsync_path(st, "d"), 0);
