@@ -38,13 +38,17 @@
 
 #include "ssd/aio.h"
 
-/* Where a value lives on the SSD. */
+/*
+ * Where a record lives on the SSD: one extent of one version of a key (or
+ * a whole value, or a manifest: ssd/format.h, KV_REC_*).
+ */
 struct kv_loc {
 	uint64_t kl_bucket;   /* 0: nowhere (bucket ids start at 1) */
 	uint64_t kl_off;      /* the record's offset in its bucket file */
-	uint64_t kl_len;      /* value bytes */
-	uint64_t kl_seq;      /* the value's sequence number */
+	uint64_t kl_len;      /* the record's value bytes */
+	uint64_t kl_seq;      /* its sequence number (an extent's birth sequence number) */
 	uint32_t kl_head_len; /* record head bytes: the value starts at kl_off + kl_head_len */
+	uint32_t kl_index;    /* its extent index (rh_ext_index; KV_MANIFEST_INDEX for a manifest) */
 };
 
 struct kv_bucket_opts {
@@ -58,6 +62,8 @@ struct kv_bucket_put {
 	const char *bp_key; /* the key (path), for salvage */
 	uint32_t bp_key_len;
 	uint64_t bp_seq;
+	uint32_t bp_index;	    /* the extent index (KV_MANIFEST_INDEX for a manifest) */
+	uint16_t bp_flags;	    /* KV_REC_WHOLE, KV_REC_EXTENT or KV_REC_MANIFEST */
 	uint64_t bp_len;	    /* value bytes */
 	const struct iovec *bp_iov; /* page-aligned buffers holding at least round_up(len, 4K) */
 	int bp_iovcnt;
@@ -70,6 +76,9 @@ struct kv_bucket_rec {
 	struct kv_loc br_loc;
 	const char *br_key; /* valid during the callback only */
 	uint32_t br_key_len;
+	uint16_t br_flags;   /* KV_REC_*: version 1 records read as KV_REC_WHOLE */
+	const void *br_value; /* a KV_REC_MANIFEST record's value (br_loc.kl_len bytes, checked),
+				 valid during the callback only; NULL for other records */
 };
 
 struct kv_bucket_stats {
@@ -118,7 +127,7 @@ void kv_bucket_settle(struct kv_bucket_set *bs, const struct kv_loc *loc);
 
 /*
  * Reads and checks a record's head: magic, checksum, and that it matches
- * loc (sequence number, lengths). Returns its chunk checksums, malloc'ed
+ * loc (sequence number, lengths, extent index). Returns its chunk checksums, malloc'ed
  * (*nchunks entries, free with free()). -EIO when damaged, -ENOENT when
  * loc's bucket does not exist.
  */

@@ -43,7 +43,8 @@
 
 enum kv_jtype {
 	KV_J_MKDIR = 1, /* je_path, attributes */
-	KV_J_PUT,	/* je_path, attributes, value location (je_bucket .. je_seq) */
+	KV_J_PUT,	/* je_path, attributes, value location (je_bucket .. je_seq), or with
+			   KV_JPUT_EXTENTS in je_flags the map at je_ext (ssd/format.h) */
 	KV_J_DEL,	/* je_path: unlink or rmdir (a tombstone) */
 	KV_J_RENAME,	/* je_path -> je_path2, je_flags: 0, RENAME_NOREPLACE, RENAME_EXCHANGE */
 	KV_J_SETATTR,	/* je_path, attributes (mode, uid, gid, times) */
@@ -51,9 +52,10 @@ enum kv_jtype {
 	KV_J_CKPT,	/* checkpoint header: je_seq next sequence number, je_bucket next bucket id,
 			   je_gen */
 	KV_J_CKPT_END,	/* checkpoint trailer: je_len = number of entries before it */
-	KV_J_MOVE,	/* compaction moved je_path's value with sequence number je_seq to
-			   je_bucket/je_off (je_len, je_head_len unchanged); replay applies it
-			   only while the key's value still has that sequence number */
+	KV_J_MOVE,	/* compaction moved je_path's record of extent je_next with birth
+			   sequence number je_seq to je_bucket/je_off (je_len, je_head_len
+			   unchanged); replay applies it only while the key's extent je_next
+			   still has that sequence number and length */
 	KV_J_NODE,	/* je_path, attributes with the type bits in je_mode: a symlink
 			   (S_IFLNK, je_path2 its target), FIFO (S_IFIFO) or socket (S_IFSOCK) */
 	KV_J__MAX,
@@ -80,6 +82,10 @@ struct kv_jent {
 	uint64_t je_len;      /* KV_J_PUT: value length */
 	uint32_t je_head_len; /* KV_J_PUT: bytes of the record head (the value starts there) */
 	uint64_t je_gen;      /* KV_J_CKPT: the journal generation that follows */
+	uint32_t je_next;     /* KV_J_PUT with KV_JPUT_EXTENTS: entries at je_ext (at most
+				 KV_JEXT_MAX); KV_J_MOVE: the extent index */
+	const void *je_ext;   /* KV_J_PUT: je_next struct kv_jext, packed; decoded, it points
+				 into the record, unaligned: read each with memcpy */
 	const char *je_path;
 	uint32_t je_path_len;
 	const char *je_path2;
@@ -87,6 +93,7 @@ struct kv_jent {
 };
 
 #define KV_JPATH_MAX 4096
+#define KV_JEXT_MAX  ((1u << 23) + 1) /* a 16 TiB value's extents and its manifest */
 
 struct kv_journal;
 

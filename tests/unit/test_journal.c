@@ -426,7 +426,7 @@ static void test_format(void **state)
 		assert_int_equal(b.jb_gen, t.t_e.je_gen);
 		assert_int_equal(b.jb_path_len, t.t_e.je_path_len);
 		assert_int_equal(b.jb_path2_len, t.t_e.je_path2_len);
-		assert_int_equal(b.jb_pad, 0);
+		assert_int_equal(b.jb_next, 0);
 		assert_memory_equal(buf + off + HEAD + BODY, t.t_e.je_path, t.t_e.je_path_len);
 		for (size_t k = HEAD + h.jh_len; k < ent_size(&t.t_e); k++)
 			assert_int_equal(buf[off + k], 0);
