@@ -271,7 +271,7 @@ static int get_chunked(struct kv_batch *b, struct kv_inode *ino, const struct kv
 		n = kv_store_read(b->kb_st, ino, off, GET_CHUNK, iov, BATCH_IOV, &bytes, &guard);
 		if (n < 0)
 			return n;
-		add_ns(b, guard.krg_buf ? KV_STAGE_SSD_READ : KV_STAGE_INDEX, t0);
+		add_ns(b, guard.krg_buf[0] ? KV_STAGE_SSD_READ : KV_STAGE_INDEX, t0);
 		if (guard.krg_locked || bytes == 0) {
 			err = -EAGAIN;
 		} else {
@@ -314,12 +314,12 @@ int64_t kv_batch_get(struct kv_batch *b, const char *name, size_t len, const str
 		kv_inode_put(ino);
 		return n;
 	}
-	add_ns(b, guard.krg_buf ? KV_STAGE_SSD_READ : KV_STAGE_INDEX, t0);
+	add_ns(b, guard.krg_buf[0] ? KV_STAGE_SSD_READ : KV_STAGE_INDEX, t0);
 	/* The version pinned now decides: the DRAM object's size, or the SSD read's. */
 	size = guard.krg_obj ? guard.krg_obj->ko_size : bytes;
 	ki->kki_size = size;
 	ki->kki_flags &= ~(unsigned)(KV_BK_DRAM | KV_BK_SSD);
-	ki->kki_flags |= guard.krg_buf ? KV_BK_SSD : KV_BK_DRAM;
+	ki->kki_flags |= guard.krg_buf[0] ? KV_BK_SSD : KV_BK_DRAM;
 	if (guard.krg_locked)
 		err = -EBUSY;
 	else if (size != m->km_len)

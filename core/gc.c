@@ -165,17 +165,18 @@ static void collect(struct pass *p, struct kv_inode *dir)
 {
 	for (uint32_t b = 0; b < dir->kd_nbuckets; b++) {
 		for (struct kv_inode *c = dir->kd_table[b]; c; c = c->ki_hnext) {
-			struct kv_loc loc;
-
 			if (S_ISDIR(c->ki_type)) {
 				collect(p, c);
 				continue;
 			}
 			pthread_rwlock_rdlock(&c->ki_lock);
-			loc = c->ki_loc;
+			for (uint32_t i = 0; i < c->ki_map.xm_n; i++) {
+				const struct kv_loc *loc = &kv_xmap_at(&c->ki_map, i)->xe_loc;
+
+				if (victim_of(p, loc->kl_bucket))
+					rec_add(p, c, loc);
+			}
 			pthread_rwlock_unlock(&c->ki_lock);
-			if (loc.kl_bucket && victim_of(p, loc.kl_bucket))
-				rec_add(p, c, &loc);
 		}
 	}
 }
@@ -203,21 +204,23 @@ static void at_point(struct kv_gc *gc, enum kv_gc_point pt)
 
 static bool loc_eq(const struct kv_loc *a, const struct kv_loc *b)
 {
-	return a->kl_bucket == b->kl_bucket && a->kl_off == b->kl_off && a->kl_seq == b->kl_seq;
+	return a->kl_bucket == b->kl_bucket && a->kl_off == b->kl_off && a->kl_seq == b->kl_seq &&
+	       a->kl_index == b->kl_index;
 }
 
-/* Journals that ino's value moved (ks_ns_lock and ki_lock held). */
-static void journal_move(struct kv_store *st, struct kv_inode *ino)
+/* Journals that one record of ino's value moved to `to` (ks_ns_lock and ki_lock held). */
+static void journal_move(struct kv_store *st, struct kv_inode *ino, const struct kv_loc *to)
 {
 	char path[KV_JPATH_MAX];
 	int len = kv_store_path(ino, path, sizeof(path));
 	struct kv_jent e = {
 	    .je_type = KV_J_MOVE,
-	    .je_seq = ino->ki_loc.kl_seq,
-	    .je_bucket = ino->ki_loc.kl_bucket,
-	    .je_off = ino->ki_loc.kl_off,
-	    .je_len = ino->ki_loc.kl_len,
-	    .je_head_len = ino->ki_loc.kl_head_len,
+	    .je_seq = to->kl_seq,
+	    .je_bucket = to->kl_bucket,
+	    .je_off = to->kl_off,
+	    .je_len = to->kl_len,
+	    .je_head_len = to->kl_head_len,
+	    .je_next = to->kl_index,
 	    .je_path = path,
 	    .je_path_len = (uint32_t)len,
 	};
@@ -237,16 +240,18 @@ static void switch_keys(struct pass *p, size_t from, size_t to)
 		struct rec *r = &p->p_rec[i];
 		struct kv_inode *ino = r->r_ino;
 		bool moved = false;
+		int64_t at;
 
 		if (!r->r_to.kl_bucket)
 			continue;
 		pthread_rwlock_rdlock(&st->ks_ns_lock);
 		pthread_rwlock_wrlock(&ino->ki_lock);
-		/* Same bytes, same chunk checksums: ki_csums stays right. */
-		if (ino->ki_parent && atomic_load(&ino->ki_nlink) &&
-		    loc_eq(&ino->ki_loc, &r->r_from)) {
-			ino->ki_loc = r->r_to;
-			journal_move(st, ino);
+		/* Same bytes, same chunk checksums: xe_csums stays right. */
+		at = kv_xmap_find(&ino->ki_map, r->r_from.kl_index);
+		if (ino->ki_parent && atomic_load(&ino->ki_nlink) && at >= 0 &&
+		    loc_eq(&kv_xmap_at(&ino->ki_map, (uint32_t)at)->xe_loc, &r->r_from)) {
+			kv_xmap_at(&ino->ki_map, (uint32_t)at)->xe_loc = r->r_to;
+			journal_move(st, ino, &r->r_to);
 			moved = true;
 		}
 		pthread_rwlock_unlock(&ino->ki_lock);
@@ -428,10 +433,10 @@ static void collect_lru(struct cands *cs, struct kv_inode *dir)
 				continue;
 			}
 			pthread_rwlock_rdlock(&c->ki_lock);
-			ok = c->ki_loc.kl_bucket && c->ki_nopen == 0;
+			ok = c->ki_map.xm_seq && c->ki_nopen == 0;
 			x.c_used = atomic_load(&c->ki_used);
-			x.c_seq = c->ki_loc.kl_seq;
-			x.c_bytes = kv_loc_size(&c->ki_loc);
+			x.c_seq = c->ki_map.xm_seq;
+			x.c_bytes = kv_xmap_bytes(&c->ki_map);
 			pthread_rwlock_unlock(&c->ki_lock);
 			if (!ok)
 				continue;

@@ -196,9 +196,14 @@ void kv_persist_setattr(struct kv_store *st, struct kv_inode *ino)
 	pthread_rwlock_unlock(&ino->ki_lock);
 }
 
-/* A PUT entry for ino's durable value (ks_ns_lock and ki_lock held). */
+/*
+ * A PUT entry for ino's durable value (ks_ns_lock and ki_lock held): a
+ * WHOLE value as in format version 1, any other with its map packed at
+ * je_ext (malloc'ed: the caller frees it). Returns 0, -ENOENT or -ENOMEM.
+ */
 static int put_entry(const struct kv_inode *ino, char *path, size_t size, struct kv_jent *e)
 {
+	const struct kv_xmap *m = &ino->ki_map;
 	int len = kv_store_path(ino, path, size);
 
 	if (len <= 0)
@@ -206,13 +211,36 @@ static int put_entry(const struct kv_inode *ino, char *path, size_t size, struct
 	memset(e, 0, sizeof(*e));
 	e->je_type = KV_J_PUT;
 	attrs_to(ino, e);
-	e->je_seq = ino->ki_loc.kl_seq;
-	e->je_bucket = ino->ki_loc.kl_bucket;
-	e->je_off = ino->ki_loc.kl_off;
-	e->je_len = ino->ki_loc.kl_len;
-	e->je_head_len = ino->ki_loc.kl_head_len;
+	e->je_seq = m->xm_seq;
+	e->je_len = m->xm_size;
 	e->je_path = path;
 	e->je_path_len = (uint32_t)len;
+	if (m->xm_n == 1 && m->xm_one.xe_loc.kl_index == 0) {
+		e->je_bucket = m->xm_one.xe_loc.kl_bucket;
+		e->je_off = m->xm_one.xe_loc.kl_off;
+		e->je_head_len = m->xm_one.xe_loc.kl_head_len;
+	} else {
+		char *x = malloc((size_t)m->xm_n * sizeof(struct kv_jext));
+
+		if (!x)
+			return -ENOMEM;
+		for (uint32_t i = 0; i < m->xm_n; i++) {
+			const struct kv_loc *l = &kv_xmap_cat(m, i)->xe_loc;
+			struct kv_jext jx = {
+			    .jx_bucket = l->kl_bucket,
+			    .jx_off = l->kl_off,
+			    .jx_seq = l->kl_seq,
+			    .jx_index = l->kl_index,
+			    .jx_len = (uint32_t)l->kl_len,
+			    .jx_head_len = l->kl_head_len,
+			};
+
+			memcpy(x + i * sizeof(jx), &jx, sizeof(jx));
+		}
+		e->je_flags = KV_JPUT_EXTENTS;
+		e->je_next = m->xm_n;
+		e->je_ext = x;
+	}
 	return 0;
 }
 
@@ -220,9 +248,17 @@ void kv_persist_put(struct kv_store *st, struct kv_inode *ino)
 {
 	char path[KV_JPATH_MAX];
 	struct kv_jent e;
+	int err;
 
-	if (st->ks_journal && !put_entry(ino, path, sizeof(path), &e))
+	if (!st->ks_journal)
+		return;
+	err = put_entry(ino, path, sizeof(path), &e);
+	if (!err)
 		append(st, &e);
+	else if (err == -ENOMEM)
+		atomic_store(&st->ks_meta_err, err);
+	if (!err)
+		free((void *)e.je_ext);
 }
 
 /* --- replay --- */
@@ -257,20 +293,68 @@ static struct kv_inode *walk_to_parent(struct kv_store *st, const char *path, ui
 	return *p ? dir : NULL;
 }
 
-/* Sets where a replayed key's value lives, if newer than what it has. */
-static void apply_put(struct kv_store *st, struct kv_inode *f, const struct kv_jent *e)
+/*
+ * The map a PUT entry names, checked: extents sorted by index, each at
+ * most one extent long and inside the size, the manifest (if any) last.
+ * Returns 0, -EINVAL (the entry is ignored) or -ENOMEM.
+ */
+static int map_of(const struct kv_jent *e, struct kv_xmap *m)
 {
-	if (e->je_seq <= f->ki_loc.kl_seq)
-		return;
-	atomic_fetch_sub(&st->ks_bytes, f->ki_loc.kl_len);
-	atomic_fetch_add(&st->ks_bytes, e->je_len);
-	f->ki_loc = (struct kv_loc){
+	struct kv_loc one = {
 	    .kl_bucket = e->je_bucket,
 	    .kl_off = e->je_off,
 	    .kl_len = e->je_len,
 	    .kl_seq = e->je_seq,
 	    .kl_head_len = e->je_head_len,
 	};
+	struct kv_loc *locs;
+	int err = 0;
+
+	if (!(e->je_flags & KV_JPUT_EXTENTS))
+		return e->je_len <= KV_MAX_VALUE ? kv_xmap_set(m, e->je_seq, e->je_len, &one, 1)
+						 : -EINVAL;
+	if (e->je_next < 2 || !e->je_ext || e->je_len > KV_MAX_VALUE)
+		return -EINVAL;
+	locs = malloc((size_t)e->je_next * sizeof(*locs));
+	if (!locs)
+		return -ENOMEM;
+	for (uint32_t i = 0; !err && i < e->je_next; i++) {
+		struct kv_jext jx;
+		bool manifest;
+
+		memcpy(&jx, (const char *)e->je_ext + (size_t)i * sizeof(jx), sizeof(jx));
+		manifest = jx.jx_index == KV_MANIFEST_INDEX;
+		if (!jx.jx_bucket || jx.jx_flags || (i && jx.jx_index <= locs[i - 1].kl_index) ||
+		    manifest != (i + 1 == e->je_next) ||
+		    (!manifest && (jx.jx_len > KV_EXTENT ||
+				   ((uint64_t)jx.jx_index << KV_EXTENT_SHIFT) + jx.jx_len > e->je_len)))
+			err = -EINVAL;
+		locs[i] = (struct kv_loc){
+		    .kl_bucket = jx.jx_bucket,
+		    .kl_off = jx.jx_off,
+		    .kl_len = jx.jx_len,
+		    .kl_seq = jx.jx_seq,
+		    .kl_head_len = jx.jx_head_len,
+		    .kl_index = jx.jx_index,
+		};
+	}
+	if (!err)
+		err = kv_xmap_set(m, e->je_seq, e->je_len, locs, e->je_next);
+	free(locs);
+	return err;
+}
+
+/* Sets where a replayed key's value lives, if newer than what it has. */
+static void apply_put(struct kv_store *st, struct kv_inode *f, const struct kv_jent *e)
+{
+	struct kv_xmap m;
+
+	if (e->je_seq <= f->ki_map.xm_seq || map_of(e, &m))
+		return;
+	atomic_fetch_sub(&st->ks_bytes, f->ki_map.xm_size);
+	atomic_fetch_add(&st->ks_bytes, e->je_len);
+	kv_xmap_clear(&f->ki_map);
+	f->ki_map = m;
 	attrs_from(f, e);
 	if (e->je_seq > atomic_load(&st->ks_seq))
 		atomic_store(&st->ks_seq, e->je_seq);
@@ -318,6 +402,25 @@ static void apply_node(struct kv_store *st, struct kv_inode *dir, const char *na
 	if (!c && kv_store_make(st, dir, name, type, type == S_IFLNK ? target : NULL, &c))
 		return;
 	attrs_from(c, e);
+}
+
+/*
+ * Moves one record of a replayed key, only onto the very record moved: the
+ * extent je_next must still have birth sequence number je_seq and length
+ * je_len (a later put or delete voids the move).
+ */
+static void apply_move(struct kv_inode *f, const struct kv_jent *e)
+{
+	int64_t at = f->ki_map.xm_seq ? kv_xmap_find(&f->ki_map, e->je_next) : -1;
+	struct kv_loc *l;
+
+	if (at < 0)
+		return;
+	l = &kv_xmap_at(&f->ki_map, (uint32_t)at)->xe_loc;
+	if (l->kl_seq == e->je_seq && l->kl_len == e->je_len) {
+		l->kl_bucket = e->je_bucket;
+		l->kl_off = e->je_off;
+	}
 }
 
 /* Applies one journal or checkpoint entry (recovery: ks_ns_lock held exclusive). */
@@ -375,11 +478,8 @@ static int apply(const struct kv_jent *e, uint64_t lsn, void *arg)
 		/* Only onto the very value moved: a later put or delete voids it. */
 		dir = walk_to_parent(st, e->je_path, e->je_path_len, false, buf, &name);
 		c = dir ? kv_store_child(dir, name) : NULL;
-		if (c && S_ISREG(c->ki_type) && c->ki_loc.kl_seq == e->je_seq &&
-		    c->ki_loc.kl_len == e->je_len) {
-			c->ki_loc.kl_bucket = e->je_bucket;
-			c->ki_loc.kl_off = e->je_off;
-		}
+		if (c && S_ISREG(c->ki_type))
+			apply_move(c, e);
 		return 0;
 	default:
 		return 0;
@@ -463,13 +563,17 @@ static void check_key(struct kv_store *st, struct kv_inode *dir, struct kv_inode
 
 	if (!S_ISREG(ino->ki_type))
 		return; /* metadata only: nothing on disk to check */
-	if (!ino->ki_loc.kl_bucket || !kv_bucket_valid(lv->lv_bs, &ino->ki_loc)) {
+	if (!ino->ki_map.xm_seq || !kv_xmap_valid(lv->lv_bs, &ino->ki_map)) {
 		lv->lv_lost++;
 		kv_store_unname(st, dir, ino);
 		return;
 	}
 	lv->lv_keys++;
-	live_add(lv, ino->ki_loc.kl_bucket, kv_loc_size(&ino->ki_loc));
+	for (uint32_t i = 0; i < ino->ki_map.xm_n; i++) {
+		const struct kv_loc *l = &kv_xmap_at(&ino->ki_map, i)->xe_loc;
+
+		live_add(lv, l->kl_bucket, kv_loc_size(l));
+	}
 }
 
 static void drop_orphan(uint64_t id, void *arg)
@@ -558,8 +662,11 @@ static void snap_add(struct kv_store *st, struct kv_inode *dir, struct kv_inode 
 			sn->sn_failed = true;
 			len = -1;
 		}
-	} else if (ino->ki_loc.kl_bucket && !put_entry(ino, path, sizeof(path), &e)) {
-		len = (int)e.je_path_len;
+	} else if (S_ISREG(ino->ki_type) && ino->ki_map.xm_seq) {
+		len = put_entry(ino, path, sizeof(path), &e);
+		if (len == -ENOMEM)
+			sn->sn_failed = true; /* a checkpoint without this key would lose it */
+		len = len ? -1 : (int)e.je_path_len;
 	} else {
 		len = -1;
 	}
@@ -572,6 +679,7 @@ static void snap_add(struct kv_store *st, struct kv_inode *dir, struct kv_inode 
 
 		if (!a) {
 			free((char *)e.je_path2);
+			free((void *)e.je_ext);
 			sn->sn_failed = true;
 			return;
 		}
@@ -581,6 +689,7 @@ static void snap_add(struct kv_store *st, struct kv_inode *dir, struct kv_inode 
 	e.je_path = strndup(path, (size_t)len);
 	if (!e.je_path) {
 		free((char *)e.je_path2);
+		free((void *)e.je_ext);
 		sn->sn_failed = true;
 		return;
 	}
@@ -599,6 +708,7 @@ static void snap_free(struct snap *sn)
 	for (size_t i = 0; i < sn->sn_n; i++) {
 		free((char *)sn->sn_ent[i].je_path);
 		free((char *)sn->sn_ent[i].je_path2);
+		free((void *)sn->sn_ent[i].je_ext);
 	}
 	free(sn->sn_ent);
 }
@@ -649,29 +759,37 @@ struct fsck {
 	uint64_t fk_keys, fk_bad_keys, fk_bytes;
 };
 
-/* Reads and checks one key's whole value. */
-static void fsck_key(struct kv_store *st, struct kv_inode *dir, struct kv_inode *ino, void *arg)
+/* Reads and checks one record, every chunk against its checksum. */
+static int fsck_rec(struct kv_bucket_set *bs, const struct kv_loc *loc)
 {
-	struct fsck *fk = arg;
 	uint64_t *csums = NULL;
 	uint32_t nchunks;
-	int err;
+	int err = kv_bucket_load_csums(bs, loc, &csums, &nchunks);
 
-	if (!S_ISREG(ino->ki_type))
-		return; /* directories and metadata-only nodes: nothing on disk to read */
-	fk->fk_keys++;
-	err = kv_bucket_load_csums(fk->fk_bs, &ino->ki_loc, &csums, &nchunks);
-	for (uint64_t off = 0; !err && off < ino->ki_loc.kl_len; off += 4u << 20) {
+	for (uint64_t off = 0; !err && off < loc->kl_len; off += 4u << 20) {
 		void *buf;
 		char *data;
 		uint64_t n;
 
-		err =
-		    kv_bucket_read(fk->fk_bs, &ino->ki_loc, csums, off, 4u << 20, &buf, &data, &n);
+		err = kv_bucket_read(bs, loc, csums, off, 4u << 20, &buf, &data, &n);
 		if (!err)
 			kv_bucket_read_free(buf);
 	}
 	free(csums);
+	return err;
+}
+
+/* Reads and checks one key's whole value: every record of its map. */
+static void fsck_key(struct kv_store *st, struct kv_inode *dir, struct kv_inode *ino, void *arg)
+{
+	struct fsck *fk = arg;
+	int err = 0;
+
+	if (!S_ISREG(ino->ki_type))
+		return; /* directories and metadata-only nodes: nothing on disk to read */
+	fk->fk_keys++;
+	for (uint32_t i = 0; !err && i < ino->ki_map.xm_n; i++)
+		err = fsck_rec(fk->fk_bs, &kv_xmap_at(&ino->ki_map, i)->xe_loc);
 	if (err) {
 		char path[KV_JPATH_MAX];
 
@@ -679,7 +797,7 @@ static void fsck_key(struct kv_store *st, struct kv_inode *dir, struct kv_inode 
 		if (kv_store_path(ino, path, sizeof(path)) > 0)
 			fprintf(fk->fk_out, "damaged: %s (%s)\n", path, strerror(-err));
 	} else {
-		fk->fk_bytes += ino->ki_loc.kl_len;
+		fk->fk_bytes += ino->ki_map.xm_size;
 	}
 }
 

@@ -135,7 +135,7 @@ out_free:
 /* The size of a regular file's current value (ki_lock held). */
 static uint64_t cur_size(const struct kv_inode *ino)
 {
-	return ino->ki_obj ? ino->ki_obj->ko_size : ino->ki_loc.kl_len;
+	return ino->ki_obj ? ino->ki_obj->ko_size : ino->ki_map.xm_size;
 }
 
 static void inode_free(struct kv_inode *ino)
@@ -145,12 +145,12 @@ static void inode_free(struct kv_inode *ino)
 	if (st->ks_tier)
 		kv_tier_forget(st->ks_tier, ino);
 	if (st->ks_tier && ino->ki_pinned)
-		kv_bucket_pin(kv_tier_buckets(st->ks_tier), ino->ki_loc.kl_bucket, false);
+		kv_xmap_pin(kv_tier_buckets(st->ks_tier), &ino->ki_map, false);
 	if (atomic_load(&ino->ki_nlink) && S_ISREG(ino->ki_type))
 		atomic_fetch_sub(&st->ks_bytes, cur_size(ino));
 	if (ino->ki_obj)
 		kv_obj_put(ino->ki_obj);
-	free(ino->ki_csums);
+	kv_xmap_clear(&ino->ki_map);
 	atomic_fetch_sub(&st->ks_inodes, 1);
 	pthread_rwlock_destroy(&ino->ki_lock);
 	free(ino->kd_table);
@@ -270,7 +270,7 @@ static uint64_t count_dirty(struct kv_inode *dir)
 		for (struct kv_inode *c = dir->kd_table[b]; c; c = c->ki_hnext) {
 			if (S_ISDIR(c->ki_type))
 				n += count_dirty(c);
-			else if (c->ki_obj && c->ki_obj->ko_seq != c->ki_loc.kl_seq)
+			else if (c->ki_obj && c->ki_obj->ko_seq != c->ki_map.xm_seq)
 				n++;
 		}
 	}
@@ -465,11 +465,11 @@ static void fill_attr(struct kv_inode *ino, struct kv_attr *a)
 		a->ka_alloc = o->ko_cap;
 		a->ka_seq = o->ko_sealed ? o->ko_seq : 0;
 		a->ka_tier =
-		    o->ko_sealed && ino->ki_loc.kl_seq == o->ko_seq ? KV_TIER_BOTH : KV_TIER_DRAM;
+		    o->ko_sealed && ino->ki_map.xm_seq == o->ko_seq ? KV_TIER_BOTH : KV_TIER_DRAM;
 	} else {
-		a->ka_size = ino->ki_loc.kl_len;
+		a->ka_size = ino->ki_map.xm_size;
 		a->ka_alloc = (a->ka_size + KV_PAGE_SIZE - 1) / KV_PAGE_SIZE * KV_PAGE_SIZE;
-		a->ka_seq = ino->ki_loc.kl_seq;
+		a->ka_seq = ino->ki_map.xm_seq;
 		a->ka_tier = KV_TIER_SSD;
 	}
 	pthread_rwlock_unlock(&ino->ki_lock);
@@ -505,37 +505,40 @@ int kv_store_lookup(struct kv_store *st, struct kv_inode *dir, const char *name,
 
 /*
  * Copies the first `keep` bytes of a value that is only on SSD into a new
- * open object (ki_lock held exclusive). Returns 0, -ENOSPC or -EIO.
+ * open object (ki_lock held exclusive): reads the extents that hold them.
+ * Returns 0, -ENOSPC or -EIO.
  */
 static int load_prefix(struct kv_inode *ino, uint64_t keep, struct kv_obj **out)
 {
 	struct kv_store *st = ino->ki_store;
+	struct kv_bucket_set *bs = kv_tier_buckets(st->ks_tier);
+	struct kv_xmap *m = &ino->ki_map;
 	struct kv_obj *obj;
-	struct iovec *iov;
-	uint64_t bytes;
+	struct iovec *iov = NULL;
+	uint64_t bytes, len;
+	uint32_t first, end;
 	int err, n;
 
+	kv_xmap_range(m, 0, keep, &first, &end);
+	len = end ? ((uint64_t)kv_xmap_at(m, end - 1)->xe_loc.kl_index << KV_EXTENT_SHIFT) +
+			kv_xmap_at(m, end - 1)->xe_loc.kl_len
+		  : 0;
 	err = kv_obj_new(st->ks_pool, &obj);
 	if (err)
 		return err;
-	err = kv_obj_truncate(obj, ino->ki_loc.kl_len);
-	if (err)
-		goto out_put;
-	iov = calloc(kv_obj_niov(obj) + 1, sizeof(*iov));
-	err = iov ? 0 : -ENOMEM;
-	if (!err && !ino->ki_csums) {
-		uint32_t nchunks;
-
-		err = kv_bucket_load_csums(kv_tier_buckets(st->ks_tier), &ino->ki_loc,
-					   &ino->ki_csums, &nchunks);
+	err = kv_obj_truncate(obj, len);
+	if (!err)
+		err = kv_xmap_load_csums(bs, m, first, end);
+	if (!err && len) {
+		iov = calloc(kv_obj_niov(obj) + 1, sizeof(*iov));
+		err = iov ? 0 : -ENOMEM;
 	}
-	if (!err) {
+	if (!err && len) {
 		/* Whole pages: the extents cover the value rounded up to 4 KiB. */
-		n = kv_obj_iov(obj, 0, obj->ko_size, iov, (int)kv_obj_niov(obj), &bytes);
+		n = kv_obj_iov(obj, 0, len, iov, (int)kv_obj_niov(obj), &bytes);
 		iov[n - 1].iov_len =
 		    (iov[n - 1].iov_len + KV_PAGE_SIZE - 1) / KV_PAGE_SIZE * KV_PAGE_SIZE;
-		err = kv_bucket_read_iov(kv_tier_buckets(st->ks_tier), &ino->ki_loc, ino->ki_csums,
-					 iov, n);
+		err = kv_xmap_read_iov(bs, m, first, end, iov, n);
 	}
 	free(iov);
 	if (!err)
@@ -567,9 +570,9 @@ static int writable(struct kv_inode *ino, uint64_t keep, struct kv_obj **out)
 	}
 	if (cur)
 		return kv_obj_clone(cur, keep, out);
-	if (keep == 0 || ino->ki_loc.kl_len == 0)
+	if (keep == 0 || ino->ki_map.xm_size == 0)
 		return kv_obj_new(ino->ki_store->ks_pool, out);
-	return load_prefix(ino, keep < ino->ki_loc.kl_len ? keep : ino->ki_loc.kl_len, out);
+	return load_prefix(ino, keep < ino->ki_map.xm_size ? keep : ino->ki_map.xm_size, out);
 }
 
 /*
@@ -886,10 +889,10 @@ static void name_gone(struct kv_store *st, struct kv_inode *ino)
 		return;
 	bs = kv_tier_buckets(st->ks_tier);
 	pthread_rwlock_wrlock(&ino->ki_lock);
-	if (ino->ki_loc.kl_bucket) {
-		kv_bucket_dead(bs, &ino->ki_loc);
+	if (ino->ki_map.xm_seq) {
+		kv_xmap_dead(bs, &ino->ki_map);
 		if (ino->ki_nopen && !ino->ki_pinned) {
-			kv_bucket_pin(bs, ino->ki_loc.kl_bucket, true);
+			kv_xmap_pin(bs, &ino->ki_map, true);
 			ino->ki_pinned = true;
 		}
 	}
@@ -970,8 +973,8 @@ static int evict_key(struct kv_store *st, struct kv_inode *ino, uint64_t used, u
 	dir = ino->ki_parent;
 	pthread_rwlock_rdlock(&ino->ki_lock);
 	ok = dir && atomic_load(&ino->ki_nlink) && ino->ki_nopen == 0 &&
-	     atomic_load(&ino->ki_used) == used && ino->ki_loc.kl_bucket;
-	*bytes = kv_loc_size(&ino->ki_loc);
+	     atomic_load(&ino->ki_used) == used && ino->ki_map.xm_seq;
+	*bytes = kv_xmap_bytes(&ino->ki_map);
 	pthread_rwlock_unlock(&ino->ki_lock);
 	if (!ok) {
 		pthread_rwlock_unlock(&st->ks_ns_lock);
@@ -1257,7 +1260,7 @@ void kv_store_release(struct kv_store *st, struct kv_inode *ino, int flags)
 	pthread_rwlock_wrlock(&ino->ki_lock);
 	ino->ki_nopen--;
 	if (ino->ki_nopen == 0 && ino->ki_pinned) {
-		kv_bucket_pin(kv_tier_buckets(st->ks_tier), ino->ki_loc.kl_bucket, false);
+		kv_xmap_pin(kv_tier_buckets(st->ks_tier), &ino->ki_map, false);
 		ino->ki_pinned = false;
 	}
 	settle(ino);
@@ -1273,9 +1276,7 @@ int kv_store_read(struct kv_store *st, struct kv_inode *ino, uint64_t off, uint6
 
 	if (!S_ISREG(ino->ki_type))
 		return no_value(ino);
-	guard->krg_buf = NULL;
-	guard->krg_locked = NULL;
-	guard->krg_obj = NULL;
+	memset(guard, 0, sizeof(*guard));
 	touch(ino);
 	pthread_rwlock_rdlock(&ino->ki_lock);
 	obj = ino->ki_obj;
@@ -1309,7 +1310,8 @@ void kv_read_done(struct kv_read_guard *guard)
 		pthread_rwlock_unlock(&guard->krg_locked->ki_lock);
 	if (guard->krg_obj)
 		kv_obj_put(guard->krg_obj);
-	kv_bucket_read_free(guard->krg_buf);
+	for (int i = 0; i < KV_READ_EXTENTS; i++)
+		kv_bucket_read_free(guard->krg_buf[i]);
 }
 
 static int write_locked(struct kv_inode *ino, uint64_t off, const void *buf, size_t len)

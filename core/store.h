@@ -137,10 +137,12 @@ struct kv_dir_snap {
  * reference to the version read and, when that version is still open, the
  * inode's ki_lock shared.
  */
+#define KV_READ_EXTENTS 5 /* extents one read from the SSD covers: 8 MiB at any offset */
 struct kv_read_guard {
-	struct kv_obj *krg_obj;	     /* the DRAM version read, or NULL */
-	struct kv_inode *krg_locked; /* NULL when the version was sealed */
-	void *krg_buf;		     /* bytes read from the SSD, or NULL */
+	struct kv_obj *krg_obj;		     /* the DRAM version read, or NULL */
+	struct kv_inode *krg_locked;	     /* NULL when the version was sealed */
+	void *krg_buf[KV_READ_EXTENTS];	     /* bytes read from the SSD, one buffer per extent;
+						krg_buf[0] NULL: not read from the SSD */
 };
 
 /* The store's counters, sampled for statistics. */
@@ -294,7 +296,10 @@ void kv_store_release(struct kv_store *st, struct kv_inode *ino, int flags);
 /*
  * Describes up to len bytes at off as iovecs into the current version and
  * fills *guard; the caller replies and then calls kv_read_done(). Returns
- * the number of iovecs (0 at or past the end) and sets *bytes.
+ * the number of iovecs (0 at or past the end) and sets *bytes. Fewer bytes
+ * than asked before the end only when maxiov runs out, or when the value
+ * is read from the SSD and the range spans more than KV_READ_EXTENTS
+ * extents (a read of at most 8 MiB never does).
  */
 int kv_store_read(struct kv_store *st, struct kv_inode *ino, uint64_t off, uint64_t len,
 		  struct iovec *iov, int maxiov, uint64_t *bytes, struct kv_read_guard *guard);

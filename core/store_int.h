@@ -20,6 +20,7 @@
 #define KVFS_CORE_STORE_INT_H
 
 #include "core/store.h"
+#include "core/xmap.h"
 #include "ssd/bucket.h"
 #include "ssd/journal.h"
 
@@ -52,10 +53,9 @@ struct kv_inode {
 	struct timespec ki_atime, ki_mtime, ki_ctime;
 	struct kv_obj *ki_obj; /* regular files: the version in DRAM; NULL when only on SSD */
 	uint32_t ki_nopen;
-	struct kv_loc ki_loc; /* the newest durable version on SSD (kl_bucket 0: none) */
-	uint64_t *ki_csums;   /* ki_loc's chunk checksums, loaded on first SSD read */
+	struct kv_xmap ki_map; /* the newest durable version on SSD (xm_seq 0: none) */
 	int ki_offload_err;   /* why the newest version could not be offloaded, or 0 */
-	bool ki_pinned;	      /* deleted while open: ki_loc's bucket is pinned until the last close */
+	bool ki_pinned;	      /* deleted while open: ki_map's buckets are pinned until the last close */
 	_Atomic uint64_t ki_used; /* last read or write (CLOCK_MONOTONIC_COARSE ns): cache mode */
 
 	/* kt_lock */

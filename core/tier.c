@@ -6,10 +6,10 @@
  * thread writes queued values to the buckets in batches: it waits at most
  * the flush delay after the first value arrives, so no value ever waits
  * for others to fill a bucket. Values are written straight from their pool
- * extents. Once a batch is durable, each value that is still the inode's
- * newest gets its location (ki_loc) and a KV_J_PUT journal entry with the
- * key's *current* path; a version superseded or deleted meanwhile is
- * counted as dead space instead.
+ * extents, one record per extent (core/xmap.h). Once a batch is durable,
+ * each value that is still the inode's newest gets its map (ki_map) and a
+ * KV_J_PUT journal entry with the key's *current* path; a version
+ * superseded or deleted meanwhile is counted as dead space instead.
  *
  * Eviction. A value that is sealed and durable is *clean*: its DRAM copy
  * may go. Clean values sit on a clock (second-chance LRU): a read sets the
@@ -166,7 +166,7 @@ static bool is_clean(const struct kv_inode *ino)
 {
 	const struct kv_obj *o = ino->ki_obj;
 
-	return o && o->ko_sealed && ino->ki_loc.kl_bucket && o->ko_seq == ino->ki_loc.kl_seq;
+	return o && o->ko_sealed && ino->ki_map.xm_seq && o->ko_seq == ino->ki_map.xm_seq;
 }
 
 /* Evicts clean values until `bytes` are freed or the clock has gone round twice. */
@@ -252,30 +252,87 @@ void kv_tier_enqueue(struct kv_tier *t, struct kv_inode *ino)
 	pthread_mutex_unlock(&t->kt_lock);
 }
 
-/* One value of a batch. */
+/* One value of a batch: the records of one version (core/xmap.h). */
 struct item {
 	struct kv_inode *it_ino;
-	struct kv_obj *it_obj; /* the version written, or NULL: nothing to do */
-	struct iovec *it_iov;
+	struct kv_obj *it_obj;	       /* the version written, or NULL: nothing to do */
+	int it_err;		       /* 0: it_puts are worth writing; else why not */
+	struct kv_bucket_put *it_puts; /* its extents' records, then its manifest */
+	uint32_t it_nput;
+	struct iovec *it_iov; /* every record's pieces */
 	char *it_key;
+	void *it_manifest; /* the manifest record's value (page aligned), or NULL */
 	uint64_t it_bytes; /* what it counted in the backlog */
 };
 
-/* Takes a reference to the version to write, with its current path. */
-static void item_prepare(struct kv_store *st, struct item *it, struct kv_bucket_put *p)
+static void item_free(struct item *it)
+{
+	if (it->it_obj)
+		kv_obj_put(it->it_obj);
+	free(it->it_puts);
+	free(it->it_iov);
+	free(it->it_key);
+	free(it->it_manifest);
+}
+
+/* Rounds the last of n pieces up to whole pages: sealing trimmed each extent that far. */
+static void round_pages(struct iovec *iov, int n)
+{
+	if (n > 0)
+		iov[n - 1].iov_len =
+		    (iov[n - 1].iov_len + KV_PAGE_SIZE - 1) / KV_PAGE_SIZE * KV_PAGE_SIZE;
+}
+
+/*
+ * The manifest of a version of nx extents (ssd/format.h), in a page-aligned
+ * buffer *out of *len bytes (rounded up to a page in the buffer, zeroed).
+ */
+static int manifest_build(const struct kv_obj *obj, uint32_t nx, void **out, uint64_t *len)
+{
+	struct kv_manifest mf = {.mf_size = obj->ko_size, .mf_seq = obj->ko_seq, .mf_count = nx};
+	uint64_t n = sizeof(mf) + (uint64_t)nx * sizeof(struct kv_manifest_ent);
+	uint64_t cap = (n + KV_PAGE_SIZE - 1) / KV_PAGE_SIZE * KV_PAGE_SIZE;
+	char *buf = aligned_alloc(KV_PAGE_SIZE, cap);
+
+	if (!buf)
+		return -ENOMEM;
+	memset(buf, 0, cap);
+	memcpy(buf, &mf, sizeof(mf));
+	for (uint32_t k = 0; k < nx; k++) {
+		uint64_t end = (uint64_t)(k + 1) << KV_EXTENT_SHIFT;
+		struct kv_manifest_ent me = {
+		    .me_seq = obj->ko_seq,
+		    .me_index = k,
+		    .me_len = (uint32_t)((end < obj->ko_size ? end : obj->ko_size) -
+					 ((uint64_t)k << KV_EXTENT_SHIFT)),
+		};
+
+		memcpy(buf + sizeof(mf) + k * sizeof(me), &me, sizeof(me));
+	}
+	*out = buf;
+	*len = n;
+	return 0;
+}
+
+/*
+ * Takes a reference to the version to write, with its current path, and
+ * describes its records: one WHOLE record for a value of at most one
+ * extent, else one EXTENT record per extent and the MANIFEST.
+ */
+static void item_prepare(struct kv_store *st, struct item *it)
 {
 	struct kv_inode *ino = it->it_ino;
 	char path[KV_JPATH_MAX];
 	struct kv_obj *obj;
-	uint64_t bytes;
-	int len = -1, n;
+	uint64_t bytes, mlen = 0;
+	uint32_t nx, npieces, k;
+	int len = -1, used = 0;
 
-	memset(p, 0, sizeof(*p));
-	p->bp_err = -ECANCELED; /* until proven worth writing */
+	it->it_err = -ECANCELED; /* until proven worth writing */
 	pthread_rwlock_rdlock(&st->ks_ns_lock);
 	pthread_rwlock_rdlock(&ino->ki_lock);
 	obj = ino->ki_obj;
-	if (obj && obj->ko_sealed && obj->ko_seq > ino->ki_loc.kl_seq && ino->ki_parent)
+	if (obj && obj->ko_sealed && obj->ko_seq > ino->ki_map.xm_seq && ino->ki_parent)
 		len = kv_store_path(ino, path, sizeof(path));
 	if (len > 0 || len == -ENAMETOOLONG) {
 		kv_obj_get(obj);
@@ -284,77 +341,134 @@ static void item_prepare(struct kv_store *st, struct item *it, struct kv_bucket_
 	pthread_rwlock_unlock(&ino->ki_lock);
 	pthread_rwlock_unlock(&st->ks_ns_lock);
 	if (len == -ENAMETOOLONG)
-		p->bp_err = len; /* a key too long for a record: its fsync fails */
+		it->it_err = len; /* a key too long for a record: its fsync fails */
 	if (len <= 0)
 		return;
+	nx = obj->ko_size > KV_EXTENT
+		 ? (uint32_t)((obj->ko_size + KV_EXTENT - 1) >> KV_EXTENT_SHIFT)
+		 : 1;
+	npieces = kv_obj_niov(obj) + nx + 1;
 	it->it_key = strndup(path, (size_t)len);
-	it->it_iov = calloc(kv_obj_niov(obj) + 1, sizeof(*it->it_iov));
-	if (!it->it_key || !it->it_iov) {
-		p->bp_err = -ENOMEM;
+	it->it_iov = calloc(npieces, sizeof(*it->it_iov));
+	it->it_puts = calloc(nx + 1, sizeof(*it->it_puts));
+	it->it_err = it->it_key && it->it_iov && it->it_puts ? 0 : -ENOMEM;
+	if (!it->it_err && nx > 1)
+		it->it_err = manifest_build(obj, nx, &it->it_manifest, &mlen);
+	if (it->it_err)
 		return;
+	for (k = 0; k < nx; k++) {
+		uint64_t off = (uint64_t)k << KV_EXTENT_SHIFT;
+		uint64_t elen = obj->ko_size - off < KV_EXTENT ? obj->ko_size - off : KV_EXTENT;
+		struct iovec *iov = it->it_iov + used;
+		int n = kv_obj_iov(obj, off, elen, iov, (int)npieces - used, &bytes);
+
+		round_pages(iov, n);
+		used += n;
+		it->it_puts[k] = (struct kv_bucket_put){
+		    .bp_key = it->it_key,
+		    .bp_key_len = (uint32_t)len,
+		    .bp_seq = obj->ko_seq,
+		    .bp_index = k,
+		    .bp_flags = nx > 1 ? KV_REC_EXTENT : KV_REC_WHOLE,
+		    .bp_len = elen,
+		    .bp_iov = iov,
+		    .bp_iovcnt = n,
+		};
 	}
-	n = kv_obj_iov(obj, 0, obj->ko_size, it->it_iov, (int)kv_obj_niov(obj), &bytes);
-	if (n > 0) /* whole pages: sealing trimmed the extents to the size rounded up */
-		it->it_iov[n - 1].iov_len =
-		    (it->it_iov[n - 1].iov_len + KV_PAGE_SIZE - 1) / KV_PAGE_SIZE * KV_PAGE_SIZE;
-	*p = (struct kv_bucket_put){
-	    .bp_key = it->it_key,
-	    .bp_key_len = (uint32_t)len,
-	    .bp_seq = obj->ko_seq,
-	    .bp_len = obj->ko_size,
-	    .bp_iov = it->it_iov,
-	    .bp_iovcnt = n,
-	};
+	it->it_nput = nx;
+	if (nx > 1) {
+		it->it_iov[used] = (struct iovec){
+		    .iov_base = it->it_manifest,
+		    .iov_len = (mlen + KV_PAGE_SIZE - 1) / KV_PAGE_SIZE * KV_PAGE_SIZE};
+		it->it_puts[nx] = (struct kv_bucket_put){
+		    .bp_key = it->it_key,
+		    .bp_key_len = (uint32_t)len,
+		    .bp_seq = obj->ko_seq,
+		    .bp_index = KV_MANIFEST_INDEX,
+		    .bp_flags = KV_REC_MANIFEST,
+		    .bp_len = mlen,
+		    .bp_iov = &it->it_iov[used],
+		    .bp_iovcnt = 1,
+		};
+		it->it_nput = nx + 1;
+	}
 }
 
-/* Records where a written value lives, or why it could not be written. */
-static void item_finish(struct kv_tier *t, struct item *it, const struct kv_bucket_put *p)
+/* Counts the records an item placed as dead: no key will hold them. */
+static void item_dead(struct kv_tier *t, const struct item *it)
+{
+	for (uint32_t i = 0; i < it->it_nput; i++)
+		if (it->it_puts[i].bp_loc.kl_bucket)
+			kv_bucket_dead(t->kt_bs, &it->it_puts[i].bp_loc);
+}
+
+/* Records where a written version lives, or why it could not be written. */
+static void item_finish(struct kv_tier *t, struct item *it)
 {
 	struct kv_store *st = t->kt_st;
 	struct kv_inode *ino = it->it_ino;
+	struct kv_loc *locs = NULL;
+	struct kv_xmap map = {0};
+	int err = it->it_err;
 
 	if (!it->it_obj)
 		return;
+	for (uint32_t i = 0; !err && i < it->it_nput; i++)
+		err = it->it_puts[i].bp_err;
+	if (!err) {
+		locs = malloc(it->it_nput * sizeof(*locs));
+		err = locs ? 0 : -ENOMEM;
+		for (uint32_t i = 0; !err && i < it->it_nput; i++)
+			locs[i] = it->it_puts[i].bp_loc;
+		if (!err)
+			err = kv_xmap_set(&map, it->it_obj->ko_seq, it->it_obj->ko_size, locs,
+					  it->it_nput);
+		free(locs);
+	}
 	pthread_rwlock_rdlock(&st->ks_ns_lock);
 	pthread_rwlock_wrlock(&ino->ki_lock);
-	if (p->bp_err) {
+	if (err) {
 		if (ino->ki_obj == it->it_obj)
-			ino->ki_offload_err = p->bp_err;
+			ino->ki_offload_err = err;
 		atomic_fetch_add(&t->kt_offload_errors, 1);
-	} else if (!ino->ki_parent || p->bp_loc.kl_seq <= ino->ki_loc.kl_seq) {
-		kv_bucket_dead(t->kt_bs, &p->bp_loc); /* deleted or superseded meanwhile */
+		item_dead(t, it);
+	} else if (!ino->ki_parent || it->it_obj->ko_seq <= ino->ki_map.xm_seq) {
+		item_dead(t, it); /* deleted or superseded meanwhile */
 	} else {
-		struct kv_loc old = ino->ki_loc;
+		struct kv_xmap old = ino->ki_map;
 
-		ino->ki_loc = p->bp_loc;
-		free(ino->ki_csums);
-		ino->ki_csums = NULL;
+		ino->ki_map = map;
+		map = old;
 		kv_persist_put(st, ino);
-		if (old.kl_bucket)
-			kv_bucket_dead(t->kt_bs, &old);
+		if (old.xm_seq)
+			kv_xmap_dead(t->kt_bs, &old);
 		if (ino->ki_obj == it->it_obj)
 			kv_tier_clean(t, ino);
 	}
 	pthread_rwlock_unlock(&ino->ki_lock);
 	pthread_rwlock_unlock(&st->ks_ns_lock);
+	kv_xmap_clear(&map); /* the old map, or the one not installed */
 }
 
 /* Appends puts[0..n), retrying those the quota refused while compaction makes room. */
 static void append_with_room(struct kv_tier *t, struct kv_bucket_put *puts, unsigned n)
 {
 	struct kv_gc *gc = t->kt_st->ks_gc;
+	struct kv_bucket_put *again = malloc(n * sizeof(*again));
+	unsigned *map = malloc(n * sizeof(*map));
 	struct timespec until, now;
 
 	kv_bucket_append(t->kt_bs, puts, n);
 	deadline_in(&until, t->kt_st->ks_cfg->kc_backpressure_ns);
-	for (;;) {
-		struct kv_bucket_put again[BATCH_KEYS];
-		unsigned map[BATCH_KEYS], k = 0;
+	while (again && map) {
+		unsigned k = 0;
 
 		for (unsigned i = 0; i < n; i++)
 			if (puts[i].bp_err == -ENOSPC) {
-				if (puts[i].bp_loc.kl_bucket) /* placed, then the write failed */
+				if (puts[i].bp_loc.kl_bucket) { /* placed, then the write failed */
+					kv_bucket_dead(t->kt_bs, &puts[i].bp_loc);
 					kv_bucket_settle(t->kt_bs, &puts[i].bp_loc);
+				}
 				again[k] = puts[i];
 				again[k].bp_loc = (struct kv_loc){0};
 				again[k].bp_err = 0;
@@ -362,45 +476,53 @@ static void append_with_room(struct kv_tier *t, struct kv_bucket_put *puts, unsi
 			}
 		clock_gettime(CLOCK_MONOTONIC, &now);
 		if (!k || !gc || now.tv_sec > until.tv_sec || kv_gc_make_room(gc))
-			return;
+			break;
 		kv_bucket_append(t->kt_bs, again, k);
 		for (unsigned i = 0; i < k; i++)
 			puts[map[i]] = again[i];
 	}
+	free(again);
+	free(map);
 }
 
 static void run_batch(struct kv_tier *t, struct item *items, unsigned n)
 {
-	struct kv_bucket_put puts[BATCH_KEYS];
-	unsigned i, k = 0;
+	struct kv_bucket_put *w;
+	unsigned i, k = 0, total = 0;
 
-	for (i = 0; i < n; i++)
-		item_prepare(t->kt_st, &items[i], &puts[i]);
-	/* Compact the puts worth writing to the front, remembering their items. */
-	{
-		struct kv_bucket_put w[BATCH_KEYS];
-		unsigned map[BATCH_KEYS];
-
-		for (i = 0; i < n; i++)
-			if (puts[i].bp_err == 0) {
-				w[k] = puts[i];
-				map[k++] = i;
-			}
-		if (k)
-			append_with_room(t, w, k);
-		for (i = 0; i < k; i++)
-			puts[map[i]] = w[i];
-	}
 	for (i = 0; i < n; i++) {
-		item_finish(t, &items[i], &puts[i]);
-		/* Only now may compaction pick the record's bucket: its key holds it. */
-		if (puts[i].bp_loc.kl_bucket)
-			kv_bucket_settle(t->kt_bs, &puts[i].bp_loc);
-		if (items[i].it_obj)
-			kv_obj_put(items[i].it_obj);
-		free(items[i].it_iov);
-		free(items[i].it_key);
+		item_prepare(t->kt_st, &items[i]);
+		total += items[i].it_err ? 0 : items[i].it_nput;
 	}
+	/* Every record worth writing in one array, written together. */
+	w = malloc((total ? total : 1) * sizeof(*w));
+	for (i = 0; i < n; i++) {
+		struct item *it = &items[i];
+
+		if (!w && !it->it_err)
+			it->it_err = -ENOMEM;
+		if (it->it_err)
+			continue;
+		memcpy(w + k, it->it_puts, it->it_nput * sizeof(*w));
+		k += it->it_nput;
+	}
+	if (k)
+		append_with_room(t, w, k);
+	for (i = 0, k = 0; i < n; i++) {
+		struct item *it = &items[i];
+
+		if (!it->it_err) {
+			memcpy(it->it_puts, w + k, it->it_nput * sizeof(*w));
+			k += it->it_nput;
+		}
+		item_finish(t, it);
+		/* Only now may compaction pick the records' buckets: the key holds them. */
+		for (uint32_t j = 0; !it->it_err && j < it->it_nput; j++)
+			if (it->it_puts[j].bp_loc.kl_bucket)
+				kv_bucket_settle(t->kt_bs, &it->it_puts[j].bp_loc);
+		item_free(it);
+	}
+	free(w);
 }
 
 /* Takes up to a batch off the queue (kt_lock held). Returns how many. */
@@ -514,7 +636,7 @@ int kv_tier_wait_durable(struct kv_tier *t, struct kv_inode *ino, uint64_t seq)
 		gen = t->kt_batches;
 		pthread_mutex_unlock(&t->kt_lock);
 		pthread_rwlock_rdlock(&ino->ki_lock);
-		if (ino->ki_loc.kl_seq >= seq) {
+		if (ino->ki_map.xm_seq >= seq) {
 			done = true;
 		} else if (ino->ki_offload_err) {
 			err = ino->ki_offload_err;
@@ -571,40 +693,104 @@ int kv_tier_drain(struct kv_tier *t)
 /* --- reads of values that are only on SSD --- */
 
 /*
- * Whether ino still has the value at loc in the same place: compaction
- * moves a value (same sequence number) to another bucket, and the reader
- * then reads it there (ki_lock held).
+ * The records a read needs, copied under ki_lock shared so the read can
+ * check afterwards that they are still the key's (compaction moves a
+ * record, same birth sequence number, to another bucket; a new version
+ * replaces the map).
  */
+struct want {
+	uint64_t w_seq, w_size;
+	uint32_t w_first, w_end;
+	struct kv_loc w_loc[KV_READ_EXTENTS];
+};
+
 static bool same_loc(const struct kv_loc *a, const struct kv_loc *b)
 {
-	return a->kl_seq == b->kl_seq && a->kl_bucket == b->kl_bucket && a->kl_off == b->kl_off;
+	return a->kl_seq == b->kl_seq && a->kl_bucket == b->kl_bucket && a->kl_off == b->kl_off &&
+	       a->kl_index == b->kl_index;
 }
 
-/* Loads ino's chunk checksums if missing (ki_lock not held). */
-static int ensure_csums(struct kv_tier *t, struct kv_inode *ino, struct kv_loc *loc)
+/* True when ino's map still holds w's records, checksums loaded (ki_lock held). */
+static bool still(const struct kv_inode *ino, const struct want *w)
 {
-	uint64_t *csums;
-	uint32_t nchunks;
-	bool have;
-	int err;
+	const struct kv_xmap *m = &ino->ki_map;
+
+	if (ino->ki_obj || m->xm_seq != w->w_seq || w->w_end > kv_xmap_nx(m))
+		return false;
+	for (uint32_t i = w->w_first; i < w->w_end; i++) {
+		const struct kv_xent *x = kv_xmap_cat(m, i);
+
+		if (!x->xe_csums || !same_loc(&x->xe_loc, &w->w_loc[i - w->w_first]))
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Finds the records of ino's durable version that hold [off, off + len),
+ * at most KV_READ_EXTENTS of them (`all`: every data extent, however many:
+ * then w_loc is not filled), and loads their chunk checksums if missing
+ * (ki_lock not held). -EAGAIN when the value is in DRAM (read it there) or
+ * its records changed meanwhile (look again).
+ */
+static int want_range(struct kv_tier *t, struct kv_inode *ino, uint64_t off, uint64_t len,
+		      bool all, struct want *w)
+{
+	struct kv_xmap *m = &ino->ki_map;
+	struct kv_loc *need = NULL;
+	uint32_t nneed = 0;
+	int err = 0;
 
 	pthread_rwlock_rdlock(&ino->ki_lock);
-	*loc = ino->ki_loc;
-	have = ino->ki_csums != NULL;
-	pthread_rwlock_unlock(&ino->ki_lock);
-	if (have)
-		return 0;
-	err = kv_bucket_load_csums(t->kt_bs, loc, &csums, &nchunks);
-	if (err)
-		return err == -ENOENT ? -EIO : err;
-	pthread_rwlock_wrlock(&ino->ki_lock);
-	if (!ino->ki_csums && ino->ki_loc.kl_seq == loc->kl_seq) {
-		ino->ki_csums = csums;
-		csums = NULL;
+	if (ino->ki_obj || !m->xm_seq) {
+		err = ino->ki_obj ? -EAGAIN : -EIO; /* neither: nothing to read, never loop */
+		pthread_rwlock_unlock(&ino->ki_lock);
+		return err;
 	}
+	w->w_seq = m->xm_seq;
+	w->w_size = m->xm_size;
+	if (all) {
+		w->w_first = 0;
+		w->w_end = kv_xmap_nx(m);
+	} else {
+		kv_xmap_range(m, off, len, &w->w_first, &w->w_end);
+		if (w->w_end - w->w_first > KV_READ_EXTENTS)
+			w->w_end = w->w_first + KV_READ_EXTENTS;
+		for (uint32_t i = w->w_first; i < w->w_end; i++)
+			w->w_loc[i - w->w_first] = kv_xmap_cat(m, i)->xe_loc;
+	}
+	for (uint32_t i = w->w_first; i < w->w_end; i++)
+		nneed += !kv_xmap_cat(m, i)->xe_csums;
+	if (nneed)
+		need = malloc(nneed * sizeof(*need));
+	if (nneed && !need)
+		err = -ENOMEM;
+	nneed = 0;
+	for (uint32_t i = w->w_first; need && i < w->w_end; i++)
+		if (!kv_xmap_cat(m, i)->xe_csums)
+			need[nneed++] = kv_xmap_cat(m, i)->xe_loc;
 	pthread_rwlock_unlock(&ino->ki_lock);
-	free(csums);
-	return 0;
+	for (uint32_t j = 0; !err && j < nneed; j++) {
+		uint64_t *csums = NULL;
+		uint32_t nchunks;
+		int64_t at;
+		int rc = kv_bucket_load_csums(t->kt_bs, &need[j], &csums, &nchunks);
+
+		pthread_rwlock_wrlock(&ino->ki_lock);
+		at = m->xm_seq == w->w_seq ? kv_xmap_find(m, need[j].kl_index) : -1;
+		if (at < 0 || !same_loc(&kv_xmap_at(m, (uint32_t)at)->xe_loc, &need[j]))
+			err = -EAGAIN; /* moved or replaced meanwhile: look again */
+		else if (rc)
+			err = rc == -ENOENT ? -EIO : rc;
+		else if (!kv_xmap_at(m, (uint32_t)at)->xe_csums) {
+			kv_xmap_at(m, (uint32_t)at)->xe_csums = csums;
+			csums = NULL;
+		}
+		pthread_rwlock_unlock(&ino->ki_lock);
+		free(csums);
+	}
+	free(need);
+	return err;
 }
 
 /*
@@ -612,43 +798,45 @@ static int ensure_csums(struct kv_tier *t, struct kv_inode *ino, struct kv_loc *
  * when the inode has a DRAM version afterwards, or -errno (the caller then
  * reads from the SSD directly).
  */
-static int promote(struct kv_tier *t, struct kv_inode *ino, const struct kv_loc *loc)
+static int promote(struct kv_tier *t, struct kv_inode *ino)
 {
 	struct kv_obj *obj;
 	struct iovec *iov;
+	struct want w;
 	uint64_t bytes;
 	int n, err;
 
+	err = want_range(t, ino, 0, UINT64_MAX, true, &w);
+	if (err)
+		return err;
 	/* A value that can never fit is read in place. */
-	if (loc->kl_len > kv_pool_size(t->kt_st->ks_pool))
+	if (w.w_size > kv_pool_size(t->kt_st->ks_pool))
 		return -EFBIG;
 	err = kv_obj_new(t->kt_st->ks_pool, &obj);
 	if (err)
 		return err;
-	err = kv_obj_truncate(obj, loc->kl_len);
+	err = kv_obj_truncate(obj, w.w_size);
 	/* Room for it may be held by clean values: a read never waits, but evicts. */
-	if (err == -ENOSPC && evict(t, loc->kl_len))
-		err = kv_obj_truncate(obj, loc->kl_len);
+	if (err == -ENOSPC && evict(t, w.w_size))
+		err = kv_obj_truncate(obj, w.w_size);
 	iov = calloc(kv_obj_niov(obj) + 1, sizeof(*iov));
 	if (err || !iov) {
 		err = err ? err : -ENOMEM;
 		goto out_put;
 	}
-	n = kv_obj_iov(obj, 0, loc->kl_len, iov, (int)kv_obj_niov(obj), &bytes);
-	if (n > 0)
-		iov[n - 1].iov_len =
-		    (iov[n - 1].iov_len + KV_PAGE_SIZE - 1) / KV_PAGE_SIZE * KV_PAGE_SIZE;
+	n = kv_obj_iov(obj, 0, w.w_size, iov, (int)kv_obj_niov(obj), &bytes);
+	round_pages(iov, n);
 	pthread_rwlock_rdlock(&ino->ki_lock);
-	err = ino->ki_csums && same_loc(&ino->ki_loc, loc)
-		  ? (n ? kv_bucket_read_iov(t->kt_bs, loc, ino->ki_csums, iov, n) : 0)
+	err = !ino->ki_obj && ino->ki_map.xm_seq == w.w_seq
+		  ? kv_xmap_read_iov(t->kt_bs, &ino->ki_map, 0, kv_xmap_nx(&ino->ki_map), iov, n)
 		  : -EAGAIN;
 	pthread_rwlock_unlock(&ino->ki_lock);
 	free(iov);
 	if (err)
 		goto out_put;
-	kv_obj_seal(obj, loc->kl_seq);
+	kv_obj_seal(obj, w.w_seq);
 	pthread_rwlock_wrlock(&ino->ki_lock);
-	if (!ino->ki_obj && ino->ki_loc.kl_seq == loc->kl_seq) {
+	if (!ino->ki_obj && ino->ki_map.xm_seq == w.w_seq) {
 		ino->ki_obj = obj;
 		obj = NULL;
 		/* Just read: the clock hand passes it over once. */
@@ -667,61 +855,77 @@ int kv_tier_read(struct kv_tier *t, struct kv_inode *ino, uint64_t off, uint64_t
 		 struct iovec *iov, int maxiov, uint64_t *bytes, struct kv_read_guard *guard)
 {
 	struct kv_store *st = t->kt_st;
-	struct kv_loc loc;
-	char *data;
-	int err;
+	struct want w;
+	int err, n = 0;
 
 	*bytes = 0;
-	err = ensure_csums(t, ino, &loc);
-	if (err)
-		return err;
-	if (st->ks_cfg->kc_promote && promote(t, ino, &loc) == 0)
+	if (st->ks_cfg->kc_promote && promote(t, ino) == 0)
 		return kv_store_read(st, ino, off, len, iov, maxiov, bytes, guard);
-	/*
-	 * Shared across the read: the offloader frees ki_csums when it installs
-	 * a newer location. Other readers go on; a writer of this key waits.
-	 */
-	pthread_rwlock_rdlock(&ino->ki_lock);
-	if (!same_loc(&ino->ki_loc, &loc) || !ino->ki_csums)
-		err = -EAGAIN;
-	else
-		err = kv_bucket_read(t->kt_bs, &loc, ino->ki_csums, off, len, &guard->krg_buf,
-				     &data, bytes);
-	pthread_rwlock_unlock(&ino->ki_lock);
+	err = want_range(t, ino, off, len, false, &w);
 	if (err == -EAGAIN) /* a newer version arrived meanwhile: read that */
 		return kv_store_read(st, ino, off, len, iov, maxiov, bytes, guard);
 	if (err)
+		return err;
+	/*
+	 * Shared across the read: the offloader frees the checksums when it
+	 * installs a newer map. Other readers go on; a writer of this key waits.
+	 */
+	pthread_rwlock_rdlock(&ino->ki_lock);
+	if (!still(ino, &w))
+		err = -EAGAIN;
+	for (uint32_t i = w.w_first; !err && i < w.w_end && n < maxiov; i++) {
+		const struct kv_xent *x = kv_xmap_cat(&ino->ki_map, i);
+		uint64_t base = (uint64_t)x->xe_loc.kl_index << KV_EXTENT_SHIFT;
+		uint64_t from = off > base ? off - base : 0, got;
+		char *data;
+
+		/* Holes are not made yet: the extents follow each other. */
+		if (base != off + *bytes - from) {
+			err = -EIO;
+			break;
+		}
+		err = kv_bucket_read(t->kt_bs, &x->xe_loc, x->xe_csums, from, len - *bytes,
+				     &guard->krg_buf[n], &data, &got);
+		if (!err && got) {
+			iov[n].iov_base = data;
+			iov[n++].iov_len = got;
+			*bytes += got;
+		}
+	}
+	pthread_rwlock_unlock(&ino->ki_lock);
+	if (err == -EAGAIN) {
+		kv_read_done(guard);
+		return kv_store_read(st, ino, off, len, iov, maxiov, bytes, guard);
+	}
+	if (err)
 		return err == -ENOENT ? -EIO : err;
 	atomic_fetch_add(&t->kt_ssd_hits, 1);
-	if (*bytes == 0)
-		return 0;
-	iov[0].iov_base = data;
-	iov[0].iov_len = *bytes;
-	return 1;
+	return n;
 }
 
 int kv_tier_read_direct(struct kv_tier *t, struct kv_inode *ino, const struct iovec *iov, int n,
 			uint64_t len)
 {
-	struct kv_loc loc;
+	struct want w;
 	int err;
 
 	if (t->kt_st->ks_cfg->kc_promote)
 		return -EAGAIN; /* a read brings the value into DRAM: kv_tier_read does that */
-	err = ensure_csums(t, ino, &loc);
+	err = want_range(t, ino, 0, UINT64_MAX, true, &w);
 	if (err)
 		return err;
 	/*
-	 * Shared across the read, as in kv_tier_read. The record must still be
-	 * where loc says (the same version, and not moved by compaction).
+	 * Shared across the read, as in kv_tier_read. The records must still be
+	 * where they were (the same version, and not moved by compaction).
 	 */
 	pthread_rwlock_rdlock(&ino->ki_lock);
-	if (ino->ki_obj || !ino->ki_loc.kl_bucket || ino->ki_loc.kl_seq != loc.kl_seq ||
-	    ino->ki_loc.kl_bucket != loc.kl_bucket || ino->ki_loc.kl_off != loc.kl_off ||
-	    !ino->ki_csums || loc.kl_len != len)
+	if (ino->ki_obj || ino->ki_map.xm_seq != w.w_seq || w.w_size != len)
 		err = -EAGAIN;
-	else
-		err = kv_bucket_read_iov(t->kt_bs, &loc, ino->ki_csums, iov, n);
+	for (uint32_t i = 0; !err && i < kv_xmap_nx(&ino->ki_map); i++)
+		if (!kv_xmap_cat(&ino->ki_map, i)->xe_csums)
+			err = -EAGAIN;
+	if (!err)
+		err = kv_xmap_read_iov(t->kt_bs, &ino->ki_map, 0, kv_xmap_nx(&ino->ki_map), iov, n);
 	pthread_rwlock_unlock(&ino->ki_lock);
 	if (err == -EAGAIN)
 		return err;

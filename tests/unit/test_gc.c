@@ -419,7 +419,7 @@ static void test_replay_void_move(void **state)
 	assert_int_equal(put(st, "k", VAL, 1), 0);
 	s1 = seq_of(st, "k");
 	assert_int_equal(kv_store_lookup(st, kv_store_root(st), "k", &ino, &a), 0);
-	old = ino->ki_loc;
+	old = ino->ki_map.xm_one.xe_loc;
 	kv_store_forget(st, ino, 1);
 	assert_int_equal(put(st, "k", VAL, 2), 0);
 	assert_true(seq_of(st, "k") > s1);

@@ -1,0 +1,192 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * core/xmap.c — a version's extent map: see core/xmap.h.
+ */
+#include "core/xmap.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/obj.h"
+
+uint32_t kv_xmap_nx(const struct kv_xmap *m)
+{
+	if (m->xm_n > 1 && m->xm_e[m->xm_n - 1].xe_loc.kl_index == KV_MANIFEST_INDEX)
+		return m->xm_n - 1;
+	return m->xm_n;
+}
+
+int kv_xmap_set(struct kv_xmap *m, uint64_t seq, uint64_t size, const struct kv_loc *locs,
+		uint32_t n)
+{
+	memset(m, 0, sizeof(*m));
+	if (n > 1) {
+		m->xm_e = calloc(n, sizeof(*m->xm_e));
+		if (!m->xm_e)
+			return -ENOMEM;
+	}
+	m->xm_n = n;
+	for (uint32_t i = 0; i < n; i++)
+		kv_xmap_at(m, i)->xe_loc = locs[i];
+	m->xm_seq = seq;
+	m->xm_size = size;
+	return 0;
+}
+
+void kv_xmap_clear(struct kv_xmap *m)
+{
+	for (uint32_t i = 0; i < m->xm_n; i++)
+		free(kv_xmap_at(m, i)->xe_csums);
+	if (m->xm_n > 1)
+		free(m->xm_e);
+	memset(m, 0, sizeof(*m));
+}
+
+int64_t kv_xmap_find(const struct kv_xmap *m, uint32_t index)
+{
+	uint32_t lo = 0, hi = m->xm_n;
+
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+
+		if (kv_xmap_cat(m, mid)->xe_loc.kl_index < index)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < m->xm_n && kv_xmap_cat(m, lo)->xe_loc.kl_index == index ? (int64_t)lo : -1;
+}
+
+uint64_t kv_xmap_bytes(const struct kv_xmap *m)
+{
+	uint64_t n = 0;
+
+	for (uint32_t i = 0; i < m->xm_n; i++)
+		n += kv_loc_size(&kv_xmap_cat(m, i)->xe_loc);
+	return n;
+}
+
+void kv_xmap_dead(struct kv_bucket_set *bs, const struct kv_xmap *m)
+{
+	for (uint32_t i = 0; i < m->xm_n; i++)
+		kv_bucket_dead(bs, &kv_xmap_cat(m, i)->xe_loc);
+}
+
+void kv_xmap_pin(struct kv_bucket_set *bs, const struct kv_xmap *m, bool pin)
+{
+	for (uint32_t i = 0; i < m->xm_n; i++)
+		kv_bucket_pin(bs, kv_xmap_cat(m, i)->xe_loc.kl_bucket, pin);
+}
+
+bool kv_xmap_valid(struct kv_bucket_set *bs, const struct kv_xmap *m)
+{
+	for (uint32_t i = 0; i < m->xm_n; i++)
+		if (!kv_bucket_valid(bs, &kv_xmap_cat(m, i)->xe_loc))
+			return false;
+	return true;
+}
+
+void kv_xmap_range(const struct kv_xmap *m, uint64_t off, uint64_t len, uint32_t *first,
+		   uint32_t *end)
+{
+	uint32_t nx = kv_xmap_nx(m), lo = 0, hi = nx;
+	uint64_t last;
+
+	*first = *end = 0;
+	if (!len || off >= m->xm_size)
+		return;
+	if (m->xm_n == 1) { /* one WHOLE record: the value, however long (version 1) */
+		*end = 1;
+		return;
+	}
+	if (len > m->xm_size - off)
+		len = m->xm_size - off;
+	last = (off + len - 1) >> KV_EXTENT_SHIFT;
+	/* The first entry whose extent ends after off. */
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+
+		if (kv_xmap_cat(m, mid)->xe_loc.kl_index < (off >> KV_EXTENT_SHIFT))
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	*first = *end = lo;
+	while (*end < nx && kv_xmap_cat(m, *end)->xe_loc.kl_index <= last)
+		(*end)++;
+}
+
+int kv_xmap_load_csums(struct kv_bucket_set *bs, struct kv_xmap *m, uint32_t first, uint32_t end)
+{
+	for (uint32_t i = first; i < end; i++) {
+		struct kv_xent *x = kv_xmap_at(m, i);
+		uint32_t nchunks;
+		int err;
+
+		if (x->xe_csums)
+			continue;
+		err = kv_bucket_load_csums(bs, &x->xe_loc, &x->xe_csums, &nchunks);
+		if (err)
+			return err == -ENOENT ? -EIO : err;
+	}
+	return 0;
+}
+
+/*
+ * Describes bytes [off, off + len) of the pieces iov[0..n) as pieces of
+ * out (n of them at most). Returns how many.
+ */
+static int iov_slice(const struct iovec *iov, int n, uint64_t off, uint64_t len,
+		     struct iovec *out)
+{
+	int k = 0;
+
+	for (int i = 0; i < n && len; i++) {
+		uint64_t l = iov[i].iov_len;
+
+		if (off >= l) {
+			off -= l;
+			continue;
+		}
+		l -= off;
+		if (l > len)
+			l = len;
+		out[k].iov_base = (char *)iov[i].iov_base + off;
+		out[k++].iov_len = l;
+		len -= l;
+		off = 0;
+	}
+	return k;
+}
+
+int kv_xmap_read_iov(struct kv_bucket_set *bs, const struct kv_xmap *m, uint32_t first,
+		     uint32_t end, const struct iovec *iov, int n)
+{
+	struct iovec *piece;
+	uint64_t base;
+	int err = 0;
+
+	if (first >= end)
+		return 0;
+	if (m->xm_n == 1) { /* the common case: one record, the whole value */
+		err = kv_bucket_read_iov(bs, &m->xm_one.xe_loc, m->xm_one.xe_csums, iov, n);
+		return err == -ENOENT ? -EIO : err;
+	}
+	piece = malloc((size_t)n * sizeof(*piece));
+	if (!piece)
+		return -ENOMEM;
+	base = (uint64_t)kv_xmap_cat(m, first)->xe_loc.kl_index << KV_EXTENT_SHIFT;
+	for (uint32_t i = first; !err && i < end; i++) {
+		const struct kv_xent *x = kv_xmap_cat(m, i);
+		uint64_t at = ((uint64_t)x->xe_loc.kl_index << KV_EXTENT_SHIFT) - base;
+		uint64_t len = (x->xe_loc.kl_len + KV_PAGE_SIZE - 1) / KV_PAGE_SIZE * KV_PAGE_SIZE;
+		int k = iov_slice(iov, n, at, len, piece);
+
+		err = k ? kv_bucket_read_iov(bs, &x->xe_loc, x->xe_csums, piece, k) : 0;
+		if (err == -ENOENT)
+			err = -EIO;
+	}
+	free(piece);
+	return err;
+}
