@@ -869,25 +869,199 @@ int kv_store_fsck(const struct kv_config *cfg, int datadir_fd, FILE *out)
 	return bad ? 1 : 0;
 }
 
-/* Salvage: every record becomes a PUT of its key, the newest winning. */
+/*
+ * Salvage. Every WHOLE record becomes a PUT of its key, the newest winning;
+ * so does every MANIFEST whose extent records are all found, sound and of
+ * the lengths it names. EXTENT records are gathered during the scan and
+ * manifests resolved after it.
+ */
+struct sv_ext {
+	char *se_key;
+	uint32_t se_key_len;
+	struct kv_loc se_loc;
+};
+
+struct sv_man {
+	char *sm_key;
+	uint32_t sm_key_len;
+	struct kv_loc sm_loc;
+	void *sm_value; /* the manifest (sm_loc.kl_len bytes) */
+};
+
+struct salvage {
+	struct kv_store *sv_st;
+	struct sv_ext *sv_ext;
+	size_t sv_next, sv_maxext;
+	struct sv_man *sv_man;
+	size_t sv_nman, sv_maxman;
+	int sv_err;
+};
+
+static int salvage_put(struct kv_store *st, const char *key, uint32_t key_len,
+		       struct kv_jent *e)
+{
+	struct timespec now_ts;
+
+	e->je_type = KV_J_PUT;
+	e->je_mode = 0644;
+	kv_store_now(&now_ts);
+	e->je_atime_ns = e->je_mtime_ns = e->je_ctime_ns = ns_of(&now_ts);
+	e->je_path = key;
+	e->je_path_len = key_len;
+	return apply(e, 0, st);
+}
+
+static bool grow(void **a, size_t *max, size_t n, size_t size)
+{
+	void *b;
+
+	if (n < *max)
+		return true;
+	b = realloc(*a, (*max ? *max * 2 : 256) * size);
+	if (!b)
+		return false;
+	*a = b;
+	*max = *max ? *max * 2 : 256;
+	return true;
+}
+
 static int salvage_rec(const struct kv_bucket_rec *r, void *arg)
 {
-	struct kv_store *st = arg;
-	struct timespec now_ts;
-	struct kv_jent e = {.je_type = KV_J_PUT, .je_mode = 0644};
+	struct salvage *sv = arg;
+	struct kv_jent e = {0};
+	char *key;
 
 	if (r->br_key_len == 0 || r->br_key_len > KV_JPATH_MAX)
 		return 0;
-	kv_store_now(&now_ts);
-	e.je_atime_ns = e.je_mtime_ns = e.je_ctime_ns = ns_of(&now_ts);
-	e.je_seq = r->br_loc.kl_seq;
-	e.je_bucket = r->br_loc.kl_bucket;
-	e.je_off = r->br_loc.kl_off;
-	e.je_len = r->br_loc.kl_len;
-	e.je_head_len = r->br_loc.kl_head_len;
-	e.je_path = r->br_key;
-	e.je_path_len = r->br_key_len;
-	return apply(&e, 0, st);
+	if (r->br_flags == KV_REC_WHOLE) {
+		e.je_seq = r->br_loc.kl_seq;
+		e.je_bucket = r->br_loc.kl_bucket;
+		e.je_off = r->br_loc.kl_off;
+		e.je_len = r->br_loc.kl_len;
+		e.je_head_len = r->br_loc.kl_head_len;
+		return salvage_put(sv->sv_st, r->br_key, r->br_key_len, &e);
+	}
+	key = strndup(r->br_key, r->br_key_len);
+	if (!key)
+		return sv->sv_err = -ENOMEM;
+	if (r->br_flags == KV_REC_EXTENT) {
+		if (!grow((void **)&sv->sv_ext, &sv->sv_maxext, sv->sv_next, sizeof(*sv->sv_ext))) {
+			free(key);
+			return sv->sv_err = -ENOMEM;
+		}
+		sv->sv_ext[sv->sv_next++] =
+		    (struct sv_ext){.se_key = key, .se_key_len = r->br_key_len, .se_loc = r->br_loc};
+		return 0;
+	}
+	if (!r->br_value || !grow((void **)&sv->sv_man, &sv->sv_maxman, sv->sv_nman,
+				  sizeof(*sv->sv_man))) {
+		free(key);
+		return r->br_value ? (sv->sv_err = -ENOMEM) : 0;
+	}
+	sv->sv_man[sv->sv_nman] =
+	    (struct sv_man){.sm_key = key, .sm_key_len = r->br_key_len, .sm_loc = r->br_loc};
+	sv->sv_man[sv->sv_nman].sm_value = malloc(r->br_loc.kl_len ? r->br_loc.kl_len : 1);
+	if (!sv->sv_man[sv->sv_nman].sm_value) {
+		free(key);
+		return sv->sv_err = -ENOMEM;
+	}
+	memcpy(sv->sv_man[sv->sv_nman++].sm_value, r->br_value, r->br_loc.kl_len);
+	return 0;
+}
+
+static int sv_ext_order(const void *a, const void *b)
+{
+	const struct sv_ext *x = a, *y = b;
+	int c = strcmp(x->se_key, y->se_key);
+
+	if (c)
+		return c;
+	if (x->se_loc.kl_seq != y->se_loc.kl_seq)
+		return x->se_loc.kl_seq < y->se_loc.kl_seq ? -1 : 1;
+	return x->se_loc.kl_index < y->se_loc.kl_index ? -1 : x->se_loc.kl_index > y->se_loc.kl_index;
+}
+
+/* The extent record of key with birth seq `seq` and index `index`, or NULL. */
+static const struct sv_ext *sv_find(const struct salvage *sv, char *key, uint64_t seq,
+				    uint32_t index)
+{
+	struct sv_ext k = {.se_key = key, .se_loc = {.kl_seq = seq, .kl_index = index}};
+
+	return bsearch(&k, sv->sv_ext, sv->sv_next, sizeof(k), sv_ext_order);
+}
+
+/* Turns a manifest whose every extent is there into a PUT. */
+static int salvage_manifest(struct salvage *sv, const struct sv_man *sm)
+{
+	struct kv_manifest mf;
+	struct kv_jext *x;
+	struct kv_jent e = {0};
+	int err = 0;
+
+	if (sm->sm_loc.kl_len < sizeof(mf))
+		return 0;
+	memcpy(&mf, sm->sm_value, sizeof(mf));
+	if (mf.mf_seq != sm->sm_loc.kl_seq || mf.mf_count == 0 || mf.mf_count >= KV_JEXT_MAX ||
+	    sm->sm_loc.kl_len != sizeof(mf) + (uint64_t)mf.mf_count * sizeof(struct kv_manifest_ent))
+		return 0;
+	x = calloc(mf.mf_count + 1, sizeof(*x));
+	if (!x)
+		return -ENOMEM;
+	for (uint32_t i = 0; !err && i < mf.mf_count; i++) {
+		struct kv_manifest_ent me;
+		const struct sv_ext *se;
+
+		memcpy(&me, (char *)sm->sm_value + sizeof(mf) + i * sizeof(me), sizeof(me));
+		se = sv_find(sv, sm->sm_key, me.me_seq, me.me_index);
+		if (!se || se->se_loc.kl_len != me.me_len) {
+			err = 1; /* incomplete: an older version may still be whole */
+			break;
+		}
+		x[i] = (struct kv_jext){.jx_bucket = se->se_loc.kl_bucket,
+					.jx_off = se->se_loc.kl_off,
+					.jx_seq = se->se_loc.kl_seq,
+					.jx_index = se->se_loc.kl_index,
+					.jx_len = (uint32_t)se->se_loc.kl_len,
+					.jx_head_len = se->se_loc.kl_head_len};
+	}
+	if (!err) {
+		x[mf.mf_count] = (struct kv_jext){.jx_bucket = sm->sm_loc.kl_bucket,
+						  .jx_off = sm->sm_loc.kl_off,
+						  .jx_seq = sm->sm_loc.kl_seq,
+						  .jx_index = KV_MANIFEST_INDEX,
+						  .jx_len = (uint32_t)sm->sm_loc.kl_len,
+						  .jx_head_len = sm->sm_loc.kl_head_len};
+		e.je_flags = KV_JPUT_EXTENTS;
+		e.je_seq = mf.mf_seq;
+		e.je_len = mf.mf_size;
+		e.je_next = mf.mf_count + 1;
+		e.je_ext = x;
+		err = salvage_put(sv->sv_st, sm->sm_key, sm->sm_key_len, &e);
+	}
+	free(x);
+	return err > 0 ? 0 : err;
+}
+
+static int salvage_resolve(struct salvage *sv)
+{
+	int err = 0;
+
+	qsort(sv->sv_ext, sv->sv_next, sizeof(*sv->sv_ext), sv_ext_order);
+	for (size_t i = 0; !err && i < sv->sv_nman; i++)
+		err = salvage_manifest(sv, &sv->sv_man[i]);
+	return err;
+}
+
+static void salvage_free(struct salvage *sv)
+{
+	for (size_t i = 0; i < sv->sv_next; i++)
+		free(sv->sv_ext[i].se_key);
+	for (size_t i = 0; i < sv->sv_nman; i++) {
+		free(sv->sv_man[i].sm_key);
+		free(sv->sv_man[i].sm_value);
+	}
+	free(sv->sv_ext);
+	free(sv->sv_man);
 }
 
 /* The highest journal generation in DATA_DIR, or 0. */
@@ -924,6 +1098,7 @@ int kv_store_salvage(const struct kv_config *cfg, int datadir_fd, FILE *out)
 	struct kv_store *st;
 	struct kv_aio *aio;
 	struct snap sn = {0};
+	struct salvage sv = {0};
 	uint64_t bad = 0, gen;
 	int err;
 
@@ -938,7 +1113,12 @@ int kv_store_salvage(const struct kv_config *cfg, int datadir_fd, FILE *out)
 	if (err)
 		goto out_aio;
 	pthread_rwlock_wrlock(&st->ks_ns_lock);
-	err = kv_bucket_scan(bs, true, salvage_rec, st, &bad);
+	sv.sv_st = st;
+	err = kv_bucket_scan(bs, true, salvage_rec, &sv, &bad);
+	if (!err)
+		err = sv.sv_err;
+	if (!err)
+		err = salvage_resolve(&sv);
 	if (!err)
 		snapshot(st, &sn);
 	pthread_rwlock_unlock(&st->ks_ns_lock);
@@ -955,6 +1135,7 @@ int kv_store_salvage(const struct kv_config *cfg, int datadir_fd, FILE *out)
 		" damaged records skipped%s\n",
 		atomic_load(&st->ks_keys), bad, err ? "; FAILED" : "");
 	snap_free(&sn);
+	salvage_free(&sv);
 	kv_bucket_close(bs);
 out_aio:
 	kv_aio_destroy(aio);

@@ -131,7 +131,7 @@ def tree(mnt):
 # checksums, padding) and the value padded to 4 KiB.
 KV_BLOCK = 4096
 KV_REC_MAGIC = 0x31524B56
-REC_HEAD = 56
+REC_HEAD = 64  # struct kv_rec_head, format version 2 (version 1: 56 bytes)
 
 
 def bucket_records(path):
@@ -149,6 +149,8 @@ def bucket_records(path):
                 "<IHHIIQQ", h)
             if magic != KV_REC_MAGIC or head_len == 0 or head_len % KV_BLOCK:
                 break
+            if version == 1:
+                f.seek(off + 56)
             key = f.read(key_len)
             out.append((off, key, head_len, value_len, seq))
             off += head_len + (value_len + KV_BLOCK - 1) // KV_BLOCK * KV_BLOCK

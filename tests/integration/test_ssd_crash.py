@@ -18,9 +18,9 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kvfstest  # noqa: E402
 from kvfstest import pattern, read_file  # noqa: E402
-from test_ssd import (MIB, SsdTestCase, bucket_inconsistencies, bucket_records,  # noqa: E402
-                      bucket_states, find_record, flip_byte, fsync_path, main, put,
-                      read_direct, run_kvfs, tier_of, tree)
+from test_ssd import (MIB, REC_HEAD, SsdTestCase, bucket_inconsistencies,  # noqa: E402
+                      bucket_records, bucket_states, find_record, flip_byte, fsync_path,
+                      main, put, read_direct, run_kvfs, tier_of, tree)
 
 
 def fsck_report(out):
@@ -382,7 +382,7 @@ class CorruptionTest(SsdTestCase):
         flip_byte(bucket, off + head_len + 200000)  # inside chunk 3
         # and one in the other's head: in its second chunk checksum
         bucket2, off2, head_len2, value_len2 = find_record(self.data, "d/headcase")
-        flip_byte(bucket2, off2 + 56 + len(b"d/headcase") + 8 + 3)
+        flip_byte(bucket2, off2 + REC_HEAD + len(b"d/headcase") + 8 + 3)
 
         rc, out = run_kvfs("--fsck", self.data)
         self.assertEqual((rc, fsck_report(out)), (1, "fsck: DAMAGED"), out)
