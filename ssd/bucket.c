@@ -22,6 +22,8 @@
 #define ROUND_UP(x) (((x) + KV_BLOCK - 1) / KV_BLOCK * KV_BLOCK)
 /* Values are read from disk in pieces of at most this many bytes. */
 #define READ_PIECE (4u << 20)
+/* The longest KV_REC_EXTENT record value (ssd/format.h): one 2 MiB extent. */
+#define EXTENT_MAX (2u << 20)
 
 /* One record of the active bucket, kept to write its index block at seal. */
 struct idx_rec {
@@ -30,8 +32,9 @@ struct idx_rec {
 };
 
 struct kv_bucket {
-	uint64_t kb_id; /* immutable */
-	int kb_fd;	/* immutable: O_RDWR | O_DIRECT */
+	uint64_t kb_id;	     /* immutable */
+	int kb_fd;	     /* immutable: O_RDWR | O_DIRECT */
+	uint16_t kb_version; /* immutable: bh_version (1 or 2), the shape of its index block */
 	/* bs_lock, and bs_append_lock for the active bucket */
 	uint64_t kb_end;     /* end of the last record (sealed: of the trailer) */
 	uint64_t kb_rec_end; /* sealed: end of the last record, where the index starts */
@@ -225,42 +228,119 @@ static int chunk_csums(const struct iovec *iov, int cnt, uint64_t len, uint64_t 
 	return 0;
 }
 
-/* The head checksum: this struct with the field zeroed, the key, the chunk checksums. */
-static uint64_t head_csum(const struct kv_rec_head *h, const void *key, const void *csums)
+/* Bytes of the head struct of a record of `version`: its key follows them. */
+static size_t head_struct_len(uint16_t version)
 {
-	struct kv_rec_head c = *h;
+	return version == 1 ? KV_REC_HEAD_V1 : sizeof(struct kv_rec_head);
+}
+
+/*
+ * The head struct at buf (at least sizeof(struct kv_rec_head) bytes), of
+ * either version, in one shape: a version 1 head (56 bytes) reads as
+ * KV_REC_WHOLE, extent index 0. Everything but head_check sees heads
+ * through this. Returns the bytes the struct takes on disk (where the key
+ * starts).
+ */
+static size_t head_get(const void *buf, struct kv_rec_head *h)
+{
+	memcpy(h, buf, sizeof(*h));
+	if (h->rh_version != 1)
+		return sizeof(*h);
+	h->rh_flags = KV_REC_WHOLE;
+	h->rh_ext_index = 0;
+	h->rh_pad2 = 0;
+	return KV_REC_HEAD_V1;
+}
+
+/*
+ * The head checksum: the head struct as on disk (slen bytes) with the
+ * field zeroed, the key, the chunk checksums.
+ */
+static uint64_t head_csum(const void *head, size_t slen, const void *key, const void *csums)
+{
+	struct kv_rec_head c;
 	XXH3_state_t st;
 
+	memcpy(&c, head, slen);
 	c.rh_head_csum = 0;
 	XXH3_64bits_reset(&st);
-	XXH3_64bits_update(&st, &c, sizeof(c));
+	XXH3_64bits_update(&st, &c, slen);
 	XXH3_64bits_update(&st, key, c.rh_key_len);
 	XXH3_64bits_update(&st, csums, (size_t)c.rh_nchunks * 8);
 	return XXH3_64bits_digest(&st);
 }
 
 /*
- * Checks a record head at the start of buf (buf_len bytes of it present).
- * Returns 0, -EAGAIN when the head is longer than buf_len (read more), or
- * -EIO when it is not a valid head.
+ * Whether a version 2 record may have these flags, extent index and value
+ * length: exactly one KV_REC_* flag; a WHOLE record is extent 0, a
+ * MANIFEST is KV_MANIFEST_INDEX, an EXTENT anything else and at most
+ * EXTENT_MAX bytes. kv_bucket_append writes nothing else, head_check reads
+ * nothing else.
+ */
+static bool rec_shape_ok(uint16_t flags, uint32_t index, uint64_t value_len)
+{
+	switch (flags) {
+	case KV_REC_WHOLE:
+		return index == 0;
+	case KV_REC_EXTENT:
+		return index != KV_MANIFEST_INDEX && value_len <= EXTENT_MAX;
+	case KV_REC_MANIFEST:
+		return index == KV_MANIFEST_INDEX;
+	default:
+		return false;
+	}
+}
+
+/*
+ * Checks a record head at the start of buf (buf_len bytes of it present,
+ * at least one block): a version 1 head (flags 0, its 56-byte struct under
+ * the checksum) or a version 2 one (rec_shape_ok, rh_pad2 0). Returns 0,
+ * -EAGAIN when the head is longer than buf_len (read more), or -EIO when
+ * it is not a valid head.
  */
 static int head_check(const void *buf, uint64_t buf_len)
 {
 	struct kv_rec_head h;
-	const char *key = (const char *)buf + sizeof(h);
+	const char *key;
 
 	memcpy(&h, buf, sizeof(h));
-	if (h.rh_magic != KV_REC_MAGIC || h.rh_version != KV_FORMAT_VERSION ||
-	    h.rh_chunk_shift != KV_CHUNK_SHIFT || h.rh_key_len > 4096 ||
+	if (h.rh_magic != KV_REC_MAGIC)
+		return -EIO;
+	if (h.rh_version == 1 ? h.rh_flags != 0
+			      : h.rh_version != 2 || h.rh_pad2 ||
+				    !rec_shape_ok(h.rh_flags, h.rh_ext_index, h.rh_value_len))
+		return -EIO;
+	if (h.rh_chunk_shift != KV_CHUNK_SHIFT || h.rh_key_len > 4096 ||
 	    h.rh_nchunks != (h.rh_value_len + CHUNK - 1) / CHUNK ||
-	    h.rh_head_len != kv_rec_head_len(h.rh_key_len, h.rh_value_len))
+	    h.rh_head_len != kv_rec_head_len_v(h.rh_version, h.rh_key_len, h.rh_value_len))
 		return -EIO;
 	if (h.rh_head_len > buf_len)
 		return -EAGAIN;
-	if (head_csum(&h, key, key + h.rh_key_len) != h.rh_head_csum ||
+	key = (const char *)buf + head_struct_len(h.rh_version);
+	if (head_csum(buf, head_struct_len(h.rh_version), key, key + h.rh_key_len) !=
+		h.rh_head_csum ||
 	    XXH3_64bits(key + h.rh_key_len, (size_t)h.rh_nchunks * 8) != h.rh_payload_csum)
 		return -EIO;
 	return 0;
+}
+
+/* Whether a checked head (head_get's shape) is the record loc names. */
+static bool head_is(const struct kv_rec_head *h, const struct kv_loc *loc)
+{
+	return h->rh_seq == loc->kl_seq && h->rh_value_len == loc->kl_len &&
+	       h->rh_head_len == loc->kl_head_len && h->rh_ext_index == loc->kl_index;
+}
+
+/* The chunk checksums of a checked head, copied out (8-byte aligned, malloc'ed) or NULL. */
+static uint64_t *head_csums(const void *head)
+{
+	struct kv_rec_head h;
+	size_t slen = head_get(head, &h);
+	uint64_t *csums = malloc((size_t)h.rh_nchunks * 8 + 8);
+
+	if (csums)
+		memcpy(csums, (const char *)head + slen + h.rh_key_len, (size_t)h.rh_nchunks * 8);
+	return csums;
 }
 
 /*
@@ -439,6 +519,7 @@ static int bucket_create(struct kv_bucket_set *bs, uint64_t prealloc, struct kv_
 	pthread_mutex_lock(&bs->bs_lock);
 	b->kb_id = bs->bs_next_id++;
 	pthread_mutex_unlock(&bs->bs_lock);
+	b->kb_version = KV_FORMAT_VERSION;
 	name_of(b->kb_id, name, sizeof(name));
 	b->kb_fd =
 	    openat(bs->bs_dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
@@ -475,8 +556,9 @@ out_free:
 	return err;
 }
 
-/* Remembers a record of the active bucket for its index block. */
-static int idx_add(struct kv_bucket *b, const struct kv_loc *loc, const char *key, uint32_t klen)
+/* Remembers a record (with its KV_REC_* flags) of the active bucket for its index block. */
+static int idx_add(struct kv_bucket *b, const struct kv_loc *loc, uint16_t flags, const char *key,
+		   uint32_t klen)
 {
 	struct idx_rec *r;
 
@@ -500,6 +582,8 @@ static int idx_add(struct kv_bucket *b, const struct kv_loc *loc, const char *ke
 	    .ie_seq = loc->kl_seq,
 	    .ie_head_len = loc->kl_head_len,
 	    .ie_key_len = klen,
+	    .ie_ext_index = loc->kl_index,
+	    .ie_flags = flags,
 	};
 	b->kb_nidx++;
 	return 0;
@@ -511,13 +595,16 @@ static int idx_add(struct kv_bucket *b, const struct kv_loc *loc, const char *ke
  */
 static int bucket_seal(struct kv_bucket_set *bs, struct kv_bucket *b)
 {
+	/* A version 1 bucket (recovered open) gets version 1 entries, the first 32 bytes. */
+	size_t elen = b->kb_version == 1 ? offsetof(struct kv_idx_ent, ie_ext_index)
+					 : sizeof(struct kv_idx_ent);
 	uint64_t ilen = 0, off = 0, total;
 	struct kv_bucket_trailer *t;
 	char *buf;
 	int err;
 
 	for (uint64_t i = 0; i < b->kb_nidx; i++)
-		ilen += sizeof(struct kv_idx_ent) + (b->kb_idx[i].ir_ent.ie_key_len + 7) / 8 * 8;
+		ilen += elen + (b->kb_idx[i].ir_ent.ie_key_len + 7) / 8 * 8;
 	total = ROUND_UP(ilen) + KV_BLOCK;
 	buf = aligned(total);
 	if (!buf)
@@ -525,9 +612,9 @@ static int bucket_seal(struct kv_bucket_set *bs, struct kv_bucket *b)
 	for (uint64_t i = 0; i < b->kb_nidx; i++) {
 		const struct idx_rec *r = &b->kb_idx[i];
 
-		memcpy(buf + off, &r->ir_ent, sizeof(r->ir_ent));
-		memcpy(buf + off + sizeof(r->ir_ent), r->ir_key, r->ir_ent.ie_key_len);
-		off += sizeof(r->ir_ent) + (r->ir_ent.ie_key_len + 7) / 8 * 8;
+		memcpy(buf + off, &r->ir_ent, elen);
+		memcpy(buf + off + elen, r->ir_key, r->ir_ent.ie_key_len);
+		off += elen + (r->ir_ent.ie_key_len + 7) / 8 * 8;
 	}
 	t = (struct kv_bucket_trailer *)(buf + total - KV_BLOCK);
 	*t = (struct kv_bucket_trailer){
@@ -587,27 +674,38 @@ static int load_trailer(struct kv_bucket_set *bs, struct kv_bucket *b, uint64_t 
 	return err;
 }
 
-/* Checks every chunk of the value of record r in b. Returns 0 or -EIO. */
+/*
+ * Checks every chunk of the value of the record at loc in b (head: its
+ * checked head). With `out`, also returns the value (malloc'ed, kl_len
+ * bytes, at least one). Returns 0, -EIO or -ENOMEM.
+ */
 static int check_value(struct kv_bucket_set *bs, struct kv_bucket *b, const struct kv_loc *loc,
-		       const void *head)
+		       const void *head, char **out)
 {
-	const struct kv_rec_head *h = head;
-	uint64_t *csums = malloc((size_t)h->rh_nchunks * 8 + 8);
+	uint64_t *csums = head_csums(head);
+	char *value = NULL;
 	int err = csums ? 0 : -ENOMEM;
 
-	if (csums)
-		memcpy(csums, (const char *)head + sizeof(*h) + h->rh_key_len,
-		       (size_t)h->rh_nchunks * 8);
+	if (!err && out) {
+		value = malloc(loc->kl_len ? loc->kl_len : 1);
+		err = value ? 0 : -ENOMEM;
+	}
 	for (uint64_t v = 0; !err && v < loc->kl_len; v += READ_PIECE) {
 		void *buf;
 		char *data;
 		uint64_t n;
 
 		err = read_value(bs, b, loc, csums, v, READ_PIECE, &buf, &data, &n);
+		if (!err && value)
+			memcpy(value + v, data, n);
 		if (!err)
 			kv_bucket_read_free(buf);
 	}
 	free(csums);
+	if (err)
+		free(value);
+	else if (out)
+		*out = value;
 	return err;
 }
 
@@ -629,22 +727,30 @@ static int walk(struct kv_bucket_set *bs, struct kv_bucket *b, uint64_t limit, b
 	while (!ret && off + KV_BLOCK <= limit) {
 		struct kv_rec_head h;
 		struct kv_bucket_rec r;
+		char *manifest = NULL;
 		void *head;
+		size_t slen;
 		int err;
 
 		if (read_head(bs, b, off, &head))
 			break;
-		memcpy(&h, head, sizeof(h));
+		slen = head_get(head, &h);
 		r.br_loc = (struct kv_loc){.kl_bucket = b->kb_id,
 					   .kl_off = off,
 					   .kl_len = h.rh_value_len,
 					   .kl_seq = h.rh_seq,
-					   .kl_head_len = h.rh_head_len};
-		r.br_key = (const char *)head + sizeof(h);
+					   .kl_head_len = h.rh_head_len,
+					   .kl_index = h.rh_ext_index};
+		r.br_key = (const char *)head + slen;
 		r.br_key_len = h.rh_key_len;
+		r.br_flags = h.rh_flags;
 		err = off + kv_loc_size(&r.br_loc) > limit ? -EIO : 0;
-		if (!err && check_values)
-			err = check_value(bs, b, &r.br_loc, head);
+		/* A manifest is small, and what salvage rebuilds a value from: always read. */
+		if (!err && h.rh_flags == KV_REC_MANIFEST)
+			err = check_value(bs, b, &r.br_loc, head, &manifest);
+		else if (!err && check_values)
+			err = check_value(bs, b, &r.br_loc, head, NULL);
+		r.br_value = manifest;
 		if (err && (stop_at_bad || off + kv_loc_size(&r.br_loc) > limit)) {
 			free(head);
 			break;
@@ -653,6 +759,7 @@ static int walk(struct kv_bucket_set *bs, struct kv_bucket *b, uint64_t limit, b
 			(*bad)++;
 		else if (fn)
 			ret = fn(&r, arg);
+		free(manifest);
 		free(head);
 		off += kv_loc_size(&r.br_loc);
 	}
@@ -666,7 +773,7 @@ static int walk_index(const struct kv_bucket_rec *r, void *arg)
 	struct kv_bucket *b = arg;
 
 	b->kb_count++;
-	return idx_add(b, &r->br_loc, r->br_key, r->br_key_len);
+	return idx_add(b, &r->br_loc, r->br_flags, r->br_key, r->br_key_len);
 }
 
 /* Loads one bucket file: sealed by its trailer; open by a scan, then sealed. */
@@ -691,7 +798,9 @@ static int load_bucket(struct kv_bucket_set *bs, const char *name, uint64_t id)
 	err = h ? rw(b->kb_fd, false, h, KV_BLOCK, 0) : -ENOMEM;
 	if (err == -ENOMEM)
 		goto out_close;
-	if (err || h->bh_magic != KV_BUCKET_MAGIC || h->bh_id != id) {
+	b->kb_version = h->bh_version;
+	if (err || h->bh_magic != KV_BUCKET_MAGIC || h->bh_id != id ||
+	    (h->bh_version != 1 && h->bh_version != 2)) {
 		b->kb_broken = true;
 		b->kb_sealed = true;
 		b->kb_end = (uint64_t)st.st_size;
@@ -874,6 +983,8 @@ static int build_head(struct kv_bucket_put *p, struct pending *pd)
 	struct kv_rec_head h = {
 	    .rh_magic = KV_REC_MAGIC,
 	    .rh_version = KV_FORMAT_VERSION,
+	    .rh_flags = p->bp_flags,
+	    .rh_ext_index = p->bp_index,
 	    .rh_key_len = p->bp_key_len,
 	    .rh_head_len = head_len,
 	    .rh_value_len = p->bp_len,
@@ -902,7 +1013,7 @@ static int build_head(struct kv_bucket_put *p, struct pending *pd)
 		free(tmp);
 	}
 	h.rh_payload_csum = XXH3_64bits(csums, (size_t)h.rh_nchunks * 8);
-	h.rh_head_csum = head_csum(&h, key, csums);
+	h.rh_head_csum = head_csum(&h, sizeof(h), key, csums);
 	memcpy(buf, &h, sizeof(h));
 	pd->pd_head = buf;
 	pd->pd_hiov = (struct iovec){.iov_base = buf, .iov_len = head_len};
@@ -1028,6 +1139,10 @@ int kv_bucket_append(struct kv_bucket_set *bs, struct kv_bucket_put *puts, unsig
 		struct kv_bucket *b;
 		int err = 0;
 
+		if (!rec_shape_ok(p->bp_flags, p->bp_index, p->bp_len)) {
+			p->bp_err = -EINVAL;
+			continue;
+		}
 		if (!within_quota(bs, size, p->bp_key_len)) {
 			p->bp_err = -ENOSPC;
 			continue;
@@ -1050,7 +1165,8 @@ int kv_bucket_append(struct kv_bucket_set *bs, struct kv_bucket_put *puts, unsig
 					    .kl_off = b->kb_end,
 					    .kl_len = p->bp_len,
 					    .kl_seq = p->bp_seq,
-					    .kl_head_len = (uint32_t)pd[i].pd_hiov.iov_len};
+					    .kl_head_len = (uint32_t)pd[i].pd_hiov.iov_len,
+					    .kl_index = p->bp_index};
 		pd[i].pd_b = b;
 		pd[i].pd_op = nops;
 		ops[nops++] = (struct kv_aio_op){.kao_fd = b->kb_fd,
@@ -1074,7 +1190,7 @@ int kv_bucket_append(struct kv_bucket_set *bs, struct kv_bucket_put *puts, unsig
 		b->kb_unsettled++;
 		bs->bs_used += size;
 		pthread_mutex_unlock(&bs->bs_lock);
-		if (idx_add(b, &p->bp_loc, p->bp_key, p->bp_key_len))
+		if (idx_add(b, &p->bp_loc, p->bp_flags, p->bp_key, p->bp_key_len))
 			p->bp_err = -ENOMEM;
 	}
 	flush(bs, puts, pd, seg, n, ops, seg_op, nops);
@@ -1164,19 +1280,17 @@ int kv_bucket_load_csums(struct kv_bucket_set *bs, const struct kv_loc *loc, uin
 		atomic_fetch_add(&bs->bs_csum_errors, 1);
 		return err;
 	}
-	memcpy(&h, head, sizeof(h));
-	if (h.rh_seq != loc->kl_seq || h.rh_value_len != loc->kl_len ||
-	    h.rh_head_len != loc->kl_head_len) {
+	head_get(head, &h);
+	if (!head_is(&h, loc)) {
 		atomic_fetch_add(&bs->bs_csum_errors, 1);
 		free(head);
 		return -EIO;
 	}
-	*csums = malloc((size_t)h.rh_nchunks * 8 + 8);
+	*csums = head_csums(head);
 	if (!*csums) {
 		free(head);
 		return -ENOMEM;
 	}
-	memcpy(*csums, (char *)head + sizeof(h) + h.rh_key_len, (size_t)h.rh_nchunks * 8);
 	*nchunks = h.rh_nchunks;
 	free(head);
 	return 0;
@@ -1563,19 +1677,20 @@ static int record_check(struct kv_bucket_set *bs, const char *buf, const struct 
 {
 	struct kv_rec_head h;
 	uint64_t *csums;
-	int err;
+	int err = head_check(buf, from->kl_head_len);
 
-	memcpy(&h, buf, sizeof(h));
-	if (head_check(buf, from->kl_head_len) || h.rh_seq != from->kl_seq ||
-	    h.rh_value_len != from->kl_len || h.rh_head_len != from->kl_head_len) {
+	if (!err) {
+		head_get(buf, &h);
+		err = head_is(&h, from) ? 0 : -EIO;
+	}
+	if (err) {
 		atomic_fetch_add(&bs->bs_csum_errors, 1);
 		return -EBADMSG;
 	}
 	/* The checksums follow the key in the head: copied out, 8-byte aligned. */
-	csums = malloc((size_t)h.rh_nchunks * 8 + 8);
+	csums = head_csums(buf);
 	if (!csums)
 		return -ENOMEM;
-	memcpy(csums, buf + sizeof(h) + h.rh_key_len, (size_t)h.rh_nchunks * 8);
 	err = verify(bs, buf + from->kl_head_len, from->kl_len, 0, csums) ? -EBADMSG : 0;
 	free(csums);
 	return err;
@@ -1591,7 +1706,7 @@ static int copy_large(struct kv_compact *c, struct kv_bucket *src, const struct 
 	struct kv_bucket_set *bs = c->kc_bs;
 	struct kv_bucket *b = c->kc_b;
 	uint64_t at = b->kb_end + from->kl_head_len, *csums;
-	const struct kv_rec_head *h;
+	struct kv_rec_head h;
 	void *head;
 	int err;
 
@@ -1600,19 +1715,17 @@ static int copy_large(struct kv_compact *c, struct kv_bucket *src, const struct 
 		atomic_fetch_add(&bs->bs_csum_errors, 1);
 		return err == -ENOMEM ? err : -EBADMSG;
 	}
-	h = head;
-	if (h->rh_seq != from->kl_seq || h->rh_value_len != from->kl_len ||
-	    h->rh_head_len != from->kl_head_len) {
+	head_get(head, &h);
+	if (!head_is(&h, from)) {
 		atomic_fetch_add(&bs->bs_csum_errors, 1);
 		free(head);
 		return -EBADMSG;
 	}
-	csums = malloc((size_t)h->rh_nchunks * 8 + 8);
+	csums = head_csums(head);
 	if (!csums) {
 		free(head);
 		return -ENOMEM;
 	}
-	memcpy(csums, (const char *)head + sizeof(*h) + h->rh_key_len, (size_t)h->rh_nchunks * 8);
 	/* Errors writing the output are -EIO; the record's own (unreadable, damaged) -EBADMSG. */
 	err = gc_rw(c, b->kb_fd, true, head, from->kl_head_len, b->kb_end) ? -EIO : 0;
 	for (uint64_t off = 0; !err && off < from->kl_len; off += STAGE) {
@@ -1645,13 +1758,13 @@ static int take(struct kv_compact *c, const char *rec, const struct kv_loc *from
 	struct kv_bucket *b = c->kc_b;
 	uint64_t size = kv_loc_size(from);
 	struct kv_rec_head h;
+	size_t slen = head_get(rec, &h);
 	int err;
 
-	memcpy(&h, rec, sizeof(h));
 	*to = *from;
 	to->kl_bucket = b->kb_id;
 	to->kl_off = b->kb_end;
-	err = idx_add(b, to, rec + sizeof(h), h.rh_key_len);
+	err = idx_add(b, to, h.rh_flags, rec + slen, h.rh_key_len);
 	if (err)
 		return err;
 	if (staged)
