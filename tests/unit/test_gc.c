@@ -511,6 +511,7 @@ static void test_drop_waits_for_reads(void **state)
 	p = (struct kv_bucket_put){.bp_key = "k",
 				   .bp_key_len = 1,
 				   .bp_seq = 1,
+				   .bp_flags = KV_REC_WHOLE,
 				   .bp_len = VAL,
 				   .bp_iov = &iov,
 				   .bp_iovcnt = 1};
