@@ -167,7 +167,7 @@ int kv_xmap_read_iov(struct kv_bucket_set *bs, const struct kv_xmap *m, uint32_t
 	uint64_t base;
 	int err = 0;
 
-	if (first >= end)
+	if (first >= end || n == 0) /* nothing, or an empty value */
 		return 0;
 	if (m->xm_n == 1) { /* the common case: one record, the whole value */
 		err = kv_bucket_read_iov(bs, &m->xm_one.xe_loc, m->xm_one.xe_csums, iov, n);
