@@ -24,9 +24,8 @@
  * A good record can never hide inside another's paths, since a record head
  * holds zero bytes and a path cannot; inside a PUT's extent map only
  * entries that someone built to hold one, checksum and all, could. In an
- * older file, which rotation
- * synced whole, any bad record is corruption, and so is a missing
- * generation between two present ones.
+ * older file, which rotation synced whole, any bad record is corruption,
+ * and so is a missing generation between two present ones.
  *
  * Versions. Records are written as version 2; version 1 records (no
  * extent maps, jb_next 0) are read as they are. A PUT with KV_JPUT_EXTENTS
@@ -58,8 +57,8 @@
 #define JREC_HEAD sizeof(struct kv_jrec_head)
 #define JREC_BODY sizeof(struct kv_jrec_body)
 #define JEXT	  sizeof(struct kv_jext)
-#define JREC_MAX_LEN                                                                               \
-	(JREC_BODY + 2 * KV_JPATH_MAX + (size_t)KV_JEXT_MAX * JEXT) /* largest jh_len */
+/* The largest jh_len: two paths and the largest extent map, about 320 MiB. */
+#define JREC_MAX_LEN   (JREC_BODY + 2 * KV_JPATH_MAX + (size_t)KV_JEXT_MAX * JEXT)
 #define JOURNAL_PREFIX "journal."
 #define JOURNAL_NAME   (sizeof(JOURNAL_PREFIX) + 20) /* with a 64-bit gen and the NUL */
 #define CKPT_NAME      "checkpoint"
