@@ -6,7 +6,8 @@
  * Every test runs in its own mkdtemp directory under /tmp, removed after.
  * The tests that tear or damage files lean on the record format of
  * ssd/format.h: records follow each other from offset 0, each
- * struct kv_jrec_head + struct kv_jrec_body + path + path2, padded to 8.
+ * struct kv_jrec_head + struct kv_jrec_body + path + path2 (+ a PUT's
+ * extent map), padded to 8. Version 1 records are written by hand.
  *
  * The journal tests use the commit thread (label "concurrency", run under
  * TSan too). Threads never call cmocka's assertions (they longjmp); they
