@@ -22,9 +22,17 @@
  * by a crash) unless a good record still follows somewhere after it, at any
  * 8-byte step: the bad record's own length field may be what was damaged.
  * A good record can never hide inside another's paths, since a record head
- * holds zero bytes and a path cannot. In an older file, which rotation
- * synced whole, any bad record is corruption, and so is a missing
- * generation between two present ones.
+ * holds zero bytes and a path cannot; inside a PUT's extent map only
+ * entries that someone built to hold one, checksum and all, could. In an
+ * older file, which rotation synced whole, any bad record is corruption,
+ * and so is a missing generation between two present ones.
+ *
+ * Versions. Records are written as version 2; version 1 records (no
+ * extent maps, jb_next 0) are read as they are. A PUT with KV_JPUT_EXTENTS
+ * carries its map after the paths, up to KV_JEXT_MAX entries (320 MiB): such
+ * a record goes through kj_buf like any other (the buffers grow to hold it
+ * and are given back after its batch) and straight to the file when
+ * writing a checkpoint.
  */
 #include "ssd/journal.h"
 #include "ssd/format.h"
@@ -46,15 +54,18 @@
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
-#define JREC_HEAD      sizeof(struct kv_jrec_head)
-#define JREC_BODY      sizeof(struct kv_jrec_body)
-#define JREC_MAX_LEN   (JREC_BODY + 2 * KV_JPATH_MAX) /* largest jh_len */
+#define JREC_HEAD sizeof(struct kv_jrec_head)
+#define JREC_BODY sizeof(struct kv_jrec_body)
+#define JEXT	  sizeof(struct kv_jext)
+/* The largest jh_len: two paths and the largest extent map, about 320 MiB. */
+#define JREC_MAX_LEN   (JREC_BODY + 2 * KV_JPATH_MAX + (size_t)KV_JEXT_MAX * JEXT)
 #define JOURNAL_PREFIX "journal."
 #define JOURNAL_NAME   (sizeof(JOURNAL_PREFIX) + 20) /* with a 64-bit gen and the NUL */
 #define CKPT_NAME      "checkpoint"
 #define CKPT_TMP       "checkpoint.tmp"
 #define CKPT_BUF       (1u << 20)
 #define JBUF_MIN       (64u << 10)
+#define JBUF_KEEP      (4u << 20) /* a larger group-commit buffer is freed after its batch */
 
 /*
  * kj_lock guards every field below it; the fields above it are immutable
@@ -115,19 +126,42 @@ static bool jent_shape_ok(uint16_t type, uint32_t path_len, uint32_t path2_len)
 	return type != KV_J_RENAME || path2_len;
 }
 
+/*
+ * Whether a record of this type and flags carries an extent map (jb_next
+ * struct kv_jext after its paths): a version 2 PUT with KV_JPUT_EXTENTS.
+ */
+static bool jent_has_ext(uint16_t type, uint32_t flags)
+{
+	return type == KV_J_PUT && (flags & KV_JPUT_EXTENTS);
+}
+
+/* Whether an extent map of n entries is a possible one. */
+static bool jext_count_ok(uint32_t n)
+{
+	return n >= 1 && n <= KV_JEXT_MAX;
+}
+
 static int jent_check(const struct kv_jent *e)
 {
 	if (!jent_shape_ok(e->je_type, e->je_path_len, e->je_path2_len))
 		return -EINVAL;
 	if ((e->je_path_len && !e->je_path) || (e->je_path2_len && !e->je_path2))
 		return -EINVAL;
+	if (jent_has_ext(e->je_type, e->je_flags) && (!jext_count_ok(e->je_next) || !e->je_ext))
+		return -EINVAL;
 	return 0;
+}
+
+/* Bytes of e's extent map in its record. */
+static size_t jent_ext_bytes(const struct kv_jent *e)
+{
+	return jent_has_ext(e->je_type, e->je_flags) ? (size_t)e->je_next * JEXT : 0;
 }
 
 /* Bytes the record of e takes, padding included. */
 static size_t jrec_size(const struct kv_jent *e)
 {
-	return pad8(JREC_HEAD + JREC_BODY + e->je_path_len + e->je_path2_len);
+	return pad8(JREC_HEAD + JREC_BODY + e->je_path_len + e->je_path2_len + jent_ext_bytes(e));
 }
 
 /* XXH3 of the head with jh_csum zeroed, then the jh_len payload bytes. */
@@ -146,7 +180,8 @@ static uint64_t jrec_csum(const struct kv_jrec_head *h, const char *payload)
 /* Writes the record of e with `lsn` at dst (jrec_size(e) bytes). Returns its size. */
 static size_t jrec_encode(char *dst, const struct kv_jent *e, uint64_t lsn)
 {
-	uint32_t len = JREC_BODY + e->je_path_len + e->je_path2_len;
+	size_t ext = jent_ext_bytes(e);
+	uint32_t len = (uint32_t)(JREC_BODY + e->je_path_len + e->je_path2_len + ext);
 	size_t size = pad8(JREC_HEAD + len);
 	struct kv_jrec_head h = {
 	    .jh_magic = KV_JREC_MAGIC,
@@ -171,6 +206,7 @@ static size_t jrec_encode(char *dst, const struct kv_jent *e, uint64_t lsn)
 	    .jb_head_len = e->je_head_len,
 	    .jb_path_len = e->je_path_len,
 	    .jb_path2_len = e->je_path2_len,
+	    .jb_next = e->je_next,
 	};
 	char *p = dst + JREC_HEAD;
 
@@ -179,6 +215,8 @@ static size_t jrec_encode(char *dst, const struct kv_jent *e, uint64_t lsn)
 		memcpy(p + JREC_BODY, e->je_path, e->je_path_len);
 	if (e->je_path2_len)
 		memcpy(p + JREC_BODY + e->je_path_len, e->je_path2, e->je_path2_len);
+	if (ext)
+		memcpy(p + len - ext, e->je_ext, ext);
 	memset(p + len, 0, size - JREC_HEAD - len);
 	h.jh_csum = jrec_csum(&h, p);
 	memcpy(dst, &h, JREC_HEAD);
@@ -188,18 +226,22 @@ static size_t jrec_encode(char *dst, const struct kv_jent *e, uint64_t lsn)
 /*
  * Checks the record at p, with `avail` bytes of file from p on: head
  * fields, lengths, zero padding (which the checksum does not cover) and
- * checksum. Returns its size, padding included, or 0 if it is not good.
+ * checksum. jh_len must be the body, the paths and, for a version 2 PUT
+ * with KV_JPUT_EXTENTS, its 1..KV_JEXT_MAX extents. A version 1 record has
+ * no map: jb_next (then jb_pad) is 0 and no PUT has KV_JPUT_EXTENTS.
+ * Returns its size, padding included, or 0 if it is not good.
  */
 static size_t jrec_check(const char *p, size_t avail)
 {
 	struct kv_jrec_head h;
 	struct kv_jrec_body b;
+	uint64_t want;
 	size_t size;
 
 	if (avail < JREC_HEAD + JREC_BODY)
 		return 0;
 	memcpy(&h, p, JREC_HEAD);
-	if (h.jh_magic != KV_JREC_MAGIC || h.jh_version != KV_FORMAT_VERSION)
+	if (h.jh_magic != KV_JREC_MAGIC || (h.jh_version != 1 && h.jh_version != 2))
 		return 0;
 	if (h.jh_len < JREC_BODY || h.jh_len > JREC_MAX_LEN)
 		return 0;
@@ -207,8 +249,17 @@ static size_t jrec_check(const char *p, size_t avail)
 	if (size > avail)
 		return 0;
 	memcpy(&b, p + JREC_HEAD, JREC_BODY);
-	if (!jent_shape_ok(h.jh_type, b.jb_path_len, b.jb_path2_len) ||
-	    JREC_BODY + b.jb_path_len + b.jb_path2_len != h.jh_len)
+	if (!jent_shape_ok(h.jh_type, b.jb_path_len, b.jb_path2_len))
+		return 0;
+	want = (uint64_t)JREC_BODY + b.jb_path_len + b.jb_path2_len;
+	if (h.jh_version == 1 && (b.jb_next || jent_has_ext(h.jh_type, b.jb_flags)))
+		return 0;
+	if (jent_has_ext(h.jh_type, b.jb_flags)) {
+		if (!jext_count_ok(b.jb_next))
+			return 0;
+		want += (uint64_t)b.jb_next * JEXT;
+	}
+	if (want != h.jh_len)
 		return 0;
 	for (size_t i = JREC_HEAD + h.jh_len; i < size; i++)
 		if (p[i])
@@ -218,7 +269,10 @@ static size_t jrec_check(const char *p, size_t avail)
 	return size;
 }
 
-/* Fills e from the good record at p (paths point into it). Returns its LSN. */
+/*
+ * Fills e from the good record at p (paths and an extent map point into it;
+ * the map unaligned). Returns its LSN.
+ */
 static uint64_t jrec_decode(const char *p, struct kv_jent *e)
 {
 	const char *path = p + JREC_HEAD + JREC_BODY;
@@ -246,7 +300,10 @@ static uint64_t jrec_decode(const char *p, struct kv_jent *e)
 	    .je_path_len = b.jb_path_len,
 	    .je_path2 = b.jb_path2_len ? path + b.jb_path_len : NULL,
 	    .je_path2_len = b.jb_path2_len,
+	    .je_next = b.jb_next,
 	};
+	if (jent_has_ext(h.jh_type, b.jb_flags))
+		e->je_ext = path + b.jb_path_len + b.jb_path2_len;
 	return h.jh_lsn;
 }
 
@@ -434,6 +491,12 @@ static void commit_batch(struct kv_journal *j)
 	pthread_mutex_unlock(&j->kj_lock);
 	if (!err)
 		err = write_sync(fd, buf, len, off);
+	/* A batch with a huge entry (an extent map) does not keep its memory. */
+	if (cap > JBUF_KEEP) {
+		free(buf);
+		buf = NULL;
+		cap = 0;
+	}
 	pthread_mutex_lock(&j->kj_lock);
 	j->kj_spare = buf;
 	j->kj_spare_cap = cap;
@@ -815,18 +878,34 @@ static int ckpt_flush(struct ckpt_out *o)
 	return err;
 }
 
-/* Adds the record of e, jh_lsn = idx (its index in the file). Returns 0 or -errno. */
+/*
+ * Adds the record of e, jh_lsn = idx (its index in the file): to co_buf,
+ * or when it is larger than co_buf (an extent map), straight to the file
+ * after what co_buf holds. Returns 0 or -errno.
+ */
 static int ckpt_put(struct ckpt_out *o, const struct kv_jent *e, uint64_t idx)
 {
+	size_t size = jrec_size(e);
+	char *big;
 	int err;
 
-	if (o->co_len + jrec_size(e) > CKPT_BUF) {
+	if (o->co_len + size > CKPT_BUF) {
 		err = ckpt_flush(o);
 		if (err)
 			return err;
 	}
-	o->co_len += jrec_encode(o->co_buf + o->co_len, e, idx);
-	return 0;
+	if (size <= CKPT_BUF) {
+		o->co_len += jrec_encode(o->co_buf + o->co_len, e, idx);
+		return 0;
+	}
+	big = malloc(size);
+	if (!big)
+		return -ENOMEM;
+	jrec_encode(big, e, idx);
+	err = pwrite_all(o->co_fd, big, size, o->co_off);
+	o->co_off += size;
+	free(big);
+	return err;
 }
 
 /*
