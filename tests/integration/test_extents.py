@@ -14,7 +14,6 @@ import mmap
 import os
 import re
 import shutil
-import struct
 import sys
 import tempfile
 import threading
@@ -22,7 +21,7 @@ import threading
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kvfstest  # noqa: E402
 from kvfstest import pattern, read_file, write_file  # noqa: E402
-from test_ssd import (KV_BLOCK, KV_REC_MAGIC, SsdTestCase, fsync_path, read_direct,  # noqa: E402
+from test_ssd import (SsdTestCase, bucket_records, fsync_path, read_direct,  # noqa: E402
                       run_kvfs, tier_of)
 
 EXTENT = 2 << 20
@@ -34,26 +33,14 @@ MANIFEST_INDEX = 0xFFFFFFFF
 
 def records(data_dir):
     """{key: [(seq, flags, index, value_len)]} of every record in DATA_DIR's
-    buckets (format version 2 heads: 64 bytes, rh_ext_index at 56)."""
+    buckets."""
     out = {}
     bdir = os.path.join(data_dir, "buckets")
     for n in sorted(os.listdir(bdir)):
-        if not n.endswith(".kvb"):
-            continue
-        with open(os.path.join(bdir, n), "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            off = KV_BLOCK
-            while off + 64 <= size:
-                f.seek(off)
-                h = f.read(64)
-                magic, version, flags, key_len, head_len, value_len, seq = struct.unpack_from(
-                    "<IHHIIQQ", h)
-                if magic != KV_REC_MAGIC or head_len == 0 or head_len % KV_BLOCK:
-                    break
-                index = struct.unpack_from("<I", h, 56)[0] if version >= 2 else 0
-                key = f.read(key_len).decode().lstrip("/")
-                out.setdefault(key, []).append((seq, flags, index, value_len))
-                off += head_len + (value_len + KV_BLOCK - 1) // KV_BLOCK * KV_BLOCK
+        if n.endswith(".kvb"):
+            for r in bucket_records(os.path.join(bdir, n)):
+                out.setdefault(r.key.decode().lstrip("/"), []).append(
+                    (r.seq, r.flags, r.index, r.value_len))
     return out
 
 
@@ -65,24 +52,6 @@ def expected_records(size):
     n = (size + EXTENT - 1) // EXTENT
     return ([(REC_EXTENT, i, min(EXTENT, size - i * EXTENT)) for i in range(n)] +
             [(REC_MANIFEST, MANIFEST_INDEX, 24 + 16 * n)])
-
-
-def pread_direct(path, off, length):
-    """length bytes at off with O_DIRECT (off and length multiples of 4 KiB):
-    the daemon serves them, each FUSE read up to 1 MiB."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
-    buf = mmap.mmap(-1, length)
-    try:
-        got = 0
-        while got < length:
-            n = os.preadv(fd, [memoryview(buf)[got:]], off + got)
-            if n <= 0:
-                break
-            got += n
-        return bytes(buf[:got])
-    finally:
-        buf.close()
-        os.close(fd)
 
 
 class ExtentCowTest(kvfstest.KvfsTestCase):
@@ -261,7 +230,7 @@ class ExtentRecordsTest(SsdTestCase):
                     for off, n in ((b - 8192, 16384), (b - (512 << 10), 1 << 20),
                                    (b - EXTENT // 2 - 4096, 3 << 20)):
                         off = max(0, off)
-                        self.assertEqual(pread_direct(p, off, n), bytes(data[off:off + n]),
+                        self.assertEqual(read_direct(p, off, n), bytes(data[off:off + n]),
                                          "%d bytes at %d" % (n, off))
 
     def test_records_reads_changes_compaction_crash_fsck_salvage(self):

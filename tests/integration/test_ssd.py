@@ -23,6 +23,7 @@ Skipped (77) when the kvfs binary has no SSD tier (does not advertise
 Environment: KVFS_SSD_BIG_BYTES (default 1G) and KVFS_SSD_BIG_KEYS (default
 4000) size the big data set; KVFS_SSD_TIMINGS=1 prints timings."""
 
+import collections
 import errno
 import hashlib
 import os
@@ -75,22 +76,24 @@ def put(path, data, fsync=False, mode=0o644):
         os.close(fd)
 
 
-def read_direct(path):
-    """The whole file read with O_DIRECT (past the kernel's page cache, so
-    the daemon serves every byte) into a page-aligned buffer."""
+def read_direct(path, off=0, length=None):
+    """The file (or `length` bytes at `off`, multiples of 4 KiB) read with
+    O_DIRECT (past the kernel's page cache, so the daemon serves every byte,
+    each FUSE read up to 1 MiB) into a page-aligned buffer."""
     import mmap
     fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
     try:
-        size = os.fstat(fd).st_size
-        buf = mmap.mmap(-1, max(KV_BLOCK, (size + KV_BLOCK - 1) // KV_BLOCK * KV_BLOCK))
+        if length is None:
+            length = os.fstat(fd).st_size - off
+        buf = mmap.mmap(-1, max(KV_BLOCK, (length + KV_BLOCK - 1) // KV_BLOCK * KV_BLOCK))
         try:
             got = 0
-            while got < size:
-                n = os.preadv(fd, [memoryview(buf)[got:]], got)
+            while got < length:
+                n = os.preadv(fd, [memoryview(buf)[got:]], off + got)
                 if n <= 0:
                     break
                 got += n
-            return bytes(buf[:got])
+            return bytes(buf[:min(got, length)])
         finally:
             buf.close()
     finally:
@@ -134,9 +137,13 @@ KV_REC_MAGIC = 0x31524B56
 REC_HEAD = 64  # struct kv_rec_head, format version 2 (version 1: 56 bytes)
 
 
+Rec = collections.namedtuple("Rec", "off key head_len value_len seq flags index")
+
+
 def bucket_records(path):
-    """[(rec_off, key bytes, head_len, value_len, seq)] of one bucket file,
-    walking the records from the first to the first non-record."""
+    """[Rec] of one bucket file, walking the records from the first to the
+    first non-record (version 1 heads are 56 bytes, flags 0, index 0;
+    version 2 heads 64, with rh_flags and rh_ext_index)."""
     import struct
     out = []
     size = os.path.getsize(path)
@@ -149,10 +156,10 @@ def bucket_records(path):
                 "<IHHIIQQ", h)
             if magic != KV_REC_MAGIC or head_len == 0 or head_len % KV_BLOCK:
                 break
-            if version == 1:
-                f.seek(off + 56)
+            index = struct.unpack_from("<I", h, 56)[0] if version >= 2 else 0
+            f.seek(off + (56 if version == 1 else REC_HEAD))
             key = f.read(key_len)
-            out.append((off, key, head_len, value_len, seq))
+            out.append(Rec(off, key, head_len, value_len, seq, flags, index))
             off += head_len + (value_len + KV_BLOCK - 1) // KV_BLOCK * KV_BLOCK
     return out
 
@@ -205,7 +212,7 @@ def bucket_inconsistencies(data_dir, headerless=True):
         recs = bucket_records(p)
         end = KV_BLOCK
         if recs:
-            off, _, head_len, value_len, _ = recs[-1]
+            off, _, head_len, value_len = recs[-1][:4]
             end = off + head_len + (value_len + KV_BLOCK - 1) // KV_BLOCK * KV_BLOCK
         if (len(recs), end) != (count, index_off):
             out.append("%s: trailer says %d records ending at %d, the file holds %d ending at %d"
@@ -225,7 +232,7 @@ def find_record(data_dir, key):
         if not n.endswith(".kvb"):
             continue
         p = os.path.join(bdir, n)
-        for off, k, head_len, value_len, seq in bucket_records(p):
+        for off, k, head_len, value_len, seq, _, _ in bucket_records(p):
             if k.lstrip(b"/") == want and (best is None or seq > best[0]):
                 best = (seq, p, off, head_len, value_len)
     if best is None:

@@ -244,7 +244,7 @@ class CrashTest(SsdTestCase):
         for n, (size, hdr, trl) in states.items():
             if hdr and not trl:
                 recs = bucket_records(os.path.join(self.data, "buckets", n))
-                open_keys[n] = {k.decode(errors="replace").lstrip("/") for _, k, _, _, _ in recs}
+                open_keys[n] = {r.key.decode(errors="replace").lstrip("/") for r in recs}
         return states, open_keys
 
     def check_recovered_buckets(self, crashed, st, durable):

@@ -1507,27 +1507,30 @@ static void test_v1_records(void **state)
 		assert_ent_equal(&l.l_v[3].g_e, &t.t_e);
 	}
 
-	/* Version 1 never had maps: a non-zero jb_pad, or a PUT with the flag, is damage. */
+	/*
+	 * Version 1 never had maps: a non-zero jb_pad, or a PUT with the flag,
+	 * is damage (a torn tail here); nor is any other version read.
+	 */
 	good = len;
-	put.jb_flags = KV_JPUT_EXTENTS;
-	len = good + hand_rec(buf + good, 1, KV_J_PUT, 4, &put, "a/b", "", NULL, 0);
-	spew(dirfd, jname(0), buf, len);
-	assert_int_equal(replay(dirfd, 0, &l, &gen, &lsn), 0);
-	assert_int_equal(l.l_n, 3);
-	assert_int_equal(file_size(dirfd, jname(0)), good);
-	put.jb_flags = 0;
-	mv.jb_next = 1;
-	len = good + hand_rec(buf + good, 1, KV_J_MOVE, 4, &mv, "a/b", "", NULL, 0);
-	spew(dirfd, jname(0), buf, len);
-	assert_int_equal(replay(dirfd, 0, &l, &gen, &lsn), 0);
-	assert_int_equal(l.l_n, 3);
-	assert_int_equal(file_size(dirfd, jname(0)), good);
-	/* Nor is any other version read. */
-	mv.jb_next = 0;
-	len = good + hand_rec(buf + good, 3, KV_J_MOVE, 4, &mv, "a/b", "", NULL, 0);
-	spew(dirfd, jname(0), buf, len);
-	assert_int_equal(replay(dirfd, 0, &l, &gen, &lsn), 0);
-	assert_int_equal(l.l_n, 3);
+	{
+		struct kv_jrec_body put1 = put, mv1 = mv, mv0 = mv;
+		const struct {
+			uint16_t version, type;
+			const struct kv_jrec_body *b;
+		} bad[] = {{1, KV_J_PUT, &put1}, {1, KV_J_MOVE, &mv1}, {3, KV_J_MOVE, &mv0}};
+
+		put1.jb_flags = KV_JPUT_EXTENTS;
+		mv1.jb_next = 1;
+		mv0.jb_next = 0;
+		for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+			len = good + hand_rec(buf + good, bad[i].version, bad[i].type, 4, bad[i].b,
+					      "a/b", "", NULL, 0);
+			spew(dirfd, jname(0), buf, len);
+			assert_int_equal(replay(dirfd, 0, &l, &gen, &lsn), 0);
+			assert_int_equal(l.l_n, 3);
+			assert_int_equal(file_size(dirfd, jname(0)), good);
+		}
+	}
 
 	/* A version 1 checkpoint loads. */
 	len = hand_rec(buf, 1, KV_J_CKPT, 0, &ck, "", "", NULL, 0);
