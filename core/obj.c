@@ -2,8 +2,10 @@
 #include "core/obj.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define PAGE_UP(x) (((x) + KV_PAGE_SIZE - 1) & ~(uint64_t)(KV_PAGE_SIZE - 1))
 
@@ -194,6 +196,45 @@ static int xblk_copy(struct kv_pool *pool, const struct kv_xblk *src, uint32_t l
 
 /* --- objects --- */
 
+/*
+ * A read-only 2 MiB of zeros: what a hole reads as (a write to it faults);
+ * zeroed static memory should the mapping fail.
+ */
+static const char *zeros;
+static pthread_once_t zeros_once = PTHREAD_ONCE_INIT;
+static char zeros_static[KV_EXTENT] __attribute__((aligned(4096)));
+
+static void zeros_init(void)
+{
+	void *p = mmap(NULL, KV_EXTENT, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	zeros = p == MAP_FAILED ? zeros_static : p;
+}
+
+const void *kv_obj_zeros(void)
+{
+	pthread_once(&zeros_once, zeros_init);
+	return zeros;
+}
+
+static uint64_t ext_base(uint64_t k)
+{
+	return k << KV_EXTENT_SHIFT;
+}
+
+/* Bytes of extent k below `size`. */
+static uint64_t ext_len(uint64_t size, uint64_t k)
+{
+	uint64_t base = ext_base(k);
+
+	return size <= base ? 0 : size - base < KV_EXTENT ? size - base : KV_EXTENT;
+}
+
+static struct kv_xblk *ext_at(const struct kv_obj *obj, uint64_t k)
+{
+	return k < obj->ko_nx ? obj->ko_x[k] : NULL;
+}
+
 int kv_obj_new(struct kv_pool *pool, struct kv_obj **out)
 {
 	struct kv_obj *obj = calloc(1, sizeof(*obj));
@@ -211,11 +252,23 @@ void kv_obj_get(struct kv_obj *obj)
 	atomic_fetch_add_explicit(&obj->ko_ref, 1, memory_order_relaxed);
 }
 
-static void obj_set_cap(struct kv_obj *obj)
+/* Drops trailing holes from the slot array. */
+static void obj_trim(struct kv_obj *obj)
 {
-	obj->ko_cap =
-	    obj->ko_nx ? (uint64_t)(obj->ko_nx - 1) * KV_EXTENT + obj->ko_x[obj->ko_nx - 1]->xb_cap
-		       : 0;
+	while (obj->ko_nx && !obj->ko_x[obj->ko_nx - 1])
+		obj->ko_nx--;
+}
+
+/* Lets extent k's block go (it becomes a hole). */
+static void ext_drop(struct kv_obj *obj, uint64_t k)
+{
+	struct kv_xblk *b = obj->ko_x[k];
+
+	if (!b)
+		return;
+	obj->ko_cap -= b->xb_cap;
+	obj->ko_x[k] = NULL;
+	xblk_put(obj->ko_pool, b);
 }
 
 /*
@@ -225,19 +278,22 @@ static void obj_set_cap(struct kv_obj *obj)
 static void obj_shrink_cap(struct kv_obj *obj, uint64_t keep)
 {
 	while (obj->ko_nx > 0) {
-		uint64_t base = (uint64_t)(obj->ko_nx - 1) * KV_EXTENT;
-		struct kv_xblk *b = obj->ko_x[obj->ko_nx - 1];
+		uint64_t k = obj->ko_nx - 1, base = ext_base(k);
+		struct kv_xblk *b = obj->ko_x[k];
 
 		if (base >= keep) {
-			xblk_put(obj->ko_pool, b);
+			ext_drop(obj, k);
 			obj->ko_nx--;
 			continue;
 		}
-		if (base + b->xb_cap > keep && atomic_load(&b->xb_ref) == 1)
+		if (b && base + b->xb_cap > keep && atomic_load(&b->xb_ref) == 1) {
+			obj->ko_cap -= b->xb_cap;
 			xblk_shrink(obj->ko_pool, b, (uint32_t)(keep - base));
+			obj->ko_cap += b->xb_cap;
+		}
 		break;
 	}
-	obj_set_cap(obj);
+	obj_trim(obj);
 }
 
 void kv_obj_put(struct kv_obj *obj)
@@ -249,191 +305,238 @@ void kv_obj_put(struct kv_obj *obj)
 	free(obj);
 }
 
-static int obj_push(struct kv_obj *obj, struct kv_xblk *b)
+/* Makes room for n slots (new ones are holes). */
+static int obj_slots(struct kv_obj *obj, uint64_t n)
 {
-	if (obj->ko_nx == obj->ko_maxx) {
-		uint32_t n = obj->ko_maxx ? obj->ko_maxx * 2 : 4;
-		struct kv_xblk **x = realloc(obj->ko_x, n * sizeof(*x));
+	if (n > (KV_MAX_VALUE >> KV_EXTENT_SHIFT))
+		return -EFBIG;
+	if (n > obj->ko_maxx) {
+		uint64_t m = obj->ko_maxx ? obj->ko_maxx : 4;
+		struct kv_xblk **x;
 
+		while (m < n)
+			m *= 2;
+		x = realloc(obj->ko_x, m * sizeof(*x));
 		if (!x)
 			return -ENOMEM;
 		obj->ko_x = x;
-		obj->ko_maxx = n;
+		obj->ko_maxx = (uint32_t)m;
 	}
-	obj->ko_x[obj->ko_nx++] = b;
-	return 0;
-}
-
-/* Makes extent k's block the object's own, copying it when shared. */
-static int obj_own(struct kv_obj *obj, uint32_t k)
-{
-	struct kv_xblk *b = obj->ko_x[k], *copy;
-	int err;
-
-	if (atomic_load(&b->xb_ref) == 1)
-		return 0;
-	err = xblk_copy(obj->ko_pool, b, b->xb_cap, &copy);
-	if (err)
-		return err;
-	obj->ko_x[k] = copy;
-	xblk_put(obj->ko_pool, b);
-	return 0;
-}
-
-/* Makes every extent with memory in [from, to) the object's own. */
-static int obj_own_range(struct kv_obj *obj, uint64_t from, uint64_t to)
-{
-	int err;
-
-	if (to > obj->ko_cap)
-		to = obj->ko_cap;
-	if (from >= to)
-		return 0;
-	for (uint64_t k = from >> KV_EXTENT_SHIFT; k <= (to - 1) >> KV_EXTENT_SHIFT; k++) {
-		err = obj_own(obj, (uint32_t)k);
-		if (err)
-			return err;
-	}
+	while (obj->ko_nx < n)
+		obj->ko_x[obj->ko_nx++] = NULL;
 	return 0;
 }
 
 /*
- * Grows the memory to at least `want` bytes, filling the last extent
- * before starting the next. On failure the capacity is where it was.
+ * Makes extent k present (a new block for a hole: *created), its block the
+ * object's own (copying it when shared) and its memory at least `want`
+ * bytes (a page multiple <= KV_EXTENT). Fresh memory is not zeroed. On
+ * failure the extent is as it was (a block made for it is let go).
  */
-static int obj_grow(struct kv_obj *obj, uint64_t want)
+static int ext_prepare(struct kv_obj *obj, uint64_t k, uint32_t want, bool *created)
 {
-	uint64_t old_cap = obj->ko_cap;
-	int err = 0;
+	struct kv_xblk *b, *copy;
+	uint32_t old;
+	int err;
 
-	want = PAGE_UP(want);
-	while (!err && obj->ko_cap < want) {
-		struct kv_xblk *b;
-		uint64_t base, need;
-
-		if (!obj->ko_nx || obj->ko_x[obj->ko_nx - 1]->xb_cap == KV_EXTENT) {
-			b = xblk_new();
-			err = b ? obj_push(obj, b) : -ENOMEM;
-			if (err) {
-				free(b);
-				break;
-			}
-		}
-		err = obj_own(obj, obj->ko_nx - 1);
-		if (err)
-			break;
-		b = obj->ko_x[obj->ko_nx - 1];
-		base = (uint64_t)(obj->ko_nx - 1) * KV_EXTENT;
-		need = want - base < KV_EXTENT ? want - base : KV_EXTENT;
-		err = xblk_grow(obj->ko_pool, b, (uint32_t)need, obj->ko_cap);
-		if (!b->xb_cap) {
-			xblk_put(obj->ko_pool, b);
-			obj->ko_nx--;
-		}
-		obj_set_cap(obj);
-	}
+	*created = false;
+	err = obj_slots(obj, k + 1);
 	if (err)
-		obj_shrink_cap(obj, old_cap);
+		return err;
+	b = obj->ko_x[k];
+	if (!b) {
+		b = xblk_new();
+		if (!b) {
+			obj_trim(obj);
+			return -ENOMEM;
+		}
+		obj->ko_x[k] = b;
+		*created = true;
+	} else if (atomic_load(&b->xb_ref) > 1) {
+		err = xblk_copy(obj->ko_pool, b, b->xb_cap, &copy);
+		if (err)
+			return err;
+		obj->ko_x[k] = copy;
+		xblk_put(obj->ko_pool, b);
+		b = copy;
+	}
+	old = b->xb_cap;
+	/* Geometric growth across extents only for a file written in order. */
+	err = xblk_grow(obj->ko_pool, b, want,
+			k && k + 1 == obj->ko_nx && obj->ko_x[k - 1] ? obj->ko_cap : b->xb_cap);
+	obj->ko_cap += b->xb_cap - old;
+	if (err && *created) {
+		ext_drop(obj, k);
+		obj_trim(obj);
+		*created = false;
+	}
 	return err;
 }
 
-/* Copies (buf) or zeroes (buf NULL) len bytes at off; the memory covers them and is owned. */
-static void obj_copy_in(struct kv_obj *obj, uint64_t off, const void *buf, uint64_t len)
+/* Copies (buf) or zeroes (buf NULL) bytes [from, to) of extent k; its memory covers them. */
+static void ext_fill(struct kv_obj *obj, uint64_t k, uint64_t from, uint64_t to, const void *buf)
 {
-	while (len) {
-		uint64_t k = off >> KV_EXTENT_SHIFT, in = off & (KV_EXTENT - 1);
-		uint64_t n = KV_EXTENT - in < len ? KV_EXTENT - in : len;
-
-		xblk_copy_in(obj->ko_x[k], (uint32_t)in, buf, n);
-		if (buf)
-			buf = (const char *)buf + n;
-		off += n;
-		len -= n;
-	}
+	if (from < to)
+		xblk_copy_in(obj->ko_x[k], (uint32_t)from, buf, to - from);
 }
 
 /*
- * Makes [from, end) writable: owned where it has memory, memory up to end.
- * On failure the object is unchanged in size and bytes and its spare
+ * The one change every write, truncate and fallocate makes: the size
+ * becomes `newsize` (>= the size) and [off, off + len) (inside it) takes
+ * buf's bytes; every other new byte reads as zero. Extents the write
+ * touches get memory; a present extent holding the old end gets memory up
+ * to the new size (zeroed); extents in between stay holes. All or nothing:
+ * on failure the object is unchanged in size and bytes and its spare
  * memory past the size is given back.
  */
-static int obj_prepare(struct kv_obj *obj, uint64_t from, uint64_t end)
+static int obj_extend(struct kv_obj *obj, uint64_t off, const void *buf, uint64_t len,
+		      uint64_t newsize)
 {
-	int err = obj_own_range(obj, from, end);
+	uint64_t size = obj->ko_size, k0 = off >> KV_EXTENT_SHIFT;
+	uint64_t k1 = len ? (off + len - 1) >> KV_EXTENT_SHIFT : k0;
+	uint64_t kz = size >> KV_EXTENT_SHIFT; /* the extent of the old end */
+	bool small[4], *created = small, zfix;
+	uint64_t n = len ? k1 - k0 + 1 : 0;
+	int err = 0;
 
-	if (!err && end > obj->ko_cap)
-		err = obj_grow(obj, end);
-	if (err)
-		obj_shrink_cap(obj, PAGE_UP(obj->ko_size));
+	/* The old end's extent gains bytes the write does not cover: they must be zeros. */
+	zfix = (size & (KV_EXTENT - 1)) && ext_at(obj, kz) && (!len || kz < k0) &&
+	       ext_len(newsize, kz) > ext_len(size, kz);
+	if (n > 4) {
+		created = calloc(n, sizeof(*created));
+		if (!created)
+			return -ENOMEM;
+	}
+	if (zfix) {
+		bool c;
+
+		err = ext_prepare(obj, kz, (uint32_t)PAGE_UP(ext_len(newsize, kz)), &c);
+	}
+	for (uint64_t i = 0; !err && i < n; i++)
+		err = ext_prepare(obj, k0 + i, (uint32_t)PAGE_UP(ext_len(newsize, k0 + i)),
+				  &created[i]);
+	if (err) {
+		for (uint64_t i = 0; i < n; i++)
+			if (created[i] && k0 + i < obj->ko_nx)
+				ext_drop(obj, k0 + i);
+		if (len) /* a write gives its spare memory back; a truncate keeps it */
+			obj_shrink_cap(obj, PAGE_UP(size));
+		obj_trim(obj);
+		goto out;
+	}
+	if (zfix)
+		ext_fill(obj, kz, ext_len(size, kz), ext_len(newsize, kz), NULL);
+	for (uint64_t i = 0; i < n; i++) {
+		uint64_t k = k0 + i, base = ext_base(k);
+		uint64_t lo = off > base ? off - base : 0;
+		uint64_t hi = off + len - base < KV_EXTENT ? off + len - base : KV_EXTENT;
+		uint64_t valid = created[i] ? 0 : ext_len(size, k), end = ext_len(newsize, k);
+
+		/* Zeros where the extent had no bytes and the write puts none. */
+		ext_fill(obj, k, valid, lo < end ? lo : end, NULL);
+		ext_fill(obj, k, hi > valid ? hi : valid, end, NULL);
+		ext_fill(obj, k, lo, hi, (const char *)buf + (base + lo - off));
+	}
+	obj->ko_size = newsize;
+out:
+	if (created != small)
+		free(created);
 	return err;
 }
 
 int kv_obj_write(struct kv_obj *obj, uint64_t off, const void *buf, size_t len)
 {
 	uint64_t end = off + len;
-	int err;
 
-	if (end < off)
+	if (end < off || end > KV_MAX_VALUE)
 		return -EFBIG;
 	if (!len)
 		return 0;
-	err = obj_prepare(obj, off < obj->ko_size ? off : obj->ko_size, end);
-	if (err)
-		return err;
-	if (off > obj->ko_size)
-		obj_copy_in(obj, obj->ko_size, NULL, off - obj->ko_size);
-	obj_copy_in(obj, off, buf, len);
-	if (end > obj->ko_size)
-		obj->ko_size = end;
-	return 0;
+	return obj_extend(obj, off, buf, len, end > obj->ko_size ? end : obj->ko_size);
 }
 
 int kv_obj_truncate(struct kv_obj *obj, uint64_t size)
 {
-	int err;
-
+	if (size > KV_MAX_VALUE)
+		return -EFBIG;
 	if (size <= obj->ko_size) {
 		obj->ko_size = size;
 		obj_shrink_cap(obj, PAGE_UP(size));
 		return 0;
 	}
-	err = obj_own_range(obj, obj->ko_size, size);
-	if (!err && size > obj->ko_cap)
-		err = obj_grow(obj, size);
-	if (err)
-		return err;
-	obj_copy_in(obj, obj->ko_size, NULL, size - obj->ko_size);
-	obj->ko_size = size;
-	return 0;
+	return obj_extend(obj, size, NULL, 0, size);
 }
 
 int kv_obj_reserve(struct kv_obj *obj, uint64_t len, bool keep_size)
 {
-	int err = 0;
+	/* Unwritten: the bytes read as zeros and take no memory until written. */
+	if (keep_size || len <= obj->ko_size)
+		return len > KV_MAX_VALUE ? -EFBIG : 0;
+	return kv_obj_truncate(obj, len);
+}
 
-	if (!keep_size && len > obj->ko_size)
-		err = obj_own_range(obj, obj->ko_size, len);
-	if (!err && len > obj->ko_cap)
-		err = obj_grow(obj, len);
-	if (err)
-		return err;
-	if (!keep_size && len > obj->ko_size) {
-		obj_copy_in(obj, obj->ko_size, NULL, len - obj->ko_size);
-		obj->ko_size = len;
+int kv_obj_punch(struct kv_obj *obj, uint64_t off, uint64_t len)
+{
+	uint64_t end = off + len < off || off + len > obj->ko_size ? obj->ko_size : off + len;
+	uint64_t k0, k1;
+	int err;
+
+	if (off >= end)
+		return 0;
+	k0 = off >> KV_EXTENT_SHIFT;
+	k1 = (end - 1) >> KV_EXTENT_SHIFT;
+	/* First what can fail: the partly punched extents become the object's own. */
+	for (uint64_t k = k0; k <= k1; k += k1 > k0 ? k1 - k0 : 1) {
+		uint64_t base = ext_base(k), elen = ext_len(obj->ko_size, k);
+		bool whole = off <= base && end >= base + elen, c;
+
+		if (!whole && ext_at(obj, k)) {
+			err = ext_prepare(obj, k, obj->ko_x[k]->xb_cap, &c);
+			if (err)
+				return err;
+		}
 	}
+	for (uint64_t k = k0; k <= k1 && k < obj->ko_nx; k++) {
+		uint64_t base = ext_base(k), elen = ext_len(obj->ko_size, k);
+
+		if (!obj->ko_x[k])
+			continue;
+		if (off <= base && end >= base + elen)
+			ext_drop(obj, k);
+		else
+			ext_fill(obj, k, off > base ? off - base : 0,
+				 end - base < elen ? end - base : elen, NULL);
+	}
+	obj_trim(obj);
 	return 0;
 }
 
 int kv_obj_alloc(struct kv_obj *obj, uint64_t len)
 {
-	int err;
+	bool c;
+	int err = 0;
 
-	if (obj->ko_size || obj->ko_cap)
+	if (obj->ko_size || obj->ko_nx)
 		return -EINVAL;
-	err = obj_grow(obj, len);
-	if (!err)
-		obj->ko_size = len;
-	return err;
+	if (len > KV_MAX_VALUE)
+		return -EFBIG;
+	for (uint64_t k = 0; !err && ext_base(k) < len; k++)
+		err = ext_prepare(obj, k, (uint32_t)PAGE_UP(ext_len(len, k)), &c);
+	if (err) {
+		obj_shrink_cap(obj, 0);
+		return err;
+	}
+	obj->ko_size = len;
+	return 0;
+}
+
+int kv_obj_materialize(struct kv_obj *obj, uint64_t k)
+{
+	bool c;
+
+	if (ext_at(obj, k) || ext_base(k) >= obj->ko_size)
+		return -EINVAL;
+	return ext_prepare(obj, k, (uint32_t)PAGE_UP(ext_len(obj->ko_size, k)), &c);
 }
 
 void kv_obj_seal(struct kv_obj *obj, uint64_t seq)
@@ -455,33 +558,36 @@ int kv_obj_clone(struct kv_obj *src, uint64_t len, struct kv_obj **out)
 	if (err)
 		return err;
 	n = (len + KV_EXTENT - 1) >> KV_EXTENT_SHIFT;
-	obj->ko_x = malloc((n ? n : 1) * sizeof(*obj->ko_x));
-	if (!obj->ko_x) {
+	if (n > src->ko_nx)
+		n = src->ko_nx;
+	err = obj_slots(obj, n);
+	if (err) {
 		free(obj);
-		return -ENOMEM;
+		return err;
 	}
-	obj->ko_maxx = n ? (uint32_t)n : 1;
 	/* An extent the clone cuts short is copied up to the cut, so the rest can go. */
 	cut = len < src->ko_size ? len & (KV_EXTENT - 1) : 0;
-	for (uint32_t k = 0; k < n; k++) {
-		if (k + 1 == n && cut) {
-			err = xblk_copy(src->ko_pool, src->ko_x[k], (uint32_t)PAGE_UP(cut),
-					&obj->ko_x[k]);
+	for (uint64_t k = 0; k < n; k++) {
+		struct kv_xblk *b = src->ko_x[k];
+
+		if (!b)
+			continue;
+		if (ext_base(k + 1) > len && cut) {
+			err = xblk_copy(src->ko_pool, b, (uint32_t)PAGE_UP(cut), &obj->ko_x[k]);
 			if (err)
 				goto out_put;
 		} else {
-			atomic_fetch_add_explicit(&src->ko_x[k]->xb_ref, 1, memory_order_relaxed);
-			obj->ko_x[k] = src->ko_x[k];
+			atomic_fetch_add_explicit(&b->xb_ref, 1, memory_order_relaxed);
+			obj->ko_x[k] = b;
 		}
-		obj->ko_nx = k + 1;
+		obj->ko_cap += obj->ko_x[k]->xb_cap;
 	}
-	obj_set_cap(obj);
+	obj_trim(obj);
 	obj->ko_size = len;
 	*out = obj;
 	return 0;
 
 out_put:
-	obj_set_cap(obj);
 	kv_obj_put(obj);
 	return err;
 }
@@ -497,13 +603,20 @@ int kv_obj_iov(const struct kv_obj *obj, uint64_t off, uint64_t len, struct iove
 	if (len > obj->ko_size - off)
 		len = obj->ko_size - off;
 	while (len && n < maxiov) {
-		const struct kv_xblk *b = obj->ko_x[off >> KV_EXTENT_SHIFT];
+		const struct kv_xblk *b = ext_at(obj, off >> KV_EXTENT_SHIFT);
 		uint32_t in = (uint32_t)(off & (KV_EXTENT - 1));
-		const struct kv_seg *s = &b->xb_seg[xblk_find(b, in)];
-		uint64_t at = in - s->ks_off;
-		uint64_t m = s->ks_len - at < len ? s->ks_len - at : len;
+		uint64_t m;
 
-		iov[n].iov_base = (char *)s->ks_addr + at;
+		if (b) {
+			const struct kv_seg *s = &b->xb_seg[xblk_find(b, in)];
+			uint64_t at = in - s->ks_off;
+
+			m = s->ks_len - at < len ? s->ks_len - at : len;
+			iov[n].iov_base = (char *)s->ks_addr + at;
+		} else { /* a hole */
+			m = KV_EXTENT - in < len ? KV_EXTENT - in : len;
+			iov[n].iov_base = (char *)kv_obj_zeros() + in;
+		}
 		iov[n].iov_len = m;
 		n++;
 		off += m;
@@ -515,11 +628,16 @@ int kv_obj_iov(const struct kv_obj *obj, uint64_t off, uint64_t len, struct iove
 
 uint32_t kv_obj_niov(const struct kv_obj *obj)
 {
-	uint32_t n = 0;
+	uint64_t n = 0, nx = (obj->ko_size + KV_EXTENT - 1) >> KV_EXTENT_SHIFT;
 
-	for (uint32_t k = 0; k < obj->ko_nx; k++)
-		n += obj->ko_x[k]->xb_nseg;
-	return n;
+	for (uint64_t k = 0; k < nx; k++)
+		n += k < obj->ko_nx && obj->ko_x[k] ? obj->ko_x[k]->xb_nseg : 1;
+	return (uint32_t)n;
+}
+
+bool kv_obj_has_data(const struct kv_obj *obj, uint64_t k)
+{
+	return ext_at(obj, k) != NULL;
 }
 
 uint64_t kv_obj_read(const struct kv_obj *obj, uint64_t off, void *buf, uint64_t len)

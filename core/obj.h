@@ -7,11 +7,14 @@
  * [k * KV_EXTENT, (k + 1) * KV_EXTENT). Each extent's memory is a struct
  * kv_xblk: a list of pool blocks (segments) and a reference count, so
  * versions share the extents they have in common. An object is its size
- * and the array of its extents' blocks, extent k at ko_x[k]; every extent
- * but the last has the full KV_EXTENT of memory, so [0, ko_cap) is backed.
- * (Holes, unwritten extents and extents held only on the SSD are the next
- * steps of the design; today every extent below ko_cap has memory.)
- *
+ * and the array of its extents' blocks, extent k at ko_x[k]. A hole — a
+ * NULL slot, or any extent at or past ko_nx — has no memory and reads as
+ * zeros (kv_obj_iov points at a read-only zero page run); a present
+ * extent has memory for all of its bytes below the size. Writing into a
+ * hole gives it memory; truncating up and fallocate (unwritten extents)
+ * give none; kv_obj_punch makes holes. ko_nx is 0 or its last slot is
+ * present.
+
  * Lifecycle, two states:
  *
  *   open    being written: its bytes, size and extents change. Whoever
@@ -80,10 +83,10 @@ struct kv_obj {
 	bool ko_sealed;		 /* set once by kv_obj_seal, then immutable */
 	uint64_t ko_seq;	 /* 0 while open; the put's sequence number once sealed */
 	uint64_t ko_size;	 /* logical length in bytes */
-	uint64_t ko_cap;	 /* bytes of memory: (ko_nx - 1) * KV_EXTENT + the last's xb_cap */
-	uint32_t ko_nx;		 /* extents with memory */
+	uint64_t ko_cap;	 /* bytes of memory: the sum of the present extents' xb_cap */
+	uint32_t ko_nx;		 /* slots in use; extents at or past it are holes */
 	uint32_t ko_maxx;	 /* slots in ko_x */
-	struct kv_xblk **ko_x;	 /* extent k's memory at ko_x[k] */
+	struct kv_xblk **ko_x;	 /* extent k's memory at ko_x[k], NULL: a hole */
 	struct kv_pool *ko_pool; /* immutable */
 };
 
@@ -107,27 +110,51 @@ void kv_obj_put(struct kv_obj *obj);
 int kv_obj_clone(struct kv_obj *src, uint64_t len, struct kv_obj **out);
 
 /*
- * Writes len bytes at off into an open object, growing it (and zeroing any
- * gap between the old end and off), first copying each shared extent it
- * changes. Returns 0, -ENOMEM, or -ENOSPC when the pool cannot hold the new
- * end or a copy: then the object is unchanged in size and bytes, and its
- * spare capacity is given back to the pool.
+ * Writes len bytes at off into an open object, growing it (a gap between
+ * the old end and off reads as zeros: whole extents of it stay holes),
+ * first copying each shared extent it changes. Returns 0, -EFBIG past
+ * KV_MAX_VALUE, -ENOMEM, or -ENOSPC when the pool cannot hold the extents
+ * written or a copy: then the object is unchanged in size and bytes, and
+ * its spare capacity is given back to the pool.
  */
 int kv_obj_write(struct kv_obj *obj, uint64_t off, const void *buf, size_t len);
 
 /*
  * Sets the size of an open object: shrinking frees the memory past the new
- * end (rounded up to a page); growing zero-fills. Returns 0 or -ENOSPC
- * (object unchanged).
+ * end (rounded up to a page); growing reads as zeros and takes memory only
+ * to fill the extent of the old end. Returns 0, -EFBIG or -ENOSPC (object
+ * unchanged).
  */
 int kv_obj_truncate(struct kv_obj *obj, uint64_t size);
 
 /*
- * Makes sure [0, len) is backed by memory (fallocate). With keep_size the
- * size is unchanged; otherwise it grows to len if smaller. Returns 0 or
- * -ENOSPC (object unchanged).
+ * fallocate mode 0: [0, len) becomes part of the value as unwritten bytes
+ * (zeros, no memory until written). With keep_size nothing changes;
+ * otherwise the size grows to len if smaller. Returns 0, -EFBIG or -ENOSPC
+ * (object unchanged).
  */
 int kv_obj_reserve(struct kv_obj *obj, uint64_t len, bool keep_size);
+
+/*
+ * fallocate(PUNCH_HOLE | KEEP_SIZE): bytes [off, off + len) ∩ [0, size)
+ * read as zeros afterwards; the extents they cover whole become holes.
+ * Returns 0 or -ENOSPC (a partly punched shared extent could not be
+ * copied: object unchanged).
+ */
+int kv_obj_punch(struct kv_obj *obj, uint64_t off, uint64_t len);
+
+/*
+ * Gives hole k below the size memory for its bytes, not zeroed: the caller
+ * overwrites every byte of it (through kv_obj_iov) before anyone else sees
+ * the object. Returns 0, -EINVAL (not a hole below the size) or -ENOSPC.
+ */
+int kv_obj_materialize(struct kv_obj *obj, uint64_t k);
+
+/* True when extent k has memory (is not a hole). */
+bool kv_obj_has_data(const struct kv_obj *obj, uint64_t k);
+
+/* KV_EXTENT zero bytes, page aligned, never to be written: what holes read as. */
+const void *kv_obj_zeros(void);
 
 /*
  * Gives an empty open object len bytes of capacity and size len without
@@ -151,7 +178,7 @@ int kv_obj_iov(const struct kv_obj *obj, uint64_t off, uint64_t len, struct iove
 /* Copies up to len bytes from off into buf. Returns the bytes copied. */
 uint64_t kv_obj_read(const struct kv_obj *obj, uint64_t off, void *buf, uint64_t len);
 
-/* How many iovecs kv_obj_iov needs to describe the whole object. */
+/* How many iovecs kv_obj_iov needs to describe the whole object (a hole takes one per extent). */
 uint32_t kv_obj_niov(const struct kv_obj *obj);
 
 /* Bytes copied so far because a shared extent block was changed (all objects). */

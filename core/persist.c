@@ -313,7 +313,7 @@ static int map_of(const struct kv_jent *e, struct kv_xmap *m)
 	if (!(e->je_flags & KV_JPUT_EXTENTS))
 		return e->je_len <= KV_MAX_VALUE ? kv_xmap_set(m, e->je_seq, e->je_len, &one, 1)
 						 : -EINVAL;
-	if (e->je_next < 2 || !e->je_ext || e->je_len > KV_MAX_VALUE)
+	if (!e->je_next || !e->je_ext || e->je_len > KV_MAX_VALUE)
 		return -EINVAL;
 	locs = malloc((size_t)e->je_next * sizeof(*locs));
 	if (!locs)
@@ -1001,7 +1001,7 @@ static int salvage_manifest(struct salvage *sv, const struct sv_man *sm)
 	if (sm->sm_loc.kl_len < sizeof(mf))
 		return 0;
 	memcpy(&mf, sm->sm_value, sizeof(mf));
-	if (mf.mf_seq != sm->sm_loc.kl_seq || mf.mf_count == 0 || mf.mf_count >= KV_JEXT_MAX ||
+	if (mf.mf_seq != sm->sm_loc.kl_seq || mf.mf_count >= KV_JEXT_MAX ||
 	    sm->sm_loc.kl_len != sizeof(mf) + (uint64_t)mf.mf_count * sizeof(struct kv_manifest_ent))
 		return 0;
 	x = calloc(mf.mf_count + 1, sizeof(*x));

@@ -188,7 +188,7 @@ static const char *const op_names[] = {
     [KV_OP_READDIR] = "readdir",   [KV_OP_STATFS] = "statfs",	    [KV_OP_FALLOCATE] = "fallocate",
     [KV_OP_GETXATTR] = "getxattr", [KV_OP_LISTXATTR] = "listxattr", [KV_OP_SETXATTR] = "setxattr",
     [KV_OP_IOCTL] = "ioctl",	   [KV_OP_SYMLINK] = "symlink",	    [KV_OP_READLINK] = "readlink",
-    [KV_OP_MKNOD] = "mknod",	   [KV_OP_OTHER] = "other",
+    [KV_OP_MKNOD] = "mknod",	   [KV_OP_LSEEK] = "lseek",	    [KV_OP_OTHER] = "other",
 };
 static_assert(sizeof(op_names) / sizeof(op_names[0]) == KV_OP__COUNT, "op_names incomplete");
 

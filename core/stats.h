@@ -58,6 +58,7 @@ enum kv_op {
 	KV_OP_SYMLINK,
 	KV_OP_READLINK,
 	KV_OP_MKNOD, /* FIFOs, sockets and refused device nodes (a regular file counts as create) */
+	KV_OP_LSEEK, /* SEEK_DATA and SEEK_HOLE (the kernel answers the other whences) */
 	KV_OP_OTHER, /* link and the rest: refused, still counted */
 	KV_OP__COUNT
 };

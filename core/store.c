@@ -468,7 +468,10 @@ static void fill_attr(struct kv_inode *ino, struct kv_attr *a)
 		    o->ko_sealed && ino->ki_map.xm_seq == o->ko_seq ? KV_TIER_BOTH : KV_TIER_DRAM;
 	} else {
 		a->ka_size = ino->ki_map.xm_size;
-		a->ka_alloc = (a->ka_size + KV_PAGE_SIZE - 1) / KV_PAGE_SIZE * KV_PAGE_SIZE;
+		a->ka_alloc = 0;
+		for (uint32_t i = 0; i < kv_xmap_nx(&ino->ki_map); i++)
+			a->ka_alloc += (kv_xmap_at(&ino->ki_map, i)->xe_loc.kl_len + KV_PAGE_SIZE -
+					1) / KV_PAGE_SIZE * KV_PAGE_SIZE;
 		a->ka_seq = ino->ki_map.xm_seq;
 		a->ka_tier = KV_TIER_SSD;
 	}
@@ -514,33 +517,26 @@ static int load_prefix(struct kv_inode *ino, uint64_t keep, struct kv_obj **out)
 	struct kv_bucket_set *bs = kv_tier_buckets(st->ks_tier);
 	struct kv_xmap *m = &ino->ki_map;
 	struct kv_obj *obj;
-	struct iovec *iov = NULL;
-	uint64_t bytes, len;
+	uint64_t len = keep;
 	uint32_t first, end;
-	int err, n;
+	int err;
 
 	kv_xmap_range(m, 0, keep, &first, &end);
-	len = end ? ((uint64_t)kv_xmap_at(m, end - 1)->xe_loc.kl_index << KV_EXTENT_SHIFT) +
-			kv_xmap_at(m, end - 1)->xe_loc.kl_len
-		  : 0;
+	/* The object first holds the extents read whole, then is cut to keep. */
+	if (end) {
+		const struct kv_loc *l = &kv_xmap_at(m, end - 1)->xe_loc;
+		uint64_t reach = ((uint64_t)l->kl_index << KV_EXTENT_SHIFT) + l->kl_len;
+
+		len = reach > keep ? reach : keep;
+	}
 	err = kv_obj_new(st->ks_pool, &obj);
 	if (err)
 		return err;
 	err = kv_obj_truncate(obj, len);
 	if (!err)
 		err = kv_xmap_load_csums(bs, m, first, end);
-	if (!err && len) {
-		iov = calloc(kv_obj_niov(obj) + 1, sizeof(*iov));
-		err = iov ? 0 : -ENOMEM;
-	}
-	if (!err && len) {
-		/* Whole pages: the extents cover the value rounded up to 4 KiB. */
-		n = kv_obj_iov(obj, 0, len, iov, (int)kv_obj_niov(obj), &bytes);
-		iov[n - 1].iov_len =
-		    (iov[n - 1].iov_len + KV_PAGE_SIZE - 1) / KV_PAGE_SIZE * KV_PAGE_SIZE;
-		err = kv_xmap_read_iov(bs, m, first, end, iov, n);
-	}
-	free(iov);
+	if (!err)
+		err = kv_xmap_read_obj(bs, m, first, end, obj);
 	if (!err)
 		err = kv_obj_truncate(obj, keep);
 	if (err)
@@ -1351,20 +1347,38 @@ int kv_store_write(struct kv_store *st, struct kv_inode *ino, uint64_t off, cons
 	return err;
 }
 
-static int fallocate_locked(struct kv_inode *ino, bool keep, uint64_t end)
+/* Bytes a value could still grow by: the free pool, or the SSD quota with an SSD tier. */
+static uint64_t room(struct kv_store *st)
+{
+	struct kv_pool *pool = st->ks_pool;
+
+	if (st->ks_tier)
+		return st->ks_cfg->kc_ssd_size;
+	return kv_pool_size(pool) - kv_pool_used(pool);
+}
+
+/*
+ * fallocate under ki_lock (exclusive): mode 0 makes [old end, end) part of
+ * the value as unwritten bytes (zeros, no memory: core/obj.h); KEEP_SIZE
+ * past the end changes nothing; PUNCH_HOLE (with KEEP_SIZE) makes
+ * [off, end) read as zeros, whole extents of it holes.
+ */
+static int fallocate_locked(struct kv_inode *ino, int mode, uint64_t off, uint64_t end)
 {
 	uint64_t old = cur_size(ino);
+	bool punch = mode & FALLOC_FL_PUNCH_HOLE;
 	struct kv_obj *obj;
 	int err;
 
-	if (!keep && end <= old)
+	if (punch ? off >= old : (mode & FALLOC_FL_KEEP_SIZE) || end <= old)
 		return 0;
-	if (keep && ino->ki_obj && end <= ino->ki_obj->ko_cap)
-		return 0;
+	/* Unwritten bytes are not reserved, but never more than there is room for. */
+	if (!punch && end - old > room(ino->ki_store))
+		return -ENOSPC;
 	err = writable(ino, old, &obj);
 	if (err)
 		return err;
-	err = kv_obj_reserve(obj, end, keep);
+	err = punch ? kv_obj_punch(obj, off, end - off) : kv_obj_reserve(obj, end, false);
 	if (err) {
 		abandon(ino, obj);
 		return err;
@@ -1377,20 +1391,69 @@ static int fallocate_locked(struct kv_inode *ino, bool keep, uint64_t end)
 int kv_store_fallocate(struct kv_store *st, struct kv_inode *ino, int mode, uint64_t off,
 		       uint64_t len)
 {
-	bool keep = mode & FALLOC_FL_KEEP_SIZE;
 	int err;
 
-	if (mode & ~FALLOC_FL_KEEP_SIZE)
+	if (mode & ~(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE))
 		return -EOPNOTSUPP;
+	if ((mode & FALLOC_FL_PUNCH_HOLE) && !(mode & FALLOC_FL_KEEP_SIZE))
+		return -EOPNOTSUPP; /* as on Linux: a punch never changes the size */
 	if (!S_ISREG(ino->ki_type))
 		return no_value(ino);
 	if (off > KV_MAX_VALUE || len > KV_MAX_VALUE - off)
 		return -EFBIG;
 	do {
 		pthread_rwlock_wrlock(&ino->ki_lock);
-		err = fallocate_locked(ino, keep, off + len);
+		err = fallocate_locked(ino, mode, off, off + len);
 		pthread_rwlock_unlock(&ino->ki_lock);
 	} while (retry_for_room(st, err, len));
+	return err;
+}
+
+/* The first extent at or after k with data, or UINT64_MAX (ki_lock held). */
+static uint64_t next_data(const struct kv_inode *ino, uint64_t k)
+{
+	const struct kv_xmap *m = &ino->ki_map;
+	uint32_t first, end;
+
+	if (ino->ki_obj) {
+		for (; k < ino->ki_obj->ko_nx; k++)
+			if (kv_obj_has_data(ino->ki_obj, k))
+				return k;
+		return UINT64_MAX;
+	}
+	kv_xmap_range(m, k << KV_EXTENT_SHIFT, UINT64_MAX, &first, &end);
+	if (first == end)
+		return UINT64_MAX;
+	return kv_xmap_whole(m) ? k : kv_xmap_cat(m, first)->xe_loc.kl_index;
+}
+
+int kv_store_seek(struct kv_store *st, struct kv_inode *ino, uint64_t off, int whence,
+		  uint64_t *out)
+{
+	uint64_t size, k;
+	int err = 0;
+
+	if (!S_ISREG(ino->ki_type))
+		return no_value(ino);
+	pthread_rwlock_rdlock(&ino->ki_lock);
+	size = cur_size(ino);
+	k = off >> KV_EXTENT_SHIFT;
+	if (off >= size) {
+		err = -ENXIO;
+	} else if (whence == SEEK_DATA) {
+		k = next_data(ino, k);
+		if (k == UINT64_MAX || (k << KV_EXTENT_SHIFT) >= size)
+			err = -ENXIO;
+		else
+			*out = (k << KV_EXTENT_SHIFT) > off ? k << KV_EXTENT_SHIFT : off;
+	} else { /* SEEK_HOLE: the end of the run of data extents from off on */
+		while ((k << KV_EXTENT_SHIFT) < size && next_data(ino, k) == k)
+			k++;
+		*out = (k << KV_EXTENT_SHIFT) > size	? size
+		       : (k << KV_EXTENT_SHIFT) > off ? k << KV_EXTENT_SHIFT
+						      : off;
+	}
+	pthread_rwlock_unlock(&ino->ki_lock);
 	return err;
 }
 

@@ -358,11 +358,22 @@ int kv_store_publish(struct kv_store *st, struct kv_inode *dir, const char *name
 		     struct kv_obj *obj, const struct kv_cred *cred, bool noreplace);
 
 /*
- * fallocate mode 0 or FALLOC_FL_KEEP_SIZE. -EOPNOTSUPP for other modes,
- * -ENOSPC, -EFBIG past KV_MAX_VALUE.
+ * fallocate: mode 0 or FALLOC_FL_KEEP_SIZE (the bytes become unwritten:
+ * zeros, no memory until written), FALLOC_FL_PUNCH_HOLE | KEEP_SIZE (the
+ * range reads as zeros, whole extents of it free). -EOPNOTSUPP for other
+ * modes, -ENOSPC, -EFBIG past KV_MAX_VALUE.
  */
 int kv_store_fallocate(struct kv_store *st, struct kv_inode *ino, int mode, uint64_t off,
 		       uint64_t len);
+
+/*
+ * lseek SEEK_DATA / SEEK_HOLE (whence) from off, with extent (2 MiB)
+ * granularity: holes and unwritten extents are holes, the end of the file
+ * is a hole. Sets *out. -ENXIO at or past the end (and for SEEK_DATA when
+ * only holes follow).
+ */
+int kv_store_seek(struct kv_store *st, struct kv_inode *ino, uint64_t off, int whence,
+		  uint64_t *out);
 
 /* Takes a snapshot of a directory's entries (without "." and ".."). */
 int kv_store_readdir(struct kv_store *st, struct kv_inode *dir, struct kv_dir_snap *snap);

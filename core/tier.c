@@ -284,48 +284,50 @@ static void round_pages(struct iovec *iov, int n)
 }
 
 /*
- * The manifest of a version of nx extents (ssd/format.h), in a page-aligned
- * buffer *out of *len bytes (rounded up to a page in the buffer, zeroed).
+ * The manifest of a version whose data extents are the n puts (ssd/format.h),
+ * in a page-aligned buffer *out of *len bytes (rounded up to a page in the
+ * buffer, zeroed).
  */
-static int manifest_build(const struct kv_obj *obj, uint32_t nx, void **out, uint64_t *len)
+static int manifest_build(const struct kv_obj *obj, const struct kv_bucket_put *puts, uint32_t n,
+			  void **out, uint64_t *len)
 {
-	struct kv_manifest mf = {.mf_size = obj->ko_size, .mf_seq = obj->ko_seq, .mf_count = nx};
-	uint64_t n = sizeof(mf) + (uint64_t)nx * sizeof(struct kv_manifest_ent);
-	uint64_t cap = (n + KV_PAGE_SIZE - 1) / KV_PAGE_SIZE * KV_PAGE_SIZE;
+	struct kv_manifest mf = {.mf_size = obj->ko_size, .mf_seq = obj->ko_seq, .mf_count = n};
+	uint64_t bytes = sizeof(mf) + (uint64_t)n * sizeof(struct kv_manifest_ent);
+	uint64_t cap = (bytes + KV_PAGE_SIZE - 1) / KV_PAGE_SIZE * KV_PAGE_SIZE;
 	char *buf = aligned_alloc(KV_PAGE_SIZE, cap);
 
 	if (!buf)
 		return -ENOMEM;
 	memset(buf, 0, cap);
 	memcpy(buf, &mf, sizeof(mf));
-	for (uint32_t k = 0; k < nx; k++) {
-		uint64_t end = (uint64_t)(k + 1) << KV_EXTENT_SHIFT;
+	for (uint32_t i = 0; i < n; i++) {
 		struct kv_manifest_ent me = {
-		    .me_seq = obj->ko_seq,
-		    .me_index = k,
-		    .me_len = (uint32_t)((end < obj->ko_size ? end : obj->ko_size) -
-					 ((uint64_t)k << KV_EXTENT_SHIFT)),
+		    .me_seq = puts[i].bp_seq,
+		    .me_index = puts[i].bp_index,
+		    .me_len = (uint32_t)puts[i].bp_len,
 		};
 
-		memcpy(buf + sizeof(mf) + k * sizeof(me), &me, sizeof(me));
+		memcpy(buf + sizeof(mf) + i * sizeof(me), &me, sizeof(me));
 	}
 	*out = buf;
-	*len = n;
+	*len = bytes;
 	return 0;
 }
 
 /*
  * Takes a reference to the version to write, with its current path, and
  * describes its records: one WHOLE record for a value of at most one
- * extent, else one EXTENT record per extent and the MANIFEST.
+ * extent (a hole in it written as zeros), else one EXTENT record per
+ * extent with data and the MANIFEST.
  */
 static void item_prepare(struct kv_store *st, struct item *it)
 {
 	struct kv_inode *ino = it->it_ino;
 	char path[KV_JPATH_MAX];
 	struct kv_obj *obj;
-	uint64_t bytes, mlen = 0;
-	uint32_t nx, npieces, k;
+	uint64_t bytes, mlen = 0, nx;
+	uint32_t npieces, k, nput = 0;
+	bool whole;
 	int len = -1, used = 0;
 
 	it->it_err = -ECANCELED; /* until proven worth writing */
@@ -344,43 +346,45 @@ static void item_prepare(struct kv_store *st, struct item *it)
 		it->it_err = len; /* a key too long for a record: its fsync fails */
 	if (len <= 0)
 		return;
-	nx = obj->ko_size > KV_EXTENT
-		 ? (uint32_t)((obj->ko_size + KV_EXTENT - 1) >> KV_EXTENT_SHIFT)
-		 : 1;
-	npieces = kv_obj_niov(obj) + nx + 1;
+	whole = obj->ko_size <= KV_EXTENT;
+	nx = whole ? 1 : (obj->ko_size + KV_EXTENT - 1) >> KV_EXTENT_SHIFT;
+	npieces = kv_obj_niov(obj) + 2;
 	it->it_key = strndup(path, (size_t)len);
 	it->it_iov = calloc(npieces, sizeof(*it->it_iov));
-	it->it_puts = calloc(nx + 1, sizeof(*it->it_puts));
+	it->it_puts = calloc(whole ? 1 : obj->ko_nx + 1, sizeof(*it->it_puts));
 	it->it_err = it->it_key && it->it_iov && it->it_puts ? 0 : -ENOMEM;
-	if (!it->it_err && nx > 1)
-		it->it_err = manifest_build(obj, nx, &it->it_manifest, &mlen);
 	if (it->it_err)
 		return;
 	for (k = 0; k < nx; k++) {
 		uint64_t off = (uint64_t)k << KV_EXTENT_SHIFT;
 		uint64_t elen = obj->ko_size - off < KV_EXTENT ? obj->ko_size - off : KV_EXTENT;
 		struct iovec *iov = it->it_iov + used;
-		int n = kv_obj_iov(obj, off, elen, iov, (int)npieces - used, &bytes);
+		int n;
 
+		if (!whole && !kv_obj_has_data(obj, k))
+			continue; /* a hole: no record */
+		n = kv_obj_iov(obj, off, elen, iov, (int)npieces - used, &bytes);
 		round_pages(iov, n);
 		used += n;
-		it->it_puts[k] = (struct kv_bucket_put){
+		it->it_puts[nput++] = (struct kv_bucket_put){
 		    .bp_key = it->it_key,
 		    .bp_key_len = (uint32_t)len,
 		    .bp_seq = obj->ko_seq,
 		    .bp_index = k,
-		    .bp_flags = nx > 1 ? KV_REC_EXTENT : KV_REC_WHOLE,
+		    .bp_flags = whole ? KV_REC_WHOLE : KV_REC_EXTENT,
 		    .bp_len = elen,
 		    .bp_iov = iov,
 		    .bp_iovcnt = n,
 		};
 	}
-	it->it_nput = nx;
-	if (nx > 1) {
+	if (!whole) {
+		it->it_err = manifest_build(obj, it->it_puts, nput, &it->it_manifest, &mlen);
+		if (it->it_err)
+			return;
 		it->it_iov[used] = (struct iovec){
 		    .iov_base = it->it_manifest,
 		    .iov_len = (mlen + KV_PAGE_SIZE - 1) / KV_PAGE_SIZE * KV_PAGE_SIZE};
-		it->it_puts[nx] = (struct kv_bucket_put){
+		it->it_puts[nput++] = (struct kv_bucket_put){
 		    .bp_key = it->it_key,
 		    .bp_key_len = (uint32_t)len,
 		    .bp_seq = obj->ko_seq,
@@ -390,8 +394,8 @@ static void item_prepare(struct kv_store *st, struct item *it)
 		    .bp_iov = &it->it_iov[used],
 		    .bp_iovcnt = 1,
 		};
-		it->it_nput = nx + 1;
 	}
+	it->it_nput = nput;
 }
 
 /* Counts the records an item placed as dead: no key will hold them. */
@@ -701,6 +705,7 @@ int kv_tier_drain(struct kv_tier *t)
 struct want {
 	uint64_t w_seq, w_size;
 	uint32_t w_first, w_end;
+	bool w_more; /* entries past w_end hold bytes of the range too */
 	struct kv_loc w_loc[KV_READ_EXTENTS];
 };
 
@@ -749,12 +754,14 @@ static int want_range(struct kv_tier *t, struct kv_inode *ino, uint64_t off, uin
 	}
 	w->w_seq = m->xm_seq;
 	w->w_size = m->xm_size;
+	w->w_more = false;
 	if (all) {
 		w->w_first = 0;
 		w->w_end = kv_xmap_nx(m);
 	} else {
 		kv_xmap_range(m, off, len, &w->w_first, &w->w_end);
-		if (w->w_end - w->w_first > KV_READ_EXTENTS)
+		w->w_more = w->w_end - w->w_first > KV_READ_EXTENTS;
+		if (w->w_more)
 			w->w_end = w->w_first + KV_READ_EXTENTS;
 		for (uint32_t i = w->w_first; i < w->w_end; i++)
 			w->w_loc[i - w->w_first] = kv_xmap_cat(m, i)->xe_loc;
@@ -801,10 +808,8 @@ static int want_range(struct kv_tier *t, struct kv_inode *ino, uint64_t off, uin
 static int promote(struct kv_tier *t, struct kv_inode *ino)
 {
 	struct kv_obj *obj;
-	struct iovec *iov;
 	struct want w;
-	uint64_t bytes;
-	int n, err;
+	int err;
 
 	err = want_range(t, ino, 0, UINT64_MAX, true, &w);
 	if (err)
@@ -816,22 +821,22 @@ static int promote(struct kv_tier *t, struct kv_inode *ino)
 	if (err)
 		return err;
 	err = kv_obj_truncate(obj, w.w_size);
-	/* Room for it may be held by clean values: a read never waits, but evicts. */
-	if (err == -ENOSPC && evict(t, w.w_size))
-		err = kv_obj_truncate(obj, w.w_size);
-	iov = calloc(kv_obj_niov(obj) + 1, sizeof(*iov));
-	if (err || !iov) {
-		err = err ? err : -ENOMEM;
+	if (err)
 		goto out_put;
-	}
-	n = kv_obj_iov(obj, 0, w.w_size, iov, (int)kv_obj_niov(obj), &bytes);
-	round_pages(iov, n);
 	pthread_rwlock_rdlock(&ino->ki_lock);
 	err = !ino->ki_obj && ino->ki_map.xm_seq == w.w_seq
-		  ? kv_xmap_read_iov(t->kt_bs, &ino->ki_map, 0, kv_xmap_nx(&ino->ki_map), iov, n)
+		  ? kv_xmap_read_obj(t->kt_bs, &ino->ki_map, 0, kv_xmap_nx(&ino->ki_map), obj)
 		  : -EAGAIN;
 	pthread_rwlock_unlock(&ino->ki_lock);
-	free(iov);
+	/* Room for it may be held by clean values: a read never waits, but evicts. */
+	if (err == -ENOSPC && evict(t, w.w_size)) {
+		pthread_rwlock_rdlock(&ino->ki_lock);
+		err = !ino->ki_obj && ino->ki_map.xm_seq == w.w_seq
+			  ? kv_xmap_read_obj(t->kt_bs, &ino->ki_map, 0,
+					     kv_xmap_nx(&ino->ki_map), obj)
+			  : -EAGAIN;
+		pthread_rwlock_unlock(&ino->ki_lock);
+	}
 	if (err)
 		goto out_put;
 	kv_obj_seal(obj, w.w_seq);
@@ -855,8 +860,9 @@ int kv_tier_read(struct kv_tier *t, struct kv_inode *ino, uint64_t off, uint64_t
 		 struct iovec *iov, int maxiov, uint64_t *bytes, struct kv_read_guard *guard)
 {
 	struct kv_store *st = t->kt_st;
+	uint64_t pos = off, end;
 	struct want w;
-	int err, n = 0;
+	int err, n = 0, nbuf = 0;
 
 	*bytes = 0;
 	if (st->ks_cfg->kc_promote && promote(t, ino) == 0)
@@ -866,6 +872,8 @@ int kv_tier_read(struct kv_tier *t, struct kv_inode *ino, uint64_t off, uint64_t
 		return kv_store_read(st, ino, off, len, iov, maxiov, bytes, guard);
 	if (err)
 		return err;
+	if (off >= w.w_size)
+		return 0;
 	/*
 	 * Shared across the read: the offloader frees the checksums when it
 	 * installs a newer map. Other readers go on; a writer of this key waits.
@@ -873,25 +881,36 @@ int kv_tier_read(struct kv_tier *t, struct kv_inode *ino, uint64_t off, uint64_t
 	pthread_rwlock_rdlock(&ino->ki_lock);
 	if (!still(ino, &w))
 		err = -EAGAIN;
-	for (uint32_t i = w.w_first; !err && i < w.w_end && n < maxiov; i++) {
-		const struct kv_xent *x = kv_xmap_cat(&ino->ki_map, i);
-		uint64_t base = (uint64_t)x->xe_loc.kl_index << KV_EXTENT_SHIFT;
-		uint64_t from = off > base ? off - base : 0, got;
+	end = len < w.w_size - off ? off + len : w.w_size; /* off < w_size: want_range */
+	for (uint32_t i = w.w_first; !err && pos < end && n < maxiov;) {
+		const struct kv_xent *x = i < w.w_end ? kv_xmap_cat(&ino->ki_map, i) : NULL;
+		uint64_t base = x ? (uint64_t)x->xe_loc.kl_index << KV_EXTENT_SHIFT : end, got;
 		char *data;
 
-		/* Holes are not made yet: the extents follow each other. */
-		if (base != off + *bytes - from) {
-			err = -EIO;
-			break;
+		if (!x && w.w_more)
+			break; /* KV_READ_EXTENTS read: the caller asks again for the rest */
+		if (pos < base) { /* a hole: zeros, up to the extent's end */
+			uint64_t in = pos & (KV_EXTENT - 1), m = KV_EXTENT - in;
+
+			if (m > base - pos)
+				m = base - pos;
+			iov[n].iov_base = (char *)kv_obj_zeros() + in;
+			iov[n++].iov_len = m;
+			pos += m;
+			continue;
 		}
-		err = kv_bucket_read(t->kt_bs, &x->xe_loc, x->xe_csums, from, len - *bytes,
-				     &guard->krg_buf[n], &data, &got);
-		if (!err && got) {
+		err = kv_bucket_read(t->kt_bs, &x->xe_loc, x->xe_csums, pos - base, end - pos,
+				     &guard->krg_buf[nbuf++], &data, &got);
+		if (!err && !got)
+			err = -EIO; /* the map says there are bytes here */
+		if (!err) {
 			iov[n].iov_base = data;
 			iov[n++].iov_len = got;
-			*bytes += got;
+			pos += got;
 		}
+		i++;
 	}
+	*bytes = pos - off;
 	pthread_rwlock_unlock(&ino->ki_lock);
 	if (err == -EAGAIN) {
 		kv_read_done(guard);
@@ -925,7 +944,7 @@ int kv_tier_read_direct(struct kv_tier *t, struct kv_inode *ino, const struct io
 		if (!kv_xmap_cat(&ino->ki_map, i)->xe_csums)
 			err = -EAGAIN;
 	if (!err)
-		err = kv_xmap_read_iov(t->kt_bs, &ino->ki_map, 0, kv_xmap_nx(&ino->ki_map), iov, n);
+		err = kv_xmap_read_iov(t->kt_bs, &ino->ki_map, iov, n);
 	pthread_rwlock_unlock(&ino->ki_lock);
 	if (err == -EAGAIN)
 		return err;

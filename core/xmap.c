@@ -12,9 +12,14 @@
 
 uint32_t kv_xmap_nx(const struct kv_xmap *m)
 {
-	if (m->xm_n > 1 && m->xm_e[m->xm_n - 1].xe_loc.kl_index == KV_MANIFEST_INDEX)
+	if (m->xm_n && kv_xmap_cat(m, m->xm_n - 1)->xe_loc.kl_index == KV_MANIFEST_INDEX)
 		return m->xm_n - 1;
 	return m->xm_n;
+}
+
+bool kv_xmap_whole(const struct kv_xmap *m)
+{
+	return m->xm_n == 1 && m->xm_one.xe_loc.kl_index != KV_MANIFEST_INDEX;
 }
 
 int kv_xmap_set(struct kv_xmap *m, uint64_t seq, uint64_t size, const struct kv_loc *locs,
@@ -96,7 +101,7 @@ void kv_xmap_range(const struct kv_xmap *m, uint64_t off, uint64_t len, uint32_t
 	*first = *end = 0;
 	if (!len || off >= m->xm_size)
 		return;
-	if (m->xm_n == 1) { /* one WHOLE record: the value, however long (version 1) */
+	if (kv_xmap_whole(m)) { /* one WHOLE record: the value, however long (version 1) */
 		*end = 1;
 		return;
 	}
@@ -160,33 +165,81 @@ static int iov_slice(const struct iovec *iov, int n, uint64_t off, uint64_t len,
 	return k;
 }
 
-int kv_xmap_read_iov(struct kv_bucket_set *bs, const struct kv_xmap *m, uint32_t first,
-		     uint32_t end, const struct iovec *iov, int n)
+int kv_xmap_read_iov(struct kv_bucket_set *bs, const struct kv_xmap *m, const struct iovec *iov,
+		     int n)
 {
+	uint32_t nx = kv_xmap_nx(m);
 	struct iovec *piece;
-	uint64_t base;
+	uint64_t at = 0; /* value bytes [0, at) are in place */
 	int err = 0;
 
-	if (first >= end || n == 0) /* nothing, or an empty value */
+	if (n == 0 || !m->xm_size) /* an empty value */
 		return 0;
-	if (m->xm_n == 1) { /* the common case: one record, the whole value */
+	if (kv_xmap_whole(m)) { /* the common case: one record, the whole value */
 		err = kv_bucket_read_iov(bs, &m->xm_one.xe_loc, m->xm_one.xe_csums, iov, n);
 		return err == -ENOENT ? -EIO : err;
 	}
 	piece = malloc((size_t)n * sizeof(*piece));
 	if (!piece)
 		return -ENOMEM;
-	base = (uint64_t)kv_xmap_cat(m, first)->xe_loc.kl_index << KV_EXTENT_SHIFT;
-	for (uint32_t i = first; !err && i < end; i++) {
-		const struct kv_xent *x = kv_xmap_cat(m, i);
-		uint64_t at = ((uint64_t)x->xe_loc.kl_index << KV_EXTENT_SHIFT) - base;
-		uint64_t len = (x->xe_loc.kl_len + KV_PAGE_SIZE - 1) / KV_PAGE_SIZE * KV_PAGE_SIZE;
-		int k = iov_slice(iov, n, at, len, piece);
+	for (uint32_t i = 0; !err && i <= nx; i++) {
+		const struct kv_xent *x = i < nx ? kv_xmap_cat(m, i) : NULL;
+		uint64_t base = x ? (uint64_t)x->xe_loc.kl_index << KV_EXTENT_SHIFT : m->xm_size;
+		uint64_t len;
+		int k;
 
+		/* Holes read as zeros. */
+		k = iov_slice(iov, n, at, base - at, piece);
+		for (int j = 0; j < k; j++)
+			memset(piece[j].iov_base, 0, piece[j].iov_len);
+		if (!x)
+			break;
+		len = (x->xe_loc.kl_len + KV_PAGE_SIZE - 1) / KV_PAGE_SIZE * KV_PAGE_SIZE;
+		k = iov_slice(iov, n, base, len, piece);
 		err = k ? kv_bucket_read_iov(bs, &x->xe_loc, x->xe_csums, piece, k) : 0;
 		if (err == -ENOENT)
 			err = -EIO;
+		at = base + x->xe_loc.kl_len;
 	}
 	free(piece);
+	return err;
+}
+
+int kv_xmap_read_obj(struct kv_bucket_set *bs, const struct kv_xmap *m, uint32_t first,
+		     uint32_t end, struct kv_obj *obj)
+{
+	int err = 0;
+
+	for (uint32_t i = first; !err && i < end; i++) {
+		const struct kv_xent *x = kv_xmap_cat(m, i);
+		uint64_t base = (uint64_t)x->xe_loc.kl_index << KV_EXTENT_SHIFT, bytes;
+		uint64_t len = x->xe_loc.kl_len;
+		struct iovec *iov;
+		uint32_t max;
+		int n;
+
+		if (base + len > obj->ko_size)
+			return -EINVAL;
+		/* A WHOLE record of version 1 may span several extents. */
+		for (uint64_t k = base >> KV_EXTENT_SHIFT; !err && (k << KV_EXTENT_SHIFT) < base + len;
+		     k++)
+			if (!kv_obj_has_data(obj, k))
+				err = kv_obj_materialize(obj, k);
+		if (err || !len)
+			continue;
+		max = 0;
+		for (uint64_t k = base >> KV_EXTENT_SHIFT; (k << KV_EXTENT_SHIFT) < base + len; k++)
+			max += obj->ko_x[k]->xb_nseg;
+		iov = malloc(max * sizeof(*iov));
+		if (!iov)
+			return -ENOMEM;
+		n = kv_obj_iov(obj, base, len, iov, (int)max, &bytes);
+		iov[n - 1].iov_len =
+		    (iov[n - 1].iov_len + KV_PAGE_SIZE - 1) / KV_PAGE_SIZE * KV_PAGE_SIZE;
+		err = kv_bucket_read_iov(bs, &x->xe_loc, x->xe_csums, iov, n);
+		if (err == -ENOENT)
+			err = -EIO;
+		free(iov);
+	}
 	return err;
 }

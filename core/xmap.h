@@ -8,7 +8,9 @@
  * (xe_loc.kl_index: bytes [index * KV_EXTENT, ...), kl_seq: the extent's
  * birth sequence number) followed by its MANIFEST record (index
  * KV_MANIFEST_INDEX), which reads never touch and compaction moves like any
- * other record. Entries are sorted by index, so the manifest is last.
+ * other record. Entries are sorted by index, so the manifest is last. An
+ * extent with no record is a hole (zeros); a value of holes only is its
+ * manifest alone.
  *
  * An extent's chunk checksums are read from its record head the first time
  * the extent is read (xe_csums), and kept: a compaction moves the record
@@ -24,6 +26,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
+#include "core/obj.h"
 #include "ssd/bucket.h"
 #include "ssd/format.h"
 
@@ -93,12 +96,25 @@ void kv_xmap_range(const struct kv_xmap *m, uint64_t off, uint64_t len, uint32_t
 int kv_xmap_load_csums(struct kv_bucket_set *bs, struct kv_xmap *m, uint32_t first, uint32_t end);
 
 /*
- * Reads data entries [first, end), verified, into the page-aligned pieces
- * iov[0..n), which hold value bytes from the first entry's extent start on:
- * round_up(bytes, 4 KiB) of them. Every entry's checksums must be loaded.
- * Returns 0, -EIO (a checksum, a read, a missing bucket) or -ENOMEM.
+ * Reads the whole value, verified, into the page-aligned pieces iov[0..n)
+ * (round_up(xm_size, 4 KiB) bytes); holes read as zeros. Every entry's
+ * checksums must be loaded. Returns 0, -EIO (a checksum, a read, a
+ * missing bucket) or -ENOMEM.
  */
-int kv_xmap_read_iov(struct kv_bucket_set *bs, const struct kv_xmap *m, uint32_t first,
-		     uint32_t end, const struct iovec *iov, int n);
+int kv_xmap_read_iov(struct kv_bucket_set *bs, const struct kv_xmap *m, const struct iovec *iov,
+		     int n);
+
+/*
+ * Reads data entries [first, end), verified, into obj (open, not yet seen
+ * by anyone else, at least as long as they reach): each extent they cover
+ * gets memory (kv_obj_materialize) and their bytes; holes stay holes.
+ * Every entry's checksums must be loaded. Returns 0, -EIO, -ENOSPC,
+ * -ENOMEM.
+ */
+int kv_xmap_read_obj(struct kv_bucket_set *bs, const struct kv_xmap *m, uint32_t first,
+		     uint32_t end, struct kv_obj *obj);
+
+/* True when m is one WHOLE record (version 1: of any length). */
+bool kv_xmap_whole(const struct kv_xmap *m);
 
 #endif

@@ -740,6 +740,24 @@ static void kv_statfs(fuse_req_t req, fuse_ino_t ino)
 	fuse_reply_statfs(req, &sv);
 }
 
+static void kv_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
+		     struct fuse_file_info *fi)
+{
+	uint64_t t0 = kv_now_ns(), at = 0;
+	struct kv_fs *fs = fs_of(req);
+	int err = -EINVAL;
+
+	(void)fi;
+	if (off >= 0 && (whence == SEEK_DATA || whence == SEEK_HOLE))
+		err = kv_ctl_is(ino) ? -ENXIO
+				     : kv_store_seek(fs->kf_store, inode_of(fs, ino), (uint64_t)off,
+						     whence, &at);
+	if (err)
+		return reply_err(req, KV_OP_LSEEK, t0, err);
+	done(req, KV_OP_LSEEK, t0, 0, 0);
+	fuse_reply_lseek(req, (off_t)at);
+}
+
 static void kv_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
 			 struct fuse_file_info *fi)
 {
@@ -864,6 +882,7 @@ const struct fuse_lowlevel_ops kv_fs_ops = {
     .releasedir = kv_releasedir,
     .statfs = kv_statfs,
     .fallocate = kv_fallocate,
+    .lseek = kv_lseek,
     .getxattr = kv_getxattr,
     .listxattr = kv_listxattr,
     .setxattr = kv_setxattr,

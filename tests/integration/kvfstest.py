@@ -55,7 +55,7 @@ _ROOTS = set()  # every temporary directory this process created (leak check)
 OP_NAMES = (
     "lookup getattr setattr mkdir rmdir create open read write flush release fsync unlink "
     "rename opendir readdir statfs fallocate getxattr listxattr setxattr ioctl symlink readlink "
-    "mknod other"
+    "mknod lseek other"
 ).split()
 
 _libc = ctypes.CDLL(None, use_errno=True)

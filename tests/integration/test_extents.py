@@ -6,7 +6,10 @@ restart, and concurrent readers undisturbed; EFBIG past the largest file
 (16 TiB); on the SSD, one record per extent plus a manifest (format
 version 2), read back across extent boundaries, changed in place, moved
 by compaction (kill -9 after the move), checked by --fsck and rebuilt by
---salvage."""
+--salvage; holes: a write far past the end, truncate up, fallocate
+(unwritten) and PUNCH_HOLE take no memory and no SSD space for what they
+do not write, read as zeros, show in st_blocks and SEEK_DATA/SEEK_HOLE,
+in DRAM and from the SSD after a restart."""
 
 import errno
 import hashlib
@@ -297,6 +300,135 @@ class ExtentRecordsTest(SsdTestCase):
         self.assertTrue(mo, out)
         m = self.start("sixth")
         self.check_reads(m, keys, "after salvage")
+        m.stop()
+
+
+KEEP_SIZE, PUNCH_HOLE = 1, 2  # linux/falloc.h
+
+
+class HolesTest(SsdTestCase):
+    OPTS = ("--mem-size=32M", "--bucket-size=8M")
+    GIB = 1 << 30
+
+    def make(self, m):
+        """{name: (size, {offset: bytes written})}: what each file holds."""
+        files = {}
+        # 4 KiB at 2 GiB of a new file, on a 32 MiB pool.
+        fd = os.open(m.path("far"), os.O_CREAT | os.O_WRONLY, 0o644)
+        self.assertEqual(os.pwrite(fd, b"F" * 4096, 2 * self.GIB), 4096)
+        os.close(fd)
+        files["far"] = (2 * self.GIB + 4096, {2 * self.GIB: b"F" * 4096})
+        # truncate up to 1 TiB, then a few bytes at 100 GiB + 3.
+        write_file(m.path("tera"), b"head")
+        os.truncate(m.path("tera"), 1 << 40)
+        fd = os.open(m.path("tera"), os.O_WRONLY)
+        self.assertEqual(os.pwrite(fd, b"middle", 100 * self.GIB + 3), 6)
+        os.close(fd)
+        files["tera"] = (1 << 40, {0: b"head", 100 * self.GIB + 3: b"middle"})
+        # fallocate twice the pool, then 1 MiB written into it.
+        data = pattern("alloc", 1 << 20)
+        fd = os.open(m.path("alloc"), os.O_CREAT | os.O_RDWR, 0o644)
+        kvfstest.fallocate(fd, 0, 0, 64 << 20)
+        kvfstest.fallocate(fd, KEEP_SIZE, 0, 128 << 20)
+        self.assertEqual(os.fstat(fd).st_size, 64 << 20)
+        self.assertEqual(os.pwrite(fd, data, 10 << 20), len(data))
+        os.close(fd)
+        files["alloc"] = (64 << 20, {10 << 20: data})
+        # 8 MiB of data, [1 MiB, 7 MiB) punched.
+        data = bytearray(pattern("punch", 8 << 20))
+        write_file(m.path("punch"), bytes(data))
+        fd = os.open(m.path("punch"), os.O_RDWR)
+        self.assertErrno(errno.EOPNOTSUPP, kvfstest.fallocate, fd, PUNCH_HOLE, 0, 4096)
+        kvfstest.fallocate(fd, PUNCH_HOLE | KEEP_SIZE, 1 << 20, 6 << 20)
+        kvfstest.fallocate(fd, PUNCH_HOLE | KEEP_SIZE, 100 << 20, 4096)  # past the end
+        os.close(fd)
+        data[1 << 20:7 << 20] = bytes(6 << 20)
+        files["punch"] = (8 << 20, {0: bytes(data)})
+        # A small sparse value: one WHOLE record of zeros.
+        os.truncate(write_file(m.path("small"), b"") or m.path("small"), 1 << 20)
+        files["small"] = (1 << 20, {})
+        return files
+
+    def check(self, m, files, what):
+        for name, (size, writes) in files.items():
+            p = m.path(name)
+            with self.subTest(what=what, key=name):
+                st = os.stat(p)
+                self.assertEqual(st.st_size, size)
+                # Allocated: the extents written, never the holes.
+                self.assertLessEqual(st.st_blocks * 512, 3 * EXTENT * max(1, len(writes)))
+                for off, data in writes.items():
+                    self.assertEqual(read_direct(p, off // 4096 * 4096, 4096 + len(data)
+                                                 // 4096 * 4096 + 4096)[off % 4096:][:len(data)],
+                                     data)
+                    with open(p, "rb") as f:
+                        f.seek(off)
+                        self.assertEqual(f.read(len(data)), data)
+                # Holes read as zeros, also across a hole/data boundary.
+                with open(p, "rb") as f:
+                    for off in (size // 3, size // 2 + 12345, size - 10):
+                        if not any(o <= off < o + len(d) for o, d in writes.items()):
+                            f.seek(off)
+                            self.assertEqual(f.read(1), b"\0", "byte %d" % off)
+        p = m.path("far")
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            self.assertEqual(os.lseek(fd, 0, os.SEEK_DATA), 2 * self.GIB)
+            self.assertEqual(os.lseek(fd, 0, os.SEEK_HOLE), 0)
+            self.assertEqual(os.lseek(fd, 2 * self.GIB, os.SEEK_HOLE), 2 * self.GIB + 4096)
+            self.assertErrno(errno.ENXIO, os.lseek, fd, 2 * self.GIB + 4096, os.SEEK_DATA)
+        finally:
+            os.close(fd)
+        fd = os.open(m.path("punch"), os.O_RDONLY)
+        try:
+            self.assertEqual(os.lseek(fd, 0, os.SEEK_HOLE), EXTENT)
+            self.assertEqual(os.lseek(fd, EXTENT, os.SEEK_DATA), 3 * EXTENT)
+        finally:
+            os.close(fd)
+        fd = os.open(m.path("tera"), os.O_RDONLY)
+        try:
+            self.assertEqual(os.lseek(fd, 1, os.SEEK_DATA), 1)
+            self.assertEqual(os.lseek(fd, EXTENT, os.SEEK_DATA), 100 * self.GIB)
+            self.assertEqual(os.lseek(fd, 100 * self.GIB + 7, os.SEEK_HOLE), 100 * self.GIB + EXTENT)
+        finally:
+            os.close(fd)
+        full = read_file(m.path("punch"))
+        self.assertEqual(full, files["punch"][1][0])
+
+    def test_sparse_files_in_dram_and_on_the_ssd(self):
+        m = self.start("first")
+        files = self.make(m)
+        self.check(m, files, "in DRAM")
+        self.assertLess(m.stats()["pool"]["used"], 24 << 20)
+        fsync_path(m.mnt, directory=True)
+        m.stop()
+        # On the SSD: only the extents written (and the small value) take space.
+        du = sum(os.path.getsize(os.path.join(self.data, "buckets", n))
+                 for n in os.listdir(os.path.join(self.data, "buckets")))
+        self.assertLess(du, 48 << 20)
+        recs = records(self.data)
+
+        def newest(name):
+            top = max(seq for seq, _, _, _ in recs[name])
+            return sorted((f, i) for seq, f, i, _ in recs[name] if seq == top)
+
+        self.assertEqual(newest("far"), [(REC_EXTENT, 1024), (REC_MANIFEST, MANIFEST_INDEX)])
+        self.assertEqual(newest("small"), [(REC_WHOLE, 0)])
+        m = self.start("second")
+        for name in files:
+            self.assertEqual(tier_of(m.path(name)), "ssd", name)
+        self.check(m, files, "from the SSD")
+        # A write into a hole of a value only on the SSD keeps the others.
+        fd = os.open(m.path("alloc"), os.O_WRONLY)
+        os.pwrite(fd, b"N" * 10, (40 << 20) + 5)
+        os.close(fd)
+        files["alloc"][1][(40 << 20) + 5] = b"N" * 10
+        self.check(m, files, "changed")
+        m.stop()
+        rc, out = run_kvfs("--fsck", self.data)
+        self.assertEqual(rc, 0, out)
+        m = self.start("third")
+        self.check(m, files, "after another restart")
         m.stop()
 
 

@@ -128,9 +128,14 @@ struct flat_seg {
 	uint32_t ke_len;
 };
 
+/* Segments of the extents with memory (holes have none). */
 static uint32_t nflat(const struct kv_obj *obj)
 {
-	return kv_obj_niov(obj);
+	uint32_t n = 0;
+
+	for (uint32_t k = 0; k < obj->ko_nx; k++)
+		n += obj->ko_x[k] ? obj->ko_x[k]->xb_nseg : 0;
+	return n;
 }
 
 static struct flat_seg flat(const struct kv_obj *obj, uint32_t i)
@@ -138,6 +143,8 @@ static struct flat_seg flat(const struct kv_obj *obj, uint32_t i)
 	for (uint32_t k = 0; k < obj->ko_nx; k++) {
 		const struct kv_xblk *b = obj->ko_x[k];
 
+		if (!b)
+			continue;
 		if (i < b->xb_nseg)
 			return (struct flat_seg){
 			    .ke_off = (uint64_t)k * KV_EXTENT + b->xb_seg[i].ks_off,
@@ -151,41 +158,45 @@ static struct flat_seg flat(const struct kv_obj *obj, uint32_t i)
 }
 
 /*
- * The extent list is what obj.h says it is: contiguous in logical offset
- * from 0, page aligned, page multiples, summing to ko_cap, covering the size.
+ * The extent list is what obj.h says it is: a present extent's segments
+ * fill it from 0, page aligned, page multiples, covering its bytes below
+ * the size; no extent lies past the size; the last slot is not a hole;
+ * the capacities sum to ko_cap.
  */
 static void check_extents(const struct kv_obj *obj)
 {
-	uint64_t off = 0;
+	uint64_t cap = 0;
 
 	assert_true(obj->ko_nx <= obj->ko_maxx);
-	/* Every extent but the last has all of its memory; segments fill it from 0. */
+	if (obj->ko_nx)
+		assert_non_null(obj->ko_x[obj->ko_nx - 1]);
 	for (uint32_t k = 0; k < obj->ko_nx; k++) {
 		const struct kv_xblk *b = obj->ko_x[k];
+		uint64_t base = (uint64_t)k * KV_EXTENT;
+		uint64_t valid = obj->ko_size <= base ? 0
+				 : obj->ko_size - base < KV_EXTENT ? obj->ko_size - base
+								    : KV_EXTENT;
 		uint32_t in = 0;
 
+		if (!b)
+			continue;
+		assert_true(base < PAGE_UP(obj->ko_size));
 		assert_true(atomic_load(&b->xb_ref) >= 1);
 		assert_true(b->xb_cap > 0 && b->xb_cap <= KV_EXTENT);
-		if (k + 1 < obj->ko_nx)
-			assert_int_equal(b->xb_cap, KV_EXTENT);
+		assert_true(b->xb_cap >= PAGE_UP(valid));
 		for (uint32_t i = 0; i < b->xb_nseg; i++) {
 			assert_int_equal(b->xb_seg[i].ks_off, in);
+			assert_int_equal((uintptr_t)b->xb_seg[i].ks_addr % KV_PAGE_SIZE, 0);
+			assert_int_equal(b->xb_seg[i].ks_len % KV_PAGE_SIZE, 0);
+			assert_true(b->xb_seg[i].ks_len > 0);
+			assert_true(kv_pool_contains(obj->ko_pool, b->xb_seg[i].ks_addr,
+						     b->xb_seg[i].ks_len));
 			in += b->xb_seg[i].ks_len;
 		}
 		assert_int_equal(in, b->xb_cap);
+		cap += b->xb_cap;
 	}
-	for (uint32_t i = 0; i < nflat(obj); i++) {
-		const struct flat_seg fe = flat(obj, i), *e = &fe;
-
-		assert_int_equal(e->ke_off, off);
-		assert_int_equal((uintptr_t)e->ke_addr % KV_PAGE_SIZE, 0);
-		assert_int_equal(e->ke_len % KV_PAGE_SIZE, 0);
-		assert_true(e->ke_len > 0);
-		assert_true(kv_pool_contains(obj->ko_pool, e->ke_addr, e->ke_len));
-		off += e->ke_len;
-	}
-	assert_int_equal(off, obj->ko_cap);
-	assert_true(obj->ko_cap >= obj->ko_size);
+	assert_int_equal(cap, obj->ko_cap);
 }
 
 /* Reads [off, off + len) and compares it with the model. */
@@ -461,63 +472,141 @@ static void test_truncate_down_up(void **state)
 	kv_pool_destroy(pool);
 }
 
+/* fallocate mode 0: unwritten bytes read as zeros and take no memory until written. */
 static void test_reserve(void **state)
 {
 	struct kv_pool *pool = pool_new(16 * MIB);
 	struct kv_obj *obj;
 	struct model m = {0};
-	uint64_t cap;
 
 	(void)state;
 	dirty_pool(pool, 8 * MIB, 0xee);
 	obj = obj_new(pool);
 
-	/* keep_size: memory, no bytes. */
+	/* keep_size: nothing at all. */
 	assert_int_equal(kv_obj_reserve(obj, MIB, true), 0);
 	assert_int_equal(obj->ko_size, 0);
-	assert_true(obj->ko_cap >= MIB);
-	assert_int_equal(kv_pool_used(pool), obj->ko_cap);
+	assert_int_equal(obj->ko_cap, 0);
 	check_all(obj, &m);
 
-	/* A smaller reservation changes nothing. */
-	cap = obj->ko_cap;
-	assert_int_equal(kv_obj_reserve(obj, 4096, true), 0);
-	assert_int_equal(kv_obj_reserve(obj, 4096, false), 0);
-	model_truncate(&m, 4096);
-	assert_int_equal(obj->ko_cap, cap);
-	assert_int_equal(kv_pool_used(pool), cap);
+	/* Without keep_size the size grows, the new bytes are zeros, no memory. */
+	assert_int_equal(kv_obj_reserve(obj, 5 * MIB + 1, false), 0);
+	model_truncate(&m, 5 * MIB + 1);
+	assert_int_equal(obj->ko_size, 5 * MIB + 1);
+	assert_int_equal(obj->ko_cap, 0);
+	assert_int_equal(kv_pool_used(pool), 0);
 	check_all(obj, &m);
+	check_range(obj, &m, 2 * MIB - 100, 300);
 
-	/* Without keep_size the size grows and the new bytes are zeros. */
-	assert_int_equal(kv_obj_reserve(obj, MIB + 1, false), 0);
-	model_truncate(&m, MIB + 1);
-	assert_int_equal(obj->ko_size, MIB + 1);
-	assert_true(obj->ko_cap >= PAGE_UP(MIB + 1));
-	assert_int_equal(kv_pool_used(pool), obj->ko_cap);
+	/* Writing into it takes memory for the extent written only. */
+	write_pat(obj, &m, 3 * MIB + 5, 5000, 1);
+	assert_int_equal(obj->ko_cap, KV_EXTENT);
+	assert_int_equal(kv_pool_used(pool), KV_EXTENT);
 	check_all(obj, &m);
 
 	/* Reserving below the size never shrinks it. */
-	write_pat(obj, &m, 100, 5000, 1);
 	assert_int_equal(kv_obj_reserve(obj, 50, false), 0);
-	assert_int_equal(obj->ko_size, MIB + 1);
+	assert_int_equal(obj->ko_size, 5 * MIB + 1);
 	check_all(obj, &m);
 
 	/* keep_size past the end: size and bytes stay; truncating into it reads zeros. */
-	assert_int_equal(kv_obj_reserve(obj, 3 * MIB, true), 0);
-	assert_int_equal(obj->ko_size, MIB + 1);
-	assert_true(obj->ko_cap >= 3 * MIB);
+	assert_int_equal(kv_obj_reserve(obj, 9 * MIB, true), 0);
+	assert_int_equal(obj->ko_size, 5 * MIB + 1);
+	assert_int_equal(kv_obj_truncate(obj, 9 * MIB), 0);
+	model_truncate(&m, 9 * MIB);
 	check_all(obj, &m);
-	assert_int_equal(kv_obj_truncate(obj, 3 * MIB), 0);
-	model_truncate(&m, 3 * MIB);
-	check_all(obj, &m);
-
-	/* Sealing gives the reservation back. */
-	assert_int_equal(kv_obj_reserve(obj, 6 * MIB, true), 0);
 	kv_obj_seal(obj, 1);
-	assert_int_equal(obj->ko_cap, 3 * MIB);
-	assert_int_equal(kv_pool_used(pool), 3 * MIB);
+	assert_int_equal(obj->ko_cap, KV_EXTENT);
 	check_all(obj, &m);
 
+	/* Past the largest value: EFBIG. */
+	assert_int_equal(kv_obj_reserve(obj, KV_MAX_VALUE + 1, true), -EFBIG);
+
+	kv_obj_put(obj);
+	model_free(&m);
+	assert_int_equal(kv_pool_used(pool), 0);
+	kv_pool_destroy(pool);
+}
+
+/* Holes: a write far past the end, truncate up, punching, clones of sparse values. */
+static void test_holes(void **state)
+{
+	struct kv_pool *pool = pool_new(32 * MIB);
+	struct kv_obj *obj = obj_new(pool), *c = NULL;
+	struct model m = {0};
+	struct iovec iov[8];
+	uint64_t bytes;
+
+	(void)state;
+	dirty_pool(pool, 16 * MIB, 0x77);
+	/* 4 KiB at 1 TiB: one extent of memory; everything before reads zeros. */
+	write_pat(obj, &m, 0, 3000, 1);
+	assert_int_equal(kv_obj_write(obj, (1ull << 40) + 5, "hello", 5), 0);
+	assert_int_equal(obj->ko_size, (1ull << 40) + 10);
+	assert_int_equal(kv_pool_used(pool), obj->ko_cap);
+	assert_true(obj->ko_cap <= KV_EXTENT + 4096);
+	assert_true(kv_obj_has_data(obj, 0));
+	assert_false(kv_obj_has_data(obj, 1));
+	assert_true(kv_obj_has_data(obj, (1ull << 40) >> KV_EXTENT_SHIFT));
+	assert_int_equal(kv_obj_iov(obj, 3000 - 10, 20, iov, 8, &bytes), 1);
+	assert_int_equal(bytes, 20);
+	assert_int_equal(kv_obj_iov(obj, 5 * MIB, 3 * MIB, iov, 8, &bytes), 2);
+	assert_int_equal(bytes, 3 * MIB);
+	for (int i = 0; i < 2; i++)
+		for (size_t j = 0; j < iov[i].iov_len; j += 4093)
+			assert_int_equal(((const char *)iov[i].iov_base)[j], 0);
+	{
+		char buf[16];
+
+		assert_int_equal(kv_obj_read(obj, (1ull << 40), buf, 16), 10);
+		assert_memory_equal(buf, "\0\0\0\0\0hello", 10);
+		assert_int_equal(kv_obj_read(obj, 2999, buf, 2), 2);
+		assert_int_equal(buf[1], 0);
+	}
+	kv_obj_put(obj);
+	model_free(&m);
+	assert_int_equal(kv_pool_used(pool), 0);
+
+	/* Truncate up costs nothing past the old end's extent. */
+	obj = obj_new(pool);
+	write_pat(obj, &m, 0, 3 * MIB, 2);
+	assert_int_equal(kv_obj_truncate(obj, 20 * MIB), 0);
+	model_truncate(&m, 20 * MIB);
+	assert_int_equal(obj->ko_cap, 2 * KV_EXTENT);
+	check_range(obj, &m, 0, 20 * MIB);
+	/* A write into a hole below the end: zeros around it inside its extent. */
+	write_pat(obj, &m, 9 * MIB + 77, 100, 3);
+	assert_int_equal(obj->ko_cap, 3 * KV_EXTENT);
+	check_range(obj, &m, 0, 20 * MIB);
+	assert_int_equal(kv_obj_truncate(obj, 20 * MIB), 0);
+	check_all(obj, &m);
+
+	/* Punch: whole extents go, partial ones are zeroed. */
+	assert_int_equal(kv_obj_punch(obj, MIB, 9 * MIB), 0);
+	memset(m.m_buf + MIB, 0, 9 * MIB);
+	assert_int_equal(obj->ko_cap, KV_EXTENT); /* extent 0 stays, 1..4 go */
+	assert_false(kv_obj_has_data(obj, 4));
+	check_all(obj, &m);
+	/* Punching past the end changes nothing past it. */
+	assert_int_equal(kv_obj_punch(obj, 19 * MIB, 10 * MIB), 0);
+	assert_int_equal(obj->ko_size, 20 * MIB);
+	check_all(obj, &m);
+
+	/* A clone shares the extents and the holes; writes into it do not show in the source. */
+	kv_obj_seal(obj, 1);
+	assert_int_equal(kv_obj_clone(obj, 15 * MIB, &c), 0);
+	assert_int_equal(c->ko_size, 15 * MIB);
+	assert_int_equal(kv_obj_write(c, 12 * MIB, "x", 1), 0);
+	check_all(obj, &m);
+	{
+		char b = 1;
+
+		assert_int_equal(kv_obj_read(c, 12 * MIB, &b, 1), 1);
+		assert_int_equal(b, 'x');
+		assert_int_equal(kv_obj_read(c, 12 * MIB + 1, &b, 1), 1);
+		assert_int_equal(b, 0);
+	}
+	kv_obj_put(c);
 	kv_obj_put(obj);
 	model_free(&m);
 	assert_int_equal(kv_pool_used(pool), 0);
@@ -863,12 +952,12 @@ static void test_enospc(void **state)
 	check_all(obj, &m);
 
 	/* Fill the pool to the last page with another object. */
-	assert_int_equal(kv_obj_reserve(other, MIB - 100 * KIB, false), 0);
+	assert_int_equal(kv_obj_alloc(other, MIB - 100 * KIB), 0);
 	assert_int_equal(kv_pool_used(pool), MIB);
 	assert_int_equal(kv_obj_write(obj, 100 * KIB, "x", 1), -ENOSPC);
 	assert_int_equal(kv_obj_truncate(obj, 100 * KIB + 1), -ENOSPC);
 	assert_int_equal(kv_obj_reserve(obj, 100 * KIB + 1, false), -ENOSPC);
-	assert_int_equal(kv_obj_reserve(obj, 100 * KIB + 1, true), -ENOSPC);
+	assert_int_equal(kv_obj_reserve(obj, 100 * KIB + 1, true), 0); /* unwritten: no memory */
 	assert_int_equal(kv_obj_clone(obj, 1, &c), -ENOSPC);
 	assert_ptr_equal(c, &sentinel);
 	assert_int_equal(obj->ko_size, 100 * KIB);
@@ -892,7 +981,7 @@ static void test_enospc(void **state)
 	cap = obj->ko_cap;
 	used = kv_pool_used(pool);
 	assert_int_equal(kv_obj_truncate(obj, 2 * MIB), -ENOSPC);
-	assert_int_equal(kv_obj_reserve(obj, 2 * MIB, true), -ENOSPC);
+	assert_int_equal(kv_obj_reserve(obj, 2 * MIB, true), 0); /* unwritten: no memory */
 	assert_int_equal(kv_obj_reserve(obj, 2 * MIB, false), -ENOSPC);
 	assert_int_equal(obj->ko_cap, cap);
 	assert_int_equal(kv_pool_used(pool), used);
@@ -1104,6 +1193,7 @@ int main(void)
 	    cmocka_unit_test(test_write_past_end_zero_fills),
 	    cmocka_unit_test(test_truncate_down_up),
 	    cmocka_unit_test(test_reserve),
+	    cmocka_unit_test(test_holes),
 	    cmocka_unit_test(test_seal_trims),
 	    cmocka_unit_test(test_seal_small_value_pins_one_page),
 	    cmocka_unit_test(test_clone),

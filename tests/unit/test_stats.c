@@ -207,11 +207,11 @@ static void test_op_names(void **state)
 	    "lookup",  "getattr", "setattr",  "mkdir",	   "rmdir",    "create",    "open",
 	    "read",    "write",	  "flush",    "release",   "fsync",    "unlink",    "rename",
 	    "opendir", "readdir", "statfs",   "fallocate", "getxattr", "listxattr", "setxattr",
-	    "ioctl",   "symlink", "readlink", "mknod",	   "other",
+	    "ioctl",   "symlink", "readlink", "mknod",	   "lseek",    "other",
 	};
 
 	(void)state;
-	assert_int_equal(KV_OP__COUNT, 26);
+	assert_int_equal(KV_OP__COUNT, 27);
 	for (int i = 0; i < KV_OP__COUNT; i++)
 		assert_string_equal(kv_op_name((enum kv_op)i), want[i]);
 	assert_string_equal(kv_op_name(KV_OP_IOCTL), "ioctl");
