@@ -527,17 +527,21 @@ static int bucket_create(struct kv_bucket_set *bs, uint64_t prealloc, struct kv_
 		err = -errno;
 		goto out_free;
 	}
-	if (fallocate(b->kb_fd, 0, 0, (off_t)prealloc) < 0 && errno != EOPNOTSUPP) {
-		err = -errno;
-		goto out_unlink;
-	}
 	clock_gettime(CLOCK_REALTIME, &ts);
 	h->bh_magic = KV_BUCKET_MAGIC;
 	h->bh_version = KV_FORMAT_VERSION;
 	h->bh_id = b->kb_id;
 	h->bh_created_ns = ts.tv_sec * 1000000000ll + ts.tv_nsec;
 	h->bh_csum = XXH3_64bits(h, sizeof(*h));
+	/*
+	 * The header before the preallocation: a crash in between leaves a
+	 * bucket with no records, or a file too short to be one (recovery
+	 * removes both), never a large file without a header (kept for salvage,
+	 * and damage to --fsck).
+	 */
 	err = rw(b->kb_fd, true, h, KV_BLOCK, 0);
+	if (!err && fallocate(b->kb_fd, 0, 0, (off_t)prealloc) < 0 && errno != EOPNOTSUPP)
+		err = -errno;
 	if (!err && (fdatasync(b->kb_fd) < 0 || fsync(bs->bs_dirfd) < 0))
 		err = -errno;
 	if (err)

@@ -1498,6 +1498,60 @@ static void test_open_trunc(void **state)
 	kv_store_destroy(st);
 }
 
+/* Punching holes and finding them: fallocate(PUNCH_HOLE | KEEP_SIZE), SEEK_DATA, SEEK_HOLE. */
+static void test_punch_seek(void **state)
+{
+	struct kv_store *st = store_new(64 * MIB);
+	struct kv_inode *root = kv_store_root(st), *f, *d;
+	const int punch = FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE;
+	uint64_t at = 0, used0;
+
+	(void)state;
+	f = make_file(st, root, "f", 9 * MIB, 1);
+	d = mkdir_ok(st, root, "d");
+	used0 = used(st);
+	assert_int_equal(kv_store_seek(st, f, 0, SEEK_DATA, &at), 0);
+	assert_int_equal(at, 0);
+	assert_int_equal(kv_store_seek(st, f, 5, SEEK_HOLE, &at), 0);
+	assert_int_equal(at, 9 * MIB); /* no hole before the end */
+	assert_int_equal(kv_store_seek(st, f, 9 * MIB, SEEK_DATA, &at), -ENXIO);
+	assert_int_equal(kv_store_seek(st, d, 0, SEEK_DATA, &at), -EISDIR);
+
+	/* [1 MiB, 7 MiB): extents 1 and 2 go whole, 0 and 3 are zeroed in part. */
+	assert_int_equal(kv_store_fallocate(st, f, punch, MIB, 6 * MIB), 0);
+	check_value_z(st, f, 9 * MIB, 1, MIB, 6 * MIB);
+	assert_int_equal(used(st), used0 - 4 * MIB);
+	assert_int_equal(getattr(st, f).ka_alloc, used0 - 4 * MIB);
+	assert_int_equal(kv_store_seek(st, f, 0, SEEK_HOLE, &at), 0);
+	assert_int_equal(at, 2 * MIB);
+	assert_int_equal(kv_store_seek(st, f, 3 * MIB, SEEK_HOLE, &at), 0);
+	assert_int_equal(at, 3 * MIB);
+	assert_int_equal(kv_store_seek(st, f, 2 * MIB + 5, SEEK_DATA, &at), 0);
+	assert_int_equal(at, 6 * MIB);
+	assert_int_equal(kv_store_seek(st, f, 6 * MIB + 5, SEEK_DATA, &at), 0);
+	assert_int_equal(at, 6 * MIB + 5);
+	/* Past the end it changes nothing, and the size stays. */
+	assert_int_equal(kv_store_fallocate(st, f, punch, 20 * MIB, MIB), 0);
+	assert_int_equal(getattr(st, f).ka_size, 9 * MIB);
+	/* Truncate up: a hole to the new end, found as one. */
+	{
+		struct kv_setattr sa = {.ksa_valid = KV_SET_SIZE, .ksa_size = 1ull << 40};
+		struct kv_attr a;
+
+		assert_int_equal(kv_store_setattr(st, f, &sa, &a), 0);
+		assert_int_equal(a.ka_size, 1ull << 40);
+	}
+	/* Only the old end's extent takes memory, to its end (zeros). */
+	assert_int_equal(used(st), used0 - 3 * MIB);
+	assert_int_equal(kv_store_seek(st, f, 9 * MIB, SEEK_HOLE, &at), 0);
+	assert_int_equal(at, 10 * MIB);
+	assert_int_equal(kv_store_seek(st, f, 10 * MIB, SEEK_DATA, &at), -ENXIO);
+
+	kv_store_forget(st, f, 1);
+	kv_store_forget(st, d, 1);
+	kv_store_destroy(st);
+}
+
 static void test_fallocate(void **state)
 {
 	struct kv_store *st = store_new(64 * MIB);
@@ -2172,6 +2226,7 @@ int main(void)
 	    cmocka_unit_test(test_setattr),
 	    cmocka_unit_test(test_open_trunc),
 	    cmocka_unit_test(test_fallocate),
+	    cmocka_unit_test(test_punch_seek),
 	    cmocka_unit_test(test_enospc),
 	    cmocka_unit_test(test_enospc_setattr_keeps_sealed),
 	    cmocka_unit_test(test_enospc_fallocate_keeps_sealed),
