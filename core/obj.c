@@ -635,6 +635,29 @@ uint32_t kv_obj_niov(const struct kv_obj *obj)
 	return (uint32_t)n;
 }
 
+struct kv_xblk *kv_obj_hold_extent(struct kv_obj *obj, uint64_t k)
+{
+	struct kv_xblk *b = ext_at(obj, k);
+
+	if (b)
+		atomic_fetch_add_explicit(&b->xb_ref, 1, memory_order_relaxed);
+	return b;
+}
+
+void kv_obj_release_extent(struct kv_obj *obj, struct kv_xblk *b)
+{
+	xblk_put(obj->ko_pool, b);
+}
+
+bool kv_obj_drop_extent(struct kv_obj *obj, uint64_t k, const struct kv_xblk *b)
+{
+	if (ext_at(obj, k) != b || !b)
+		return false;
+	ext_drop(obj, k);
+	obj_trim(obj);
+	return true;
+}
+
 bool kv_obj_has_data(const struct kv_obj *obj, uint64_t k)
 {
 	return ext_at(obj, k) != NULL;

@@ -150,6 +150,20 @@ int kv_obj_punch(struct kv_obj *obj, uint64_t off, uint64_t len);
  */
 int kv_obj_materialize(struct kv_obj *obj, uint64_t k);
 
+/*
+ * Takes a reference to extent k's block (NULL for a hole): the block is
+ * then shared, so a change to the object copies it first and the held
+ * bytes stay as they were. Give it back with kv_obj_release_extent.
+ */
+struct kv_xblk *kv_obj_hold_extent(struct kv_obj *obj, uint64_t k);
+void kv_obj_release_extent(struct kv_obj *obj, struct kv_xblk *b);
+
+/*
+ * Makes extent k of an open object a hole if its block is still b (the
+ * extent's bytes are kept elsewhere: a spill). Returns whether it did.
+ */
+bool kv_obj_drop_extent(struct kv_obj *obj, uint64_t k, const struct kv_xblk *b);
+
 /* True when extent k has memory (is not a hole). */
 bool kv_obj_has_data(const struct kv_obj *obj, uint64_t k);
 

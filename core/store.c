@@ -144,13 +144,16 @@ static void inode_free(struct kv_inode *ino)
 
 	if (st->ks_tier)
 		kv_tier_forget(st->ks_tier, ino);
-	if (st->ks_tier && ino->ki_pinned)
+	if (st->ks_tier && ino->ki_pinned) {
 		kv_xmap_pin(kv_tier_buckets(st->ks_tier), &ino->ki_map, false);
+		kv_xmap_pin(kv_tier_buckets(st->ks_tier), &ino->ki_spill, false);
+	}
 	if (atomic_load(&ino->ki_nlink) && S_ISREG(ino->ki_type))
 		atomic_fetch_sub(&st->ks_bytes, cur_size(ino));
 	if (ino->ki_obj)
 		kv_obj_put(ino->ki_obj);
 	kv_xmap_clear(&ino->ki_map);
+	kv_xmap_clear(&ino->ki_spill);
 	atomic_fetch_sub(&st->ks_inodes, 1);
 	pthread_rwlock_destroy(&ino->ki_lock);
 	free(ino->kd_table);
@@ -564,6 +567,8 @@ static int writable(struct kv_inode *ino, uint64_t keep, struct kv_obj **out)
 		*out = cur;
 		return 0;
 	}
+	if (cur && ino->ki_spill.xm_n)
+		return -EINPROGRESS; /* part of it is on the SSD, not yet durable: wait for it */
 	if (cur)
 		return kv_obj_clone(cur, keep, out);
 	if (keep == 0 || ino->ki_map.xm_size == 0)
@@ -607,7 +612,9 @@ static void seal(struct kv_inode *ino)
 {
 	struct kv_store *st = ino->ki_store;
 
-	kv_obj_seal(ino->ki_obj, atomic_fetch_add(&st->ks_seq, 1) + 1);
+	/* A version that spilled took its sequence number then. */
+	kv_obj_seal(ino->ki_obj, ino->ki_spill.xm_n ? ino->ki_spill.xm_seq
+						    : atomic_fetch_add(&st->ks_seq, 1) + 1);
 	if (st->ks_tier)
 		kv_tier_enqueue(st->ks_tier, ino);
 }
@@ -622,6 +629,44 @@ void kv_store_settle(struct kv_inode *ino)
 
 #define settle kv_store_settle
 
+/*
+ * Before the open version obj changes bytes [from, to) (to UINT64_MAX: up
+ * to its end): its spilled extents there come back into memory, or, wholly
+ * at or past `cut` (the new size of a truncate; UINT64_MAX otherwise), are
+ * let go. Their records die (ki_lock held exclusive). Returns 0, -ENOSPC
+ * or -EIO (what came back so far stays back: the bytes are the same).
+ */
+static int unspill(struct kv_inode *ino, struct kv_obj *obj, uint64_t from, uint64_t to,
+		   uint64_t cut)
+{
+	struct kv_bucket_set *bs;
+	struct kv_xmap *sp = &ino->ki_spill;
+	uint32_t first, end, i;
+	int err = 0;
+
+	if (!sp->xm_n || from >= to)
+		return 0;
+	bs = kv_tier_buckets(ino->ki_store->ks_tier);
+	sp->xm_size = UINT64_MAX; /* the range lookup clips to it */
+	kv_xmap_range(sp, from, to - from, &first, &end);
+	for (i = first; !err && i < end; i++) {
+		struct kv_xent *x = kv_xmap_at(sp, i);
+		uint64_t base = (uint64_t)x->xe_loc.kl_index << KV_EXTENT_SHIFT;
+
+		if (base < cut && base < obj->ko_size)
+			err = kv_xmap_read_obj(bs, sp, i, i + 1, obj);
+		if (err)
+			break;
+		/* Dead now: unless deleted while open, which counted it already. */
+		if (ino->ki_pinned)
+			kv_bucket_pin(bs, x->xe_loc.kl_bucket, false);
+		else
+			kv_bucket_dead(bs, &x->xe_loc);
+	}
+	kv_xmap_cut(sp, first, i);
+	return err;
+}
+
 /* Sets the size of a regular file (ki_lock held exclusive). */
 static int set_size(struct kv_inode *ino, uint64_t size)
 {
@@ -634,7 +679,10 @@ static int set_size(struct kv_inode *ino, uint64_t size)
 	err = writable(ino, size, &obj);
 	if (err)
 		return err;
-	err = kv_obj_truncate(obj, size);
+	/* The extent of the smaller end, and all past it. */
+	err = unspill(ino, obj, (size < old ? size : old) & ~(KV_EXTENT - 1), UINT64_MAX, size);
+	if (!err)
+		err = kv_obj_truncate(obj, size);
 	if (err) {
 		abandon(ino, obj);
 		return err;
@@ -648,13 +696,25 @@ static int set_size(struct kv_inode *ino, uint64_t size)
  * was full and the tier made room (evicted clean values, or waited for
  * the offloader to make some clean). Call without ki_lock.
  */
-static bool retry_for_room(struct kv_store *st, int err, uint64_t bytes)
+static bool retry_for_room(struct kv_store *st, struct kv_inode *ino, int err, uint64_t bytes)
 {
-	uint64_t pool = kv_pool_size(st->ks_pool);
+	uint64_t pool = kv_pool_size(st->ks_pool), seq = 0;
 
+	if (err == -EINPROGRESS) { /* a spilled version on its way to the SSD: wait for it */
+		pthread_rwlock_rdlock(&ino->ki_lock);
+		if (ino->ki_obj)
+			seq = ino->ki_obj->ko_seq;
+		pthread_rwlock_unlock(&ino->ki_lock);
+		kv_tier_wait_durable(st->ks_tier, ino, seq);
+		return true;
+	}
+	if (err != -ENOSPC || !st->ks_tier)
+		return false;
 	/* Asking for more than the pool would empty the DRAM cache for nothing. */
-	return err == -ENOSPC && st->ks_tier && bytes <= pool &&
-	       kv_tier_make_room(st->ks_tier, bytes) == 0;
+	if (bytes <= pool && kv_tier_make_room(st->ks_tier, bytes) == 0)
+		return true;
+	/* Nothing clean to evict: the file's own complete extents go to the SSD. */
+	return ino && kv_tier_spill(st->ks_tier, ino) == 0;
 }
 
 static int setattr_locked(struct kv_inode *ino, const struct kv_setattr *sa)
@@ -697,7 +757,7 @@ int kv_store_setattr(struct kv_store *st, struct kv_inode *ino, const struct kv_
 		pthread_rwlock_wrlock(&ino->ki_lock);
 		err = setattr_locked(ino, sa);
 		pthread_rwlock_unlock(&ino->ki_lock);
-	} while (retry_for_room(st, err, sa->ksa_size));
+	} while (retry_for_room(st, ino, err, sa->ksa_size));
 	if (err)
 		return err;
 	if (st->ks_journal && (sa->ksa_valid & ~KV_SET_SIZE)) {
@@ -885,12 +945,12 @@ static void name_gone(struct kv_store *st, struct kv_inode *ino)
 		return;
 	bs = kv_tier_buckets(st->ks_tier);
 	pthread_rwlock_wrlock(&ino->ki_lock);
-	if (ino->ki_map.xm_seq) {
-		kv_xmap_dead(bs, &ino->ki_map);
-		if (ino->ki_nopen && !ino->ki_pinned) {
-			kv_xmap_pin(bs, &ino->ki_map, true);
-			ino->ki_pinned = true;
-		}
+	kv_xmap_dead(bs, &ino->ki_map);
+	kv_xmap_dead(bs, &ino->ki_spill);
+	if (ino->ki_nopen && !ino->ki_pinned) {
+		kv_xmap_pin(bs, &ino->ki_map, true);
+		kv_xmap_pin(bs, &ino->ki_spill, true);
+		ino->ki_pinned = true;
 	}
 	pthread_rwlock_unlock(&ino->ki_lock);
 }
@@ -1163,7 +1223,7 @@ int kv_store_value_new(struct kv_store *st, uint64_t len, struct kv_obj **out)
 		return err;
 	do
 		err = kv_obj_alloc(obj, len);
-	while (retry_for_room(st, err, len));
+	while (retry_for_room(st, NULL, err, len));
 	if (err) {
 		kv_obj_put(obj);
 		return err;
@@ -1247,7 +1307,7 @@ int kv_store_open(struct kv_store *st, struct kv_inode *ino, int flags)
 			atomic_fetch_add(&st->ks_open, 1);
 		}
 		pthread_rwlock_unlock(&ino->ki_lock);
-	} while (retry_for_room(st, err, KV_PAGE_SIZE));
+	} while (retry_for_room(st, ino, err, KV_PAGE_SIZE));
 	return err;
 }
 
@@ -1257,6 +1317,7 @@ void kv_store_release(struct kv_store *st, struct kv_inode *ino, int flags)
 	ino->ki_nopen--;
 	if (ino->ki_nopen == 0 && ino->ki_pinned) {
 		kv_xmap_pin(kv_tier_buckets(st->ks_tier), &ino->ki_map, false);
+		kv_xmap_pin(kv_tier_buckets(st->ks_tier), &ino->ki_spill, false);
 		ino->ki_pinned = false;
 	}
 	settle(ino);
@@ -1285,10 +1346,14 @@ int kv_store_read(struct kv_store *st, struct kv_inode *ino, uint64_t off, uint6
 	if (st->ks_tier)
 		kv_tier_hit(st->ks_tier);
 	guard->krg_obj = obj;
-	if (obj->ko_sealed)
+	if (obj->ko_sealed && !ino->ki_spill.xm_n) {
 		pthread_rwlock_unlock(&ino->ki_lock);
-	else
-		guard->krg_locked = ino;
+		return kv_obj_iov(obj, off, len, iov, maxiov, bytes);
+	}
+	guard->krg_locked = ino;
+	if (ino->ki_spill.xm_n)
+		return kv_tier_read_spilled(st->ks_tier, ino, obj, off, len, iov, maxiov, bytes,
+					    guard);
 	return kv_obj_iov(obj, off, len, iov, maxiov, bytes);
 }
 
@@ -1320,7 +1385,10 @@ static int write_locked(struct kv_inode *ino, uint64_t off, const void *buf, siz
 	err = writable(ino, off == 0 && len >= old ? 0 : old, &obj);
 	if (err)
 		return err;
-	err = kv_obj_write(obj, off, buf, len);
+	/* What it writes, and the extent of the old end if it writes past it. */
+	err = unspill(ino, obj, off < old ? off : old & ~(KV_EXTENT - 1), off + len, UINT64_MAX);
+	if (!err)
+		err = kv_obj_write(obj, off, buf, len);
 	if (err) {
 		abandon(ino, obj);
 		return err;
@@ -1343,7 +1411,7 @@ int kv_store_write(struct kv_store *st, struct kv_inode *ino, uint64_t off, cons
 		pthread_rwlock_wrlock(&ino->ki_lock);
 		err = write_locked(ino, off, buf, len);
 		pthread_rwlock_unlock(&ino->ki_lock);
-	} while (retry_for_room(st, err, len));
+	} while (retry_for_room(st, ino, err, len));
 	return err;
 }
 
@@ -1378,7 +1446,10 @@ static int fallocate_locked(struct kv_inode *ino, int mode, uint64_t off, uint64
 	err = writable(ino, old, &obj);
 	if (err)
 		return err;
-	err = punch ? kv_obj_punch(obj, off, end - off) : kv_obj_reserve(obj, end, false);
+	err = punch ? unspill(ino, obj, off, end, UINT64_MAX)
+		    : unspill(ino, obj, old & ~(KV_EXTENT - 1), UINT64_MAX, UINT64_MAX);
+	if (!err)
+		err = punch ? kv_obj_punch(obj, off, end - off) : kv_obj_reserve(obj, end, false);
 	if (err) {
 		abandon(ino, obj);
 		return err;
@@ -1405,7 +1476,7 @@ int kv_store_fallocate(struct kv_store *st, struct kv_inode *ino, int mode, uint
 		pthread_rwlock_wrlock(&ino->ki_lock);
 		err = fallocate_locked(ino, mode, off, off + len);
 		pthread_rwlock_unlock(&ino->ki_lock);
-	} while (retry_for_room(st, err, len));
+	} while (retry_for_room(st, ino, err, len));
 	return err;
 }
 

@@ -54,6 +54,10 @@ struct kv_inode {
 	struct kv_obj *ki_obj; /* regular files: the version in DRAM; NULL when only on SSD */
 	uint32_t ki_nopen;
 	struct kv_xmap ki_map; /* the newest durable version on SSD (xm_seq 0: none) */
+	struct kv_xmap ki_spill; /* extents of ki_obj written to the SSD early (a file larger than
+				    DRAM: core/tier.c, "Spill"): holes in ki_obj's memory, its
+				    bytes are here; xm_seq is the version's sequence number.
+				    Empty unless ki_obj is open, or sealed and not yet durable */
 	int ki_offload_err;   /* why the newest version could not be offloaded, or 0 */
 	bool ki_pinned;	      /* deleted while open: ki_map's buckets are pinned until the last close */
 	_Atomic uint64_t ki_used; /* last read or write (CLOCK_MONOTONIC_COARSE ns): cache mode */
@@ -130,6 +134,20 @@ void kv_tier_clean(struct kv_tier *t, struct kv_inode *ino);
  * Returns 0 when it freed something (retry), -ENOSPC when nothing can be.
  */
 int kv_tier_make_room(struct kv_tier *t, uint64_t bytes);
+/*
+ * Writes complete extents of ino's open version to the SSD and lets their
+ * memory go (ki_lock not held): a file can grow past the pool. Returns 0
+ * when some memory was freed, -ENOSPC when nothing could be.
+ */
+int kv_tier_spill(struct kv_tier *t, struct kv_inode *ino);
+/*
+ * Reads [off, off + len) of ino's DRAM version obj, part of it spilled
+ * (ki_lock held shared, kept until the reply is sent: the spilled
+ * records' buffers go in guard). Fills iov like kv_store_read.
+ */
+int kv_tier_read_spilled(struct kv_tier *t, struct kv_inode *ino, const struct kv_obj *obj,
+			 uint64_t off, uint64_t len, struct iovec *iov, int maxiov, uint64_t *bytes,
+			 struct kv_read_guard *guard);
 /*
  * Reads [off, off + len) of a value that is only on SSD (ki_lock not held;
  * loc copied under it). Fills iov/guard like kv_store_read.

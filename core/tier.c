@@ -262,6 +262,7 @@ struct item {
 	struct iovec *it_iov; /* every record's pieces */
 	char *it_key;
 	void *it_manifest; /* the manifest record's value (page aligned), or NULL */
+	bool it_spilled;   /* part of the version was spilled (ki_spill): not rewritten */
 	uint64_t it_bytes; /* what it counted in the backlog */
 };
 
@@ -314,6 +315,32 @@ static int manifest_build(const struct kv_obj *obj, const struct kv_bucket_put *
 	return 0;
 }
 
+/* The manifest of the data puts[0..n) and the spilled records spill[0..ns), both by index. */
+static int manifest_of(const struct kv_obj *obj, const struct kv_bucket_put *puts, uint32_t n,
+		       const struct kv_loc *spill, uint32_t ns, void **out, uint64_t *len)
+{
+	struct kv_bucket_put *all;
+	uint32_t i = 0, j = 0, k = 0;
+	int err;
+
+	if (!ns)
+		return manifest_build(obj, puts, n, out, len);
+	all = malloc((n + ns) * sizeof(*all));
+	if (!all)
+		return -ENOMEM;
+	while (i < n || j < ns) {
+		if (j == ns || (i < n && puts[i].bp_index < spill[j].kl_index))
+			all[k++] = puts[i++];
+		else
+			all[k++] = (struct kv_bucket_put){.bp_seq = spill[j].kl_seq,
+							  .bp_index = spill[j].kl_index,
+							  .bp_len = spill[j++].kl_len};
+	}
+	err = manifest_build(obj, all, k, out, len);
+	free(all);
+	return err;
+}
+
 /*
  * Takes a reference to the version to write, with its current path, and
  * describes its records: one WHOLE record for a value of at most one
@@ -326,7 +353,8 @@ static void item_prepare(struct kv_store *st, struct item *it)
 	char path[KV_JPATH_MAX];
 	struct kv_obj *obj;
 	uint64_t bytes, mlen = 0, nx;
-	uint32_t npieces, k, nput = 0;
+	uint32_t npieces, k, nput = 0, nspill = 0;
+	struct kv_loc *spill = NULL;
 	bool whole;
 	int len = -1, used = 0;
 
@@ -340,11 +368,21 @@ static void item_prepare(struct kv_store *st, struct item *it)
 		kv_obj_get(obj);
 		it->it_obj = obj;
 	}
+	/* The spilled extents: in the manifest, not written again (a sealed one's are stable). */
+	if (len > 0 && ino->ki_spill.xm_n) {
+		spill = malloc(ino->ki_spill.xm_n * sizeof(*spill));
+		nspill = spill ? ino->ki_spill.xm_n : 0;
+		for (uint32_t i = 0; i < nspill; i++)
+			spill[i] = kv_xmap_at(&ino->ki_spill, i)->xe_loc;
+		it->it_spilled = true;
+		if (!spill)
+			it->it_err = -ENOMEM;
+	}
 	pthread_rwlock_unlock(&ino->ki_lock);
 	pthread_rwlock_unlock(&st->ks_ns_lock);
 	if (len == -ENAMETOOLONG)
 		it->it_err = len; /* a key too long for a record: its fsync fails */
-	if (len <= 0)
+	if (len <= 0 || (it->it_spilled && !spill))
 		return;
 	whole = obj->ko_size <= KV_EXTENT;
 	nx = whole ? 1 : (obj->ko_size + KV_EXTENT - 1) >> KV_EXTENT_SHIFT;
@@ -378,7 +416,9 @@ static void item_prepare(struct kv_store *st, struct item *it)
 		};
 	}
 	if (!whole) {
-		it->it_err = manifest_build(obj, it->it_puts, nput, &it->it_manifest, &mlen);
+		it->it_err = manifest_of(obj, it->it_puts, nput, spill, nspill, &it->it_manifest,
+					 &mlen);
+		free(spill);
 		if (it->it_err)
 			return;
 		it->it_iov[used] = (struct iovec){
@@ -406,12 +446,51 @@ static void item_dead(struct kv_tier *t, const struct item *it)
 			kv_bucket_dead(t->kt_bs, &it->it_puts[i].bp_loc);
 }
 
+/*
+ * The map of a written version: its spilled records (ki_spill, where they
+ * are now: compaction may have moved them) and its data puts, by index,
+ * then its manifest (the last put). ki_lock held.
+ */
+static int item_map(const struct item *it, const struct kv_inode *ino, struct kv_xmap *map)
+{
+	const struct kv_xmap *sp = &ino->ki_spill;
+	uint32_t nd = it->it_nput - (it->it_manifest ? 1 : 0), ns = it->it_spilled ? sp->xm_n : 0;
+	uint32_t i = 0, j = 0, k = 0;
+	struct kv_loc *locs;
+	int err;
+
+	if (it->it_spilled && sp->xm_seq != it->it_obj->ko_seq)
+		return -EIO; /* cannot happen: a sealed version's spill never changes */
+	locs = malloc((it->it_nput + ns) * sizeof(*locs));
+	if (!locs)
+		return -ENOMEM;
+	while (i < nd || j < ns) {
+		if (j == ns || (i < nd && it->it_puts[i].bp_index <
+					      kv_xmap_cat(sp, j)->xe_loc.kl_index))
+			locs[k++] = it->it_puts[i++].bp_loc;
+		else
+			locs[k++] = kv_xmap_cat(sp, j++)->xe_loc;
+	}
+	if (it->it_manifest)
+		locs[k++] = it->it_puts[nd].bp_loc;
+	err = kv_xmap_set(map, it->it_obj->ko_seq, it->it_obj->ko_size, locs, k);
+	free(locs);
+	/* The spilled records' checksums come along. */
+	for (j = 0; !err && j < ns; j++) {
+		int64_t at = kv_xmap_find(map, kv_xmap_cat(sp, j)->xe_loc.kl_index);
+
+		if (at >= 0)
+			kv_xmap_at(map, (uint32_t)at)->xe_csums =
+			    kv_xmap_cat(sp, j)->xe_csums;
+	}
+	return err;
+}
+
 /* Records where a written version lives, or why it could not be written. */
 static void item_finish(struct kv_tier *t, struct item *it)
 {
 	struct kv_store *st = t->kt_st;
 	struct kv_inode *ino = it->it_ino;
-	struct kv_loc *locs = NULL;
 	struct kv_xmap map = {0};
 	int err = it->it_err;
 
@@ -419,18 +498,10 @@ static void item_finish(struct kv_tier *t, struct item *it)
 		return;
 	for (uint32_t i = 0; !err && i < it->it_nput; i++)
 		err = it->it_puts[i].bp_err;
-	if (!err) {
-		locs = malloc(it->it_nput * sizeof(*locs));
-		err = locs ? 0 : -ENOMEM;
-		for (uint32_t i = 0; !err && i < it->it_nput; i++)
-			locs[i] = it->it_puts[i].bp_loc;
-		if (!err)
-			err = kv_xmap_set(&map, it->it_obj->ko_seq, it->it_obj->ko_size, locs,
-					  it->it_nput);
-		free(locs);
-	}
 	pthread_rwlock_rdlock(&st->ks_ns_lock);
 	pthread_rwlock_wrlock(&ino->ki_lock);
+	if (!err && ino->ki_parent && it->it_obj->ko_seq > ino->ki_map.xm_seq)
+		err = item_map(it, ino, &map);
 	if (err) {
 		if (ino->ki_obj == it->it_obj)
 			ino->ki_offload_err = err;
@@ -446,12 +517,26 @@ static void item_finish(struct kv_tier *t, struct item *it)
 		kv_persist_put(st, ino);
 		if (old.xm_seq)
 			kv_xmap_dead(t->kt_bs, &old);
-		if (ino->ki_obj == it->it_obj)
+		if (it->it_spilled) {
+			/* Its records are the map's now (checksums too); DRAM holds only part. */
+			for (uint32_t j = 0; j < ino->ki_spill.xm_n; j++)
+				kv_xmap_at(&ino->ki_spill, j)->xe_csums = NULL;
+			kv_xmap_clear(&ino->ki_spill);
+			if (ino->ki_obj == it->it_obj) {
+				kv_obj_put(ino->ki_obj);
+				ino->ki_obj = NULL;
+			}
+		} else if (ino->ki_obj == it->it_obj) {
 			kv_tier_clean(t, ino);
+		}
 	}
 	pthread_rwlock_unlock(&ino->ki_lock);
 	pthread_rwlock_unlock(&st->ks_ns_lock);
-	kv_xmap_clear(&map); /* the old map, or the one not installed */
+	if (err && map.xm_n) { /* built, not installed: the spill keeps its checksums */
+		for (uint32_t j = 0; j < map.xm_n; j++)
+			kv_xmap_at(&map, j)->xe_csums = NULL;
+	}
+	kv_xmap_clear(&map); /* the old map, or nothing */
 }
 
 /* Appends puts[0..n), retrying those the quota refused while compaction makes room. */
@@ -487,6 +572,166 @@ static void append_with_room(struct kv_tier *t, struct kv_bucket_put *puts, unsi
 	}
 	free(again);
 	free(map);
+}
+
+/* Extents one spill writes at most (each a record, written together). */
+#define SPILL_EXTENTS 64
+
+/*
+ * Spill. A file being written that the pool cannot hold any more gives its
+ * complete extents (every one but the last) to the SSD: a writer that finds
+ * the pool full with nothing clean to evict calls kv_tier_spill for its own
+ * file. Under ki_lock the chosen extents' blocks get an extra reference
+ * (so a write meanwhile copies them instead of changing them); they are
+ * written with no lock held, as EXTENT records of the version (which takes
+ * its sequence number at its first spill, ki_spill.xm_seq); then, under
+ * ki_lock again, each extent still holding the block written becomes a
+ * hole in memory and its record goes into ki_spill. A crash before the
+ * seal leaves the records unnamed: dead space, never a visible half-file.
+ * Reads of the version take their bytes from the records
+ * (kv_tier_read_spilled); a change to a spilled extent reads it back
+ * first (core/store.c, unspill). The seal writes the rest and the
+ * manifest, and the version becomes a value on the SSD (item_finish).
+ */
+int kv_tier_spill(struct kv_tier *t, struct kv_inode *ino)
+{
+	struct kv_store *st = t->kt_st;
+	struct kv_bucket_put puts[SPILL_EXTENTS];
+	struct kv_xblk *blk[SPILL_EXTENTS];
+	uint64_t *csums[SPILL_EXTENTS];
+	struct iovec *iov = NULL;
+	char path[KV_JPATH_MAX];
+	struct kv_obj *obj;
+	uint32_t n = 0, used = 0, freed = 0;
+	uint64_t seq = 0, last;
+	int len = -1;
+
+	pthread_rwlock_rdlock(&st->ks_ns_lock);
+	pthread_rwlock_wrlock(&ino->ki_lock);
+	obj = ino->ki_obj;
+	if (obj && !obj->ko_sealed && ino->ki_parent && obj->ko_size > KV_EXTENT)
+		len = kv_store_path(ino, path, sizeof(path));
+	pthread_rwlock_unlock(&st->ks_ns_lock);
+	if (len > 0)
+		iov = malloc(SPILL_EXTENTS * (KV_EXTENT / KV_PAGE_SIZE) * sizeof(*iov));
+	if (len <= 0 || !iov)
+		goto out_unlock;
+	last = (obj->ko_size - 1) >> KV_EXTENT_SHIFT;
+	if (!ino->ki_spill.xm_n && !ino->ki_spill.xm_seq)
+		ino->ki_spill.xm_seq = atomic_fetch_add(&st->ks_seq, 1) + 1;
+	ino->ki_spill.xm_size = UINT64_MAX; /* a spill is no whole value */
+	seq = ino->ki_spill.xm_seq;
+	for (uint64_t k = 0; k < last && n < SPILL_EXTENTS; k++) {
+		uint64_t bytes;
+		int c;
+
+		if (!kv_obj_has_data(obj, k))
+			continue;
+		blk[n] = kv_obj_hold_extent(obj, k);
+		c = kv_obj_iov(obj, k << KV_EXTENT_SHIFT, KV_EXTENT, iov + used,
+			       (int)(SPILL_EXTENTS * (KV_EXTENT / KV_PAGE_SIZE) - used), &bytes);
+		puts[n] = (struct kv_bucket_put){
+		    .bp_key = path,
+		    .bp_key_len = (uint32_t)len,
+		    .bp_seq = seq,
+		    .bp_index = (uint32_t)k,
+		    .bp_flags = KV_REC_EXTENT,
+		    .bp_len = KV_EXTENT,
+		    .bp_iov = iov + used,
+		    .bp_iovcnt = c,
+		};
+		used += (uint32_t)c;
+		n++;
+	}
+	pthread_rwlock_unlock(&ino->ki_lock);
+	if (!n)
+		goto out;
+	append_with_room(t, puts, n);
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t nchunks;
+
+		csums[i] = NULL;
+		if (!puts[i].bp_err &&
+		    kv_bucket_load_csums(t->kt_bs, &puts[i].bp_loc, &csums[i], &nchunks))
+			puts[i].bp_err = -EIO;
+	}
+	pthread_rwlock_wrlock(&ino->ki_lock);
+	for (uint32_t i = 0; i < n; i++) {
+		const struct kv_loc *loc = &puts[i].bp_loc;
+		bool kept = !puts[i].bp_err && ino->ki_obj == obj && !obj->ko_sealed &&
+			    ino->ki_parent && ino->ki_spill.xm_seq == seq &&
+			    kv_obj_has_data(obj, loc->kl_index) &&
+			    kv_xmap_add(&ino->ki_spill, loc, csums[i]) == 0;
+
+		if (kept && kv_obj_drop_extent(obj, loc->kl_index, blk[i])) {
+			freed++;
+		} else if (kept) { /* changed meanwhile: the record is stale */
+			int64_t at = kv_xmap_find(&ino->ki_spill, loc->kl_index);
+
+			kv_xmap_cut(&ino->ki_spill, (uint32_t)at, (uint32_t)at + 1);
+			kv_bucket_dead(t->kt_bs, loc);
+		} else {
+			free(csums[i]);
+			if (loc->kl_bucket)
+				kv_bucket_dead(t->kt_bs, loc);
+		}
+		if (loc->kl_bucket)
+			kv_bucket_settle(t->kt_bs, loc);
+	}
+	pthread_rwlock_unlock(&ino->ki_lock);
+	for (uint32_t i = 0; i < n; i++)
+		kv_obj_release_extent(obj, blk[i]);
+	goto out;
+
+out_unlock:
+	pthread_rwlock_unlock(&ino->ki_lock);
+out:
+	free(iov);
+	return freed ? 0 : -ENOSPC;
+}
+
+int kv_tier_read_spilled(struct kv_tier *t, struct kv_inode *ino, const struct kv_obj *obj,
+			 uint64_t off, uint64_t len, struct iovec *iov, int maxiov, uint64_t *bytes,
+			 struct kv_read_guard *guard)
+{
+	uint64_t end = len < obj->ko_size - off ? off + len : obj->ko_size, pos = off;
+	int n = 0, nbuf = 0, err = 0;
+
+	*bytes = 0;
+	if (off >= obj->ko_size)
+		return 0;
+	while (!err && pos < end && n < maxiov) {
+		uint64_t k = pos >> KV_EXTENT_SHIFT, base = k << KV_EXTENT_SHIFT, got;
+		uint64_t eend = base + KV_EXTENT < end ? base + KV_EXTENT : end;
+		int64_t at = kv_xmap_find(&ino->ki_spill, (uint32_t)k);
+		char *data;
+
+		if (at < 0) {
+			int c = kv_obj_iov(obj, pos, eend - pos, iov + n, maxiov - n, &got);
+
+			n += c;
+			pos += got;
+			if (!got)
+				break;
+			continue;
+		}
+		if (nbuf == KV_READ_EXTENTS)
+			break;
+		err = kv_bucket_read(t->kt_bs, &kv_xmap_at(&ino->ki_spill, (uint32_t)at)->xe_loc,
+				     kv_xmap_at(&ino->ki_spill, (uint32_t)at)->xe_csums, pos - base,
+				     eend - pos, &guard->krg_buf[nbuf++], &data, &got);
+		if (!err && !got)
+			err = -EIO;
+		if (!err) {
+			iov[n].iov_base = data;
+			iov[n++].iov_len = got;
+			pos += got;
+		}
+	}
+	if (err)
+		return err == -ENOENT ? -EIO : err;
+	*bytes = pos - off;
+	return n;
 }
 
 static void run_batch(struct kv_tier *t, struct item *items, unsigned n)

@@ -19,7 +19,62 @@ uint32_t kv_xmap_nx(const struct kv_xmap *m)
 
 bool kv_xmap_whole(const struct kv_xmap *m)
 {
-	return m->xm_n == 1 && m->xm_one.xe_loc.kl_index != KV_MANIFEST_INDEX;
+	/* A WHOLE record's length is the value's size; a lone extent of a spill's is not. */
+	return m->xm_n == 1 && m->xm_one.xe_loc.kl_index != KV_MANIFEST_INDEX &&
+	       m->xm_one.xe_loc.kl_len == m->xm_size;
+}
+
+int kv_xmap_add(struct kv_xmap *m, const struct kv_loc *loc, uint64_t *csums)
+{
+	uint32_t n = m->xm_n, at = 0;
+	struct kv_xent *e;
+
+	while (at < n && kv_xmap_cat(m, at)->xe_loc.kl_index < loc->kl_index)
+		at++;
+	if (at < n && kv_xmap_cat(m, at)->xe_loc.kl_index == loc->kl_index)
+		return -EEXIST;
+	if (n == 0) {
+		m->xm_one = (struct kv_xent){.xe_loc = *loc, .xe_csums = csums};
+		m->xm_n = 1;
+		return 0;
+	}
+	e = malloc((n + 1) * sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n; i++)
+		e[i < at ? i : i + 1] = *kv_xmap_cat(m, i);
+	e[at] = (struct kv_xent){.xe_loc = *loc, .xe_csums = csums};
+	if (n > 1)
+		free(m->xm_e);
+	m->xm_e = e;
+	m->xm_n = n + 1;
+	return 0;
+}
+
+void kv_xmap_cut(struct kv_xmap *m, uint32_t first, uint32_t end)
+{
+	uint32_t n = m->xm_n, k = 0;
+	struct kv_xent keep = {0};
+
+	if (first >= end)
+		return;
+	for (uint32_t i = first; i < end; i++)
+		free(kv_xmap_at(m, i)->xe_csums);
+	if (n > 1) {
+		for (uint32_t i = 0; i < n; i++)
+			if (i < first || i >= end)
+				m->xm_e[k++] = m->xm_e[i];
+		if (k == 1) {
+			keep = m->xm_e[0];
+			free(m->xm_e);
+			m->xm_one = keep;
+		} else if (k == 0) {
+			free(m->xm_e);
+		}
+	}
+	m->xm_n = n - (end - first);
+	if (!m->xm_n)
+		memset(&m->xm_one, 0, sizeof(m->xm_one));
 }
 
 int kv_xmap_set(struct kv_xmap *m, uint64_t seq, uint64_t size, const struct kv_loc *locs,

@@ -117,4 +117,10 @@ int kv_xmap_read_obj(struct kv_bucket_set *bs, const struct kv_xmap *m, uint32_t
 /* True when m is one WHOLE record (version 1: of any length). */
 bool kv_xmap_whole(const struct kv_xmap *m);
 
+/* Adds the record of a new extent index, with its checksums (m takes them). -EEXIST, -ENOMEM. */
+int kv_xmap_add(struct kv_xmap *m, const struct kv_loc *loc, uint64_t *csums);
+
+/* Removes entries [first, end), freeing their checksums. */
+void kv_xmap_cut(struct kv_xmap *m, uint32_t first, uint32_t end);
+
 #endif

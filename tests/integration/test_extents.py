@@ -17,6 +17,7 @@ import mmap
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -429,6 +430,75 @@ class HolesTest(SsdTestCase):
         self.assertEqual(rc, 0, out)
         m = self.start("third")
         self.check(m, files, "after another restart")
+        m.stop()
+
+
+class LargerThanDramTest(SsdTestCase):
+    """A file larger than the pool: its complete extents spill to the SSD
+    while it is written (README "Extents", milestone 3)."""
+
+    OPTS = ("--mem-size=32M", "--bucket-size=16M")
+    SIZE = 4 * (32 << 20) + 12345  # 4x the pool, not extent-aligned
+
+    def test_write_read_change_restart_4x_pool(self):
+        m = self.start("first")
+        data = bytearray(pattern("big", self.SIZE))
+        p = m.path("big")
+        fd = os.open(p, os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            for off in range(0, self.SIZE, 1 << 20):
+                self.assertEqual(os.pwrite(fd, data[off:off + (1 << 20)], off),
+                                 min(1 << 20, self.SIZE - off))
+            # While open: spilled extents read back, through this fd and another.
+            self.assertEqual(os.pread(fd, 5000, 3 * EXTENT - 100), bytes(data[3 * EXTENT - 100:
+                                                                             3 * EXTENT + 4900]))
+            self.assertEqual(read_direct(p, 0, 8 << 20), bytes(data[:8 << 20]))
+            # A change to a spilled extent reads it back first.
+            self.assertEqual(os.pwrite(fd, b"Q" * 3000, EXTENT + 777), 3000)
+            data[EXTENT + 777:EXTENT + 3777] = b"Q" * 3000
+            # Cut into a spilled extent, then grow again: zeros past the cut.
+            os.ftruncate(fd, 100 * (1 << 20) + 5)
+            del data[100 * (1 << 20) + 5:]
+            os.ftruncate(fd, 110 * (1 << 20))
+            data += bytes(110 * (1 << 20) - len(data))
+            self.assertEqual(os.pwrite(fd, b"end", len(data)), 3)
+            data += b"end"
+        finally:
+            os.close(fd)
+        self.assertLess(m.stats()["pool"]["used"], 33 << 20)
+        want = hashlib.sha256(data).hexdigest()
+        self.assertEqual(hashlib.sha256(read_file(p)).hexdigest(), want)
+        # cp out and in again: another file 4x the pool.
+        out = os.path.join(self.tmp, "copy")
+        subprocess.run(["cp", p, out], check=True)
+        subprocess.run(["cp", out, m.path("again")], check=True)
+        os.unlink(out)
+        self.assertEqual(hashlib.sha256(read_file(m.path("again"))).hexdigest(), want)
+        m.stop()
+        rc, out = run_kvfs("--fsck", self.data)
+        self.assertEqual(rc, 0, out)
+        m = self.start("second")
+        for name in ("big", "again"):
+            self.assertEqual(hashlib.sha256(read_direct(m.path(name))).hexdigest(), want, name)
+        m.stop()
+
+    def test_kill_before_the_seal_leaves_nothing(self):
+        m = self.start("first")
+        write_file(m.path("small"), b"kept")
+        fsync_path(m.path("small"))
+        fd = os.open(m.path("half"), os.O_CREAT | os.O_WRONLY, 0o644)
+        chunk = pattern("half", 1 << 20)
+        for off in range(0, 3 * (32 << 20), 1 << 20):
+            os.pwrite(fd, chunk, off)
+        self.assertGreater(m.stats()["ssd"]["bytes_written"], 32 << 20)  # it spilled
+        self.crash(m)
+        os.close(fd)
+        m = self.start("second")
+        self.assertFalse(os.path.exists(m.path("half")))
+        self.assertEqual(read_file(m.path("small")), b"kept")
+        ssd = m.stats()["ssd"]
+        # The spilled records are dead (or their buckets gone): nothing live but "small".
+        self.assertLess(ssd["used"] - ssd["dead"], 1 << 20, ssd)
         m.stop()
 
 
