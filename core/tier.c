@@ -72,7 +72,7 @@ struct kv_tier {
 	struct kv_inode *kt_hand; /* the clock of clean values: circular, NULL when empty */
 	uint64_t kt_clock_n;
 
-	_Atomic uint64_t kt_dram_hits, kt_ssd_hits, kt_evictions, kt_promotions;
+	_Atomic uint64_t kt_dram_hits, kt_ssd_hits, kt_evictions, kt_promotions, kt_spilled;
 	_Atomic uint64_t kt_offload_errors;
 	uint64_t kt_recovery_ns, kt_recovered_keys, kt_lost_keys; /* set once at start */
 };
@@ -665,6 +665,7 @@ int kv_tier_spill(struct kv_tier *t, struct kv_inode *ino)
 
 		if (kept && kv_obj_drop_extent(obj, loc->kl_index, blk[i])) {
 			freed++;
+			atomic_fetch_add(&t->kt_spilled, loc->kl_len);
 		} else if (kept) { /* changed meanwhile: the record is stale */
 			int64_t at = kv_xmap_find(&ino->ki_spill, loc->kl_index);
 
@@ -1295,6 +1296,7 @@ void kv_tier_usage(struct kv_tier *t, struct kv_store_usage *u)
 	u->ku_ssd_hits = atomic_load(&t->kt_ssd_hits);
 	u->ku_evictions = atomic_load(&t->kt_evictions);
 	u->ku_promotions = atomic_load(&t->kt_promotions);
+	u->ku_spilled = atomic_load(&t->kt_spilled);
 	u->ku_offload_errors = atomic_load(&t->kt_offload_errors);
 	u->ku_recovery_ns = t->kt_recovery_ns;
 	u->ku_recovered_keys = t->kt_recovered_keys;

@@ -482,6 +482,34 @@ class LargerThanDramTest(SsdTestCase):
             self.assertEqual(hashlib.sha256(read_direct(m.path(name))).hexdigest(), want, name)
         m.stop()
 
+    def test_unlinked_while_open_then_compacted(self):
+        """Deleted while open, a spilled file still reads whole through its
+        fd, compaction leaves its records alone, and after the last close
+        a pass gives the space back."""
+        m = self.start("first")
+        data = pattern("gone", 3 * (32 << 20))
+        p = m.path("gone")
+        fd = os.open(p, os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            for off in range(0, len(data), 1 << 20):
+                os.pwrite(fd, data[off:off + (1 << 20)], off)
+            self.assertGreater(m.stats()["tier"]["spilled_bytes"], 32 << 20)
+            os.unlink(p)
+            with open(m.path(".kvfs", "ctl"), "w") as f:
+                f.write("gc\n")
+            got = bytearray()
+            for off in range(0, len(data), 1 << 20):
+                got += os.pread(fd, 1 << 20, off)
+            self.assertEqual(hashlib.sha256(got).hexdigest(), hashlib.sha256(data).hexdigest())
+        finally:
+            os.close(fd)
+        kvfstest.wait_until(lambda: m.stats()["namespace"]["open_handles"] == 0, what="the release")
+        with open(m.path(".kvfs", "ctl"), "w") as f:
+            f.write("gc\n")
+        ssd = m.stats()["ssd"]
+        self.assertLess(ssd["used"], 40 << 20, ssd)
+        m.stop()
+
     def test_kill_before_the_seal_leaves_nothing(self):
         m = self.start("first")
         write_file(m.path("small"), b"kept")
