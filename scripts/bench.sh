@@ -9,7 +9,8 @@
 #   ssd      fio sequential write then read of a data set 4x the DRAM pool
 #            through kvfs (so reads come from the bucket files), next to the
 #            same jobs with direct=1 on a plain directory of DATA_DIR's
-#            filesystem; then the restart time for 100,000 keys.
+#            filesystem; one 1 GiB file (it spills while written) the same
+#            way; then the restart time for 100,000 keys.
 #   ioctl    kvfs-bench --scenario=all (32 layers x 64 KiB = 2 MiB blocks)
 #            through --path=ioctl next to --path=posix; a batch lookup of
 #            1,000 names (one ioctl request) next to 1,000 stat() calls, both
@@ -134,6 +135,12 @@ bench_ssd() {
 	row "seq read from SSD (kvfs O_DIRECT)" "$k" "$b"
 	k=$(fio_bw "$work/mnt" read 0 1 $f $s $j)
 	row "seq read from SSD (kvfs buffered)" "$k" "$b"
+	rm -f "$work"/mnt/b.* "$work"/direct/b.*
+	# One file 4x the pool: it spills to the SSD while it is written.
+	k=$(fio_bw "$work/mnt" write 1 0 1 1024m 1); b=$(fio_bw "$work/direct" write 1 0 1 1024m 1)
+	row "one 1 GiB file: seq write" "$k" "$b"
+	k=$(fio_bw "$work/mnt" read 1 1 1 1024m 1); b=$(fio_bw "$work/direct" read 1 1 1 1024m 1)
+	row "one 1 GiB file: seq read" "$k" "$b"
 	python3 -c "import json; d=json.load(open('$work/mnt/.kvfs/stats')); print('  tier:', d['tier'])"
 	umount_kvfs
 	rm -rf "$work/data" "$work/direct"
