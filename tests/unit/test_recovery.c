@@ -1431,6 +1431,50 @@ static void test_crash_image(void **state)
  * refused; every key reads back exact (the evicted ones from the SSD),
  * now and after a restart.
  */
+/*
+ * A file four times the pool: written in pieces it spills its complete
+ * extents to the SSD (tier.spilled), reads back exact while open and once
+ * sealed, and again after a restart; fsync'ed, it is the only thing there.
+ */
+static void test_spill(void **state)
+{
+	struct fix *f = fix_of(state);
+	int dfd = ddir(f, "data");
+	uint64_t len = 4 * f->f_cfg.kc_mem_size + 12345;
+	char *v = pattern(77, len);
+	struct kv_store *st;
+
+	struct kv_inode *ino;
+	struct kv_attr a;
+
+	assert_non_null(v);
+	st = store_open(f, dfd);
+	assert_int_equal(kv_store_create_open(st, kv_store_root(st), "big", 0644, &cred, &ino, &a),
+			 0);
+	/* In 1 MiB pieces, as FUSE writes; the last piece first, then the rest in order. */
+	assert_int_equal(kv_store_write(st, ino, len - 1000, v + len - 1000, 1000), 0);
+	for (uint64_t off = 0; off < len - 1000; off += MIB)
+		assert_int_equal(kv_store_write(st, ino, off, v + off,
+						len - 1000 - off < MIB ? len - 1000 - off : MIB),
+				 0);
+	assert_int_equal(check_file(st, "big", v, len), 0); /* open, partly spilled */
+	assert_int_equal(kv_store_fsync(st, ino), 0);
+	kv_store_release(st, ino, O_WRONLY);
+	kv_store_forget(st, ino, 1);
+	assert_true(usage(st).ku_spilled >= 3 * f->f_cfg.kc_mem_size);
+	assert_true(kv_pool_used(kv_store_pool(st)) <= f->f_cfg.kc_mem_size);
+	assert_int_equal(check_file(st, "big", v, len), 0);
+	assert_int_equal(usage(st).ku_offload_errors, 0);
+	assert_int_equal(kv_store_destroy(st), 0);
+	st = store_open(f, dfd);
+	assert_int_equal(usage(st).ku_lost_keys, 0);
+	assert_int_equal(check_file(st, "big", v, len), 0);
+	assert_int_equal(usage(st).ku_csum_errors, 0);
+	assert_int_equal(kv_store_destroy(st), 0);
+	free(v);
+	close(dfd);
+}
+
 static void test_eviction(void **state)
 {
 	enum { N = 100 };
@@ -1636,7 +1680,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    T(test_clean_restart),   T(test_restart_then_write), T(test_pre_epoch_times),
 	    T(test_root_attrs),	     T(test_replay_equals_live), T(test_crash_image),
-	    T(test_nodes_recovered), T(test_eviction),		 T(test_threads),
+	    T(test_nodes_recovered), T(test_eviction), T(test_spill), T(test_threads),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
