@@ -177,8 +177,8 @@ static void collect(struct pass *p, struct kv_inode *dir)
 					rec_add(p, c, loc);
 			}
 			/* The spilled extents of a version being written are live too. */
-			for (uint32_t i = 0; i < c->ki_spill.xm_n; i++) {
-				const struct kv_loc *loc = &kv_xmap_at(&c->ki_spill, i)->xe_loc;
+			for (uint32_t i = 0; i < kv_spill_n(c); i++) {
+				const struct kv_loc *loc = &kv_xmap_at(c->ki_spill, i)->xe_loc;
 
 				if (victim_of(p, loc->kl_bucket))
 					rec_add(p, c, loc);
@@ -262,10 +262,10 @@ static void switch_keys(struct pass *p, size_t from, size_t to)
 			moved = true;
 		}
 		/* A spilled extent needs no entry: nothing names it before the seal. */
-		at = moved ? -1 : kv_xmap_find(&ino->ki_spill, r->r_from.kl_index);
+		at = moved || !ino->ki_spill ? -1 : kv_xmap_find(ino->ki_spill, r->r_from.kl_index);
 		if (ino->ki_parent && at >= 0 &&
-		    loc_eq(&kv_xmap_at(&ino->ki_spill, (uint32_t)at)->xe_loc, &r->r_from)) {
-			kv_xmap_at(&ino->ki_spill, (uint32_t)at)->xe_loc = r->r_to;
+		    loc_eq(&kv_xmap_at(ino->ki_spill, (uint32_t)at)->xe_loc, &r->r_from)) {
+			kv_xmap_at(ino->ki_spill, (uint32_t)at)->xe_loc = r->r_to;
 			moved = true;
 		}
 		pthread_rwlock_unlock(&ino->ki_lock);

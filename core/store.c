@@ -146,14 +146,15 @@ static void inode_free(struct kv_inode *ino)
 		kv_tier_forget(st->ks_tier, ino);
 	if (st->ks_tier && ino->ki_pinned) {
 		kv_xmap_pin(kv_tier_buckets(st->ks_tier), &ino->ki_map, false);
-		kv_xmap_pin(kv_tier_buckets(st->ks_tier), &ino->ki_spill, false);
+		if (ino->ki_spill)
+			kv_xmap_pin(kv_tier_buckets(st->ks_tier), ino->ki_spill, false);
 	}
 	if (atomic_load(&ino->ki_nlink) && S_ISREG(ino->ki_type))
 		atomic_fetch_sub(&st->ks_bytes, cur_size(ino));
 	if (ino->ki_obj)
 		kv_obj_put(ino->ki_obj);
 	kv_xmap_clear(&ino->ki_map);
-	kv_xmap_clear(&ino->ki_spill);
+	kv_spill_free(ino);
 	atomic_fetch_sub(&st->ks_inodes, 1);
 	pthread_rwlock_destroy(&ino->ki_lock);
 	free(ino->kd_table);
@@ -553,6 +554,67 @@ out_put:
 }
 
 /*
+ * The copy-on-write step for a value of extents only on the SSD: a new open
+ * version of `keep` bytes whose extents are all holes in memory and
+ * *borrowed* in ki_spill — the durable version's records, which it shares
+ * (their birth sequence numbers are older than the new version's) — so a
+ * change reads back only the extents it touches (unspill), and the seal
+ * writes only those (ki_lock held exclusive). The caller installs it.
+ * Returns 0, -ENOMEM, -EIO.
+ */
+static int borrow(struct kv_inode *ino, uint64_t keep, struct kv_obj **out)
+{
+	struct kv_store *st = ino->ki_store;
+	struct kv_bucket_set *bs = kv_tier_buckets(st->ks_tier);
+	struct kv_xmap *m = &ino->ki_map, *sp;
+	struct kv_loc *locs;
+	uint32_t first, end;
+	struct kv_obj *obj;
+	int err;
+
+	kv_xmap_range(m, 0, keep, &first, &end);
+	err = kv_xmap_load_csums(bs, m, first, end);
+	if (!err && !ino->ki_spill) {
+		ino->ki_spill = calloc(1, sizeof(*ino->ki_spill));
+		err = ino->ki_spill ? 0 : -ENOMEM;
+	}
+	if (!err)
+		err = kv_obj_new(st->ks_pool, &obj);
+	if (err)
+		return err;
+	sp = ino->ki_spill;
+	err = kv_obj_truncate(obj, keep); /* holes: no memory */
+	locs = err ? NULL : malloc((end - first + 1) * sizeof(*locs));
+	if (!err && !locs)
+		err = -ENOMEM;
+	for (uint32_t i = first; !err && i < end; i++)
+		locs[i - first] = kv_xmap_cat(m, i)->xe_loc;
+	if (!err)
+		err = kv_xmap_set(sp, atomic_fetch_add(&st->ks_seq, 1) + 1, UINT64_MAX, locs,
+				  end - first);
+	free(locs);
+	/* Each keeps its own copy of the checksums. */
+	for (uint32_t i = first; !err && i < end; i++) {
+		const struct kv_xent *x = kv_xmap_cat(m, i);
+		size_t n = (x->xe_loc.kl_len + (1u << KV_CHUNK_SHIFT) - 1) >> KV_CHUNK_SHIFT;
+		uint64_t *csums = malloc(n * 8 + 8);
+
+		err = csums ? 0 : -ENOMEM;
+		if (!err) {
+			memcpy(csums, x->xe_csums, n * 8);
+			kv_xmap_at(sp, i - first)->xe_csums = csums;
+		}
+	}
+	if (err) {
+		kv_xmap_clear(sp);
+		kv_obj_put(obj);
+		return err;
+	}
+	*out = obj;
+	return 0;
+}
+
+/*
  * Returns in *out the version of a regular file to modify (ki_lock held
  * exclusive): the current one while it is open, else a copy-on-write copy
  * of its first `keep` bytes (from DRAM, or from the SSD when the value is
@@ -567,12 +629,14 @@ static int writable(struct kv_inode *ino, uint64_t keep, struct kv_obj **out)
 		*out = cur;
 		return 0;
 	}
-	if (cur && ino->ki_spill.xm_n)
+	if (cur && kv_spill_n(ino))
 		return -EINPROGRESS; /* part of it is on the SSD, not yet durable: wait for it */
 	if (cur)
 		return kv_obj_clone(cur, keep, out);
 	if (keep == 0 || ino->ki_map.xm_size == 0)
 		return kv_obj_new(ino->ki_store->ks_pool, out);
+	if (!kv_xmap_whole(&ino->ki_map) && !kv_spill_n(ino))
+		return borrow(ino, keep < ino->ki_map.xm_size ? keep : ino->ki_map.xm_size, out);
 	return load_prefix(ino, keep < ino->ki_map.xm_size ? keep : ino->ki_map.xm_size, out);
 }
 
@@ -613,8 +677,10 @@ static void seal(struct kv_inode *ino)
 	struct kv_store *st = ino->ki_store;
 
 	/* A version that spilled took its sequence number then. */
-	kv_obj_seal(ino->ki_obj, ino->ki_spill.xm_n ? ino->ki_spill.xm_seq
-						    : atomic_fetch_add(&st->ks_seq, 1) + 1);
+	if (ino->ki_spill && !ino->ki_spill->xm_n)
+		kv_spill_free(ino);
+	kv_obj_seal(ino->ki_obj, ino->ki_spill ? ino->ki_spill->xm_seq
+					       : atomic_fetch_add(&st->ks_seq, 1) + 1);
 	if (st->ks_tier)
 		kv_tier_enqueue(st->ks_tier, ino);
 }
@@ -640,11 +706,11 @@ static int unspill(struct kv_inode *ino, struct kv_obj *obj, uint64_t from, uint
 		   uint64_t cut)
 {
 	struct kv_bucket_set *bs;
-	struct kv_xmap *sp = &ino->ki_spill;
+	struct kv_xmap *sp = ino->ki_spill;
 	uint32_t first, end, i;
 	int err = 0;
 
-	if (!sp->xm_n || from >= to)
+	if (!sp || !sp->xm_n || from >= to)
 		return 0;
 	bs = kv_tier_buckets(ino->ki_store->ks_tier);
 	sp->xm_size = UINT64_MAX; /* the range lookup clips to it */
@@ -653,14 +719,26 @@ static int unspill(struct kv_inode *ino, struct kv_obj *obj, uint64_t from, uint
 		struct kv_xent *x = kv_xmap_at(sp, i);
 		uint64_t base = (uint64_t)x->xe_loc.kl_index << KV_EXTENT_SHIFT;
 
-		if (base < cut && base < obj->ko_size)
-			err = kv_xmap_read_obj(bs, sp, i, i + 1, obj);
+		if (base < cut && base < obj->ko_size) {
+			/* The record may reach past a size cut short (truncate): read it whole. */
+			uint64_t size = obj->ko_size, reach = base + x->xe_loc.kl_len;
+
+			err = reach > size ? kv_obj_truncate(obj, reach) : 0;
+			if (!err)
+				err = kv_xmap_read_obj(bs, sp, i, i + 1, obj);
+			if (reach > size)
+				kv_obj_truncate(obj, size); /* shrinking never fails */
+		}
 		if (err)
 			break;
-		/* Dead now: unless deleted while open, which counted it already. */
+		/*
+		 * Dead now: unless deleted while open, which counted it already, or
+		 * borrowed from the durable version (an older birth sequence number),
+		 * which still holds it.
+		 */
 		if (ino->ki_pinned)
 			kv_bucket_pin(bs, x->xe_loc.kl_bucket, false);
-		else
+		else if (x->xe_loc.kl_seq == sp->xm_seq)
 			kv_bucket_dead(bs, &x->xe_loc);
 	}
 	kv_xmap_cut(sp, first, i);
@@ -946,10 +1024,13 @@ static void name_gone(struct kv_store *st, struct kv_inode *ino)
 	bs = kv_tier_buckets(st->ks_tier);
 	pthread_rwlock_wrlock(&ino->ki_lock);
 	kv_xmap_dead(bs, &ino->ki_map);
-	kv_xmap_dead(bs, &ino->ki_spill);
+	for (uint32_t i = 0; i < kv_spill_n(ino); i++) /* not the borrowed: ki_map's */
+		if (kv_xmap_at(ino->ki_spill, i)->xe_loc.kl_seq == ino->ki_spill->xm_seq)
+			kv_bucket_dead(bs, &kv_xmap_at(ino->ki_spill, i)->xe_loc);
 	if (ino->ki_nopen && !ino->ki_pinned) {
 		kv_xmap_pin(bs, &ino->ki_map, true);
-		kv_xmap_pin(bs, &ino->ki_spill, true);
+		if (ino->ki_spill)
+			kv_xmap_pin(bs, ino->ki_spill, true);
 		ino->ki_pinned = true;
 	}
 	pthread_rwlock_unlock(&ino->ki_lock);
@@ -1317,7 +1398,8 @@ void kv_store_release(struct kv_store *st, struct kv_inode *ino, int flags)
 	ino->ki_nopen--;
 	if (ino->ki_nopen == 0 && ino->ki_pinned) {
 		kv_xmap_pin(kv_tier_buckets(st->ks_tier), &ino->ki_map, false);
-		kv_xmap_pin(kv_tier_buckets(st->ks_tier), &ino->ki_spill, false);
+		if (ino->ki_spill)
+			kv_xmap_pin(kv_tier_buckets(st->ks_tier), ino->ki_spill, false);
 		ino->ki_pinned = false;
 	}
 	settle(ino);
@@ -1346,12 +1428,12 @@ int kv_store_read(struct kv_store *st, struct kv_inode *ino, uint64_t off, uint6
 	if (st->ks_tier)
 		kv_tier_hit(st->ks_tier);
 	guard->krg_obj = obj;
-	if (obj->ko_sealed && !ino->ki_spill.xm_n) {
+	if (obj->ko_sealed && !kv_spill_n(ino)) {
 		pthread_rwlock_unlock(&ino->ki_lock);
 		return kv_obj_iov(obj, off, len, iov, maxiov, bytes);
 	}
 	guard->krg_locked = ino;
-	if (ino->ki_spill.xm_n)
+	if (kv_spill_n(ino))
 		return kv_tier_read_spilled(st->ks_tier, ino, obj, off, len, iov, maxiov, bytes,
 					    guard);
 	return kv_obj_iov(obj, off, len, iov, maxiov, bytes);

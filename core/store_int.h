@@ -19,6 +19,8 @@
 #ifndef KVFS_CORE_STORE_INT_H
 #define KVFS_CORE_STORE_INT_H
 
+#include <stdlib.h>
+
 #include "core/store.h"
 #include "core/xmap.h"
 #include "ssd/bucket.h"
@@ -54,10 +56,12 @@ struct kv_inode {
 	struct kv_obj *ki_obj; /* regular files: the version in DRAM; NULL when only on SSD */
 	uint32_t ki_nopen;
 	struct kv_xmap ki_map; /* the newest durable version on SSD (xm_seq 0: none) */
-	struct kv_xmap ki_spill; /* extents of ki_obj written to the SSD early (a file larger than
-				    DRAM: core/tier.c, "Spill"): holes in ki_obj's memory, its
-				    bytes are here; xm_seq is the version's sequence number.
-				    Empty unless ki_obj is open, or sealed and not yet durable */
+	struct kv_xmap *ki_spill; /* NULL, or extents of ki_obj written to the SSD early (a file
+				     larger than DRAM: core/tier.c, "Spill") or borrowed from
+				     ki_map (core/store.c, borrow): holes in ki_obj's memory,
+				     their bytes are here; xm_seq is the version's sequence
+				     number. Only while ki_obj is open, or sealed and not yet
+				     durable */
 	int ki_offload_err;   /* why the newest version could not be offloaded, or 0 */
 	bool ki_pinned;	      /* deleted while open: ki_map's buckets are pinned until the last close */
 	_Atomic uint64_t ki_used; /* last read or write (CLOCK_MONOTONIC_COARSE ns): cache mode */
@@ -90,6 +94,21 @@ struct kv_store {
 	int ks_datadir_fd;		/* immutable: DATA_DIR, or -1 */
 	_Atomic int ks_meta_err;	/* a journal entry was lost: fsync fails with it */
 };
+
+/* Records in ino's spill (ki_lock held). */
+static inline uint32_t kv_spill_n(const struct kv_inode *ino)
+{
+	return ino->ki_spill ? ino->ki_spill->xm_n : 0;
+}
+
+/* Frees ino's spill map, which holds nothing any more (ki_lock held exclusive). */
+static inline void kv_spill_free(struct kv_inode *ino)
+{
+	if (ino->ki_spill)
+		kv_xmap_clear(ino->ki_spill);
+	free(ino->ki_spill);
+	ino->ki_spill = NULL;
+}
 
 /* --- store.c --- */
 

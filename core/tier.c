@@ -252,6 +252,13 @@ void kv_tier_enqueue(struct kv_tier *t, struct kv_inode *ino)
 	pthread_mutex_unlock(&t->kt_lock);
 }
 
+/* Whether two locations name the same record. */
+static bool same_loc(const struct kv_loc *a, const struct kv_loc *b)
+{
+	return a->kl_seq == b->kl_seq && a->kl_bucket == b->kl_bucket && a->kl_off == b->kl_off &&
+	       a->kl_index == b->kl_index;
+}
+
 /* One value of a batch: the records of one version (core/xmap.h). */
 struct item {
 	struct kv_inode *it_ino;
@@ -369,11 +376,11 @@ static void item_prepare(struct kv_store *st, struct item *it)
 		it->it_obj = obj;
 	}
 	/* The spilled extents: in the manifest, not written again (a sealed one's are stable). */
-	if (len > 0 && ino->ki_spill.xm_n) {
-		spill = malloc(ino->ki_spill.xm_n * sizeof(*spill));
-		nspill = spill ? ino->ki_spill.xm_n : 0;
+	if (len > 0 && kv_spill_n(ino)) {
+		spill = malloc(kv_spill_n(ino) * sizeof(*spill));
+		nspill = spill ? kv_spill_n(ino) : 0;
 		for (uint32_t i = 0; i < nspill; i++)
-			spill[i] = kv_xmap_at(&ino->ki_spill, i)->xe_loc;
+			spill[i] = kv_xmap_at(ino->ki_spill, i)->xe_loc;
 		it->it_spilled = true;
 		if (!spill)
 			it->it_err = -ENOMEM;
@@ -453,13 +460,14 @@ static void item_dead(struct kv_tier *t, const struct item *it)
  */
 static int item_map(const struct item *it, const struct kv_inode *ino, struct kv_xmap *map)
 {
-	const struct kv_xmap *sp = &ino->ki_spill;
-	uint32_t nd = it->it_nput - (it->it_manifest ? 1 : 0), ns = it->it_spilled ? sp->xm_n : 0;
+	const struct kv_xmap *sp = ino->ki_spill;
+	uint32_t nd = it->it_nput - (it->it_manifest ? 1 : 0);
+	uint32_t ns = it->it_spilled ? kv_spill_n(ino) : 0;
 	uint32_t i = 0, j = 0, k = 0;
 	struct kv_loc *locs;
 	int err;
 
-	if (it->it_spilled && sp->xm_seq != it->it_obj->ko_seq)
+	if (it->it_spilled && (!sp || sp->xm_seq != it->it_obj->ko_seq))
 		return -EIO; /* cannot happen: a sealed version's spill never changes */
 	locs = malloc((it->it_nput + ns) * sizeof(*locs));
 	if (!locs)
@@ -515,13 +523,19 @@ static void item_finish(struct kv_tier *t, struct item *it)
 		ino->ki_map = map;
 		map = old;
 		kv_persist_put(st, ino);
-		if (old.xm_seq)
-			kv_xmap_dead(t->kt_bs, &old);
+		/* The old version's records die, but for those the new one borrowed. */
+		for (uint32_t i = 0; i < old.xm_n; i++) {
+			const struct kv_loc *l = &kv_xmap_at(&old, i)->xe_loc;
+			int64_t at = kv_xmap_find(&ino->ki_map, l->kl_index);
+
+			if (at < 0 || !same_loc(&kv_xmap_at(&ino->ki_map, (uint32_t)at)->xe_loc, l))
+				kv_bucket_dead(t->kt_bs, l);
+		}
 		if (it->it_spilled) {
 			/* Its records are the map's now (checksums too); DRAM holds only part. */
-			for (uint32_t j = 0; j < ino->ki_spill.xm_n; j++)
-				kv_xmap_at(&ino->ki_spill, j)->xe_csums = NULL;
-			kv_xmap_clear(&ino->ki_spill);
+			for (uint32_t j = 0; j < kv_spill_n(ino); j++)
+				kv_xmap_at(ino->ki_spill, j)->xe_csums = NULL;
+			kv_spill_free(ino);
 			if (ino->ki_obj == it->it_obj) {
 				kv_obj_put(ino->ki_obj);
 				ino->ki_obj = NULL;
@@ -617,10 +631,14 @@ int kv_tier_spill(struct kv_tier *t, struct kv_inode *ino)
 	if (len <= 0 || !iov)
 		goto out_unlock;
 	last = (obj->ko_size - 1) >> KV_EXTENT_SHIFT;
-	if (!ino->ki_spill.xm_n && !ino->ki_spill.xm_seq)
-		ino->ki_spill.xm_seq = atomic_fetch_add(&st->ks_seq, 1) + 1;
-	ino->ki_spill.xm_size = UINT64_MAX; /* a spill is no whole value */
-	seq = ino->ki_spill.xm_seq;
+	if (!ino->ki_spill) {
+		ino->ki_spill = calloc(1, sizeof(*ino->ki_spill));
+		if (!ino->ki_spill)
+			goto out_unlock;
+		ino->ki_spill->xm_seq = atomic_fetch_add(&st->ks_seq, 1) + 1;
+		ino->ki_spill->xm_size = UINT64_MAX; /* a spill is no whole value */
+	}
+	seq = ino->ki_spill->xm_seq;
 	for (uint64_t k = 0; k < last && n < SPILL_EXTENTS; k++) {
 		uint64_t bytes;
 		int c;
@@ -659,17 +677,17 @@ int kv_tier_spill(struct kv_tier *t, struct kv_inode *ino)
 	for (uint32_t i = 0; i < n; i++) {
 		const struct kv_loc *loc = &puts[i].bp_loc;
 		bool kept = !puts[i].bp_err && ino->ki_obj == obj && !obj->ko_sealed &&
-			    ino->ki_parent && ino->ki_spill.xm_seq == seq &&
+			    ino->ki_parent && ino->ki_spill && ino->ki_spill->xm_seq == seq &&
 			    kv_obj_has_data(obj, loc->kl_index) &&
-			    kv_xmap_add(&ino->ki_spill, loc, csums[i]) == 0;
+			    kv_xmap_add(ino->ki_spill, loc, csums[i]) == 0;
 
 		if (kept && kv_obj_drop_extent(obj, loc->kl_index, blk[i])) {
 			freed++;
 			atomic_fetch_add(&t->kt_spilled, loc->kl_len);
 		} else if (kept) { /* changed meanwhile: the record is stale */
-			int64_t at = kv_xmap_find(&ino->ki_spill, loc->kl_index);
+			int64_t at = kv_xmap_find(ino->ki_spill, loc->kl_index);
 
-			kv_xmap_cut(&ino->ki_spill, (uint32_t)at, (uint32_t)at + 1);
+			kv_xmap_cut(ino->ki_spill, (uint32_t)at, (uint32_t)at + 1);
 			kv_bucket_dead(t->kt_bs, loc);
 		} else {
 			free(csums[i]);
@@ -704,7 +722,7 @@ int kv_tier_read_spilled(struct kv_tier *t, struct kv_inode *ino, const struct k
 	while (!err && pos < end && n < maxiov) {
 		uint64_t k = pos >> KV_EXTENT_SHIFT, base = k << KV_EXTENT_SHIFT, got;
 		uint64_t eend = base + KV_EXTENT < end ? base + KV_EXTENT : end;
-		int64_t at = kv_xmap_find(&ino->ki_spill, (uint32_t)k);
+		int64_t at = kv_xmap_find(ino->ki_spill, (uint32_t)k);
 		char *data;
 
 		if (at < 0) {
@@ -718,8 +736,8 @@ int kv_tier_read_spilled(struct kv_tier *t, struct kv_inode *ino, const struct k
 		}
 		if (nbuf == KV_READ_EXTENTS)
 			break;
-		err = kv_bucket_read(t->kt_bs, &kv_xmap_at(&ino->ki_spill, (uint32_t)at)->xe_loc,
-				     kv_xmap_at(&ino->ki_spill, (uint32_t)at)->xe_csums, pos - base,
+		err = kv_bucket_read(t->kt_bs, &kv_xmap_at(ino->ki_spill, (uint32_t)at)->xe_loc,
+				     kv_xmap_at(ino->ki_spill, (uint32_t)at)->xe_csums, pos - base,
 				     eend - pos, &guard->krg_buf[nbuf++], &data, &got);
 		if (!err && !got)
 			err = -EIO;
@@ -955,11 +973,6 @@ struct want {
 	struct kv_loc w_loc[KV_READ_EXTENTS];
 };
 
-static bool same_loc(const struct kv_loc *a, const struct kv_loc *b)
-{
-	return a->kl_seq == b->kl_seq && a->kl_bucket == b->kl_bucket && a->kl_off == b->kl_off &&
-	       a->kl_index == b->kl_index;
-}
 
 /* True when ino's map still holds w's records, checksums loaded (ki_lock held). */
 static bool still(const struct kv_inode *ino, const struct want *w)
