@@ -261,8 +261,12 @@ static void switch_keys(struct pass *p, size_t from, size_t to)
 			journal_move(st, ino, &r->r_to);
 			moved = true;
 		}
-		/* A spilled extent needs no entry: nothing names it before the seal. */
-		at = moved || !ino->ki_spill ? -1 : kv_xmap_find(ino->ki_spill, r->r_from.kl_index);
+		/*
+		 * A spilled extent needs no entry: nothing names it before the seal.
+		 * A borrowed one is the map's record, maybe borrowed after the walk:
+		 * it follows the map's move (one record, one copy).
+		 */
+		at = !ino->ki_spill ? -1 : kv_xmap_find(ino->ki_spill, r->r_from.kl_index);
 		if (ino->ki_parent && at >= 0 &&
 		    loc_eq(&kv_xmap_at(ino->ki_spill, (uint32_t)at)->xe_loc, &r->r_from)) {
 			kv_xmap_at(ino->ki_spill, (uint32_t)at)->xe_loc = r->r_to;

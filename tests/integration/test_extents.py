@@ -586,5 +586,69 @@ class SharedExtentsTest(SsdTestCase):
         m.stop()
 
 
+class RandomOpsTest(SsdTestCase):
+    """fsx-style: random writes, reads, truncates, punches, fsyncs and
+    reopens of one file up to three times the pool, every read checked
+    against a model of the bytes (seeded: a failure names its seed)."""
+
+    OPTS = ("--mem-size=32M", "--bucket-size=16M")
+    MAX = 96 << 20
+    OPS = 400
+
+    def test_random_ops_with_a_model(self):
+        seed = int(os.environ.get("KVFS_FSX_SEED", "1"))
+        rng = random.Random(seed)
+        m = self.start("first")
+        p = m.path("fsx")
+        model = bytearray()
+        fd = os.open(p, os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            for n in range(self.OPS):
+                op = rng.random()
+                what = "seed %d, op %d" % (seed, n)
+                if op < 0.45 or len(model) < (8 << 20):
+                    # Mostly appends and large writes until the file is big, then anywhere.
+                    off = rng.randrange(0, min(self.MAX, len(model) + (4 << 20)))
+                    data = rng.randbytes(rng.choice((1, 4096, 65536, 1 << 20, 3 << 20)))
+                    data = data[:max(0, self.MAX - off)]
+                    self.assertEqual(os.pwrite(fd, data, off), len(data), what)
+                    if off > len(model):
+                        model += bytes(off - len(model))
+                    model[off:off + len(data)] = data
+                elif op < 0.75:
+                    off = rng.randrange(0, len(model))
+                    ln = rng.choice((1, 4096, 1 << 20, 5 << 20))
+                    self.assertEqual(os.pread(fd, ln, off), bytes(model[off:off + ln]), what)
+                elif op < 0.82:
+                    size = rng.randrange(0, self.MAX)
+                    os.ftruncate(fd, size)
+                    if size > len(model):
+                        model += bytes(size - len(model))
+                    else:
+                        del model[size:]
+                elif op < 0.88 and model:
+                    off = rng.randrange(0, len(model))
+                    ln = rng.randrange(1, 8 << 20)
+                    kvfstest.fallocate(fd, PUNCH_HOLE | KEEP_SIZE, off, ln)
+                    end = min(len(model), off + ln)
+                    model[off:end] = bytes(end - off)
+                elif op < 0.94:
+                    os.fsync(fd)
+                else:  # the last close seals; the next open starts a new version
+                    os.close(fd)
+                    fd = os.open(p, os.O_RDWR)
+                self.assertEqual(os.fstat(fd).st_size, len(model), what)
+        finally:
+            os.close(fd)
+        want = hashlib.sha256(model).hexdigest()
+        self.assertEqual(hashlib.sha256(read_file(p)).hexdigest(), want)
+        m.stop()
+        rc, out = run_kvfs("--fsck", self.data)
+        self.assertEqual(rc, 0, out)
+        m = self.start("second")
+        self.assertEqual(hashlib.sha256(read_file(m.path("fsx"))).hexdigest(), want)
+        m.stop()
+
+
 if __name__ == "__main__":
     kvfstest.main()
