@@ -12,6 +12,7 @@
 #define KVFS_FS_FS_H
 
 #define FUSE_USE_VERSION 312
+#include <pthread.h>
 #include <fuse_lowlevel.h>
 #include <stdbool.h>
 
@@ -31,7 +32,14 @@ struct kv_fs {
 	struct fuse_session *kf_se;	    /* for entry invalidations; NULL before mounting */
 	int kf_trace_fd;		    /* --trace=FILE, opened O_APPEND; -1 when off */
 	int kf_ready_fd; /* without -f: the pipe the waiting parent reads (fs/main.c); -1 */
+	/* kf_ctl_lock guards kf_ctl_open: the open handles of .kvfs/stats and config, freed at
+	 * their release or, for those the kernel never released, at the end (fs/ops.c). */
+	pthread_mutex_t kf_ctl_lock;
+	struct ctl_handle *kf_ctl_open;
 };
+
+/* Frees the control-file handles still open when the session ended. */
+void kv_fs_ctl_close_all(struct kv_fs *fs);
 
 /* The operations table; userdata is the struct kv_fs. */
 extern const struct fuse_lowlevel_ops kv_fs_ops;

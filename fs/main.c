@@ -243,6 +243,7 @@ out_signals:
 out_session:
 	fs->kf_se = NULL;
 	fuse_session_destroy(se);
+	kv_fs_ctl_close_all(fs);
 	return ret;
 }
 
@@ -251,7 +252,10 @@ int main(int argc, char **argv)
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	struct kv_config cfg;
 	struct kv_datadir dd;
-	struct kv_fs fs = {.kf_cfg = &cfg, .kf_trace_fd = -1, .kf_ready_fd = -1};
+	struct kv_fs fs = {.kf_cfg = &cfg,
+			   .kf_trace_fd = -1,
+			   .kf_ready_fd = -1,
+			   .kf_ctl_lock = PTHREAD_MUTEX_INITIALIZER};
 	char *fuse_opts = NULL, err[512];
 	char *abs_mnt;
 	uint64_t lost;

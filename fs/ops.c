@@ -38,10 +38,42 @@ struct dir_handle {
 	bool dh_valid;
 };
 
+/* An open .kvfs/stats or config: the rendering it reads, on fs->kf_ctl_open. */
 struct ctl_handle {
 	char *ch_buf;
 	size_t ch_len;
+	struct ctl_handle *ch_prev, *ch_next; /* kf_ctl_lock */
 };
+
+static void ctl_link(struct kv_fs *fs, struct ctl_handle *h)
+{
+	pthread_mutex_lock(&fs->kf_ctl_lock);
+	h->ch_next = fs->kf_ctl_open;
+	if (h->ch_next)
+		h->ch_next->ch_prev = h;
+	fs->kf_ctl_open = h;
+	pthread_mutex_unlock(&fs->kf_ctl_lock);
+}
+
+static void ctl_free(struct kv_fs *fs, struct ctl_handle *h)
+{
+	pthread_mutex_lock(&fs->kf_ctl_lock);
+	if (h->ch_prev)
+		h->ch_prev->ch_next = h->ch_next;
+	else
+		fs->kf_ctl_open = h->ch_next;
+	if (h->ch_next)
+		h->ch_next->ch_prev = h->ch_prev;
+	pthread_mutex_unlock(&fs->kf_ctl_lock);
+	free(h->ch_buf);
+	free(h);
+}
+
+void kv_fs_ctl_close_all(struct kv_fs *fs)
+{
+	while (fs->kf_ctl_open)
+		ctl_free(fs, fs->kf_ctl_open);
+}
 
 static struct kv_fs *fs_of(fuse_req_t req)
 {
@@ -448,10 +480,9 @@ static void ctl_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, 
 	fi->direct_io = 1;
 	fi->noflush = 1;
 	done(req, KV_OP_OPEN, t0, 0, 0);
-	if (fuse_reply_open(req, fi)) {
-		free(h->ch_buf);
-		free(h);
-	}
+	ctl_link(fs_of(req), h);
+	if (fuse_reply_open(req, fi))
+		ctl_free(fs_of(req), h);
 }
 
 static void kv_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -548,8 +579,7 @@ static void kv_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		struct ctl_handle *h = (struct ctl_handle *)(uintptr_t)fi->fh;
 
 		if (h)
-			free(h->ch_buf);
-		free(h);
+			ctl_free(fs, h);
 	} else {
 		kv_store_release(fs->kf_store, inode_of(fs, ino), fi->flags);
 	}
