@@ -623,12 +623,13 @@ int kv_tier_spill(struct kv_tier *t, struct kv_inode *ino)
 	pthread_rwlock_rdlock(&st->ks_ns_lock);
 	pthread_rwlock_wrlock(&ino->ki_lock);
 	obj = ino->ki_obj;
-	if (obj && !obj->ko_sealed && ino->ki_parent && obj->ko_size > KV_EXTENT)
-		len = kv_store_path(ino, path, sizeof(path));
+	/* A file deleted while open spills too: its records have no key, and are dead at once. */
+	if (obj && !obj->ko_sealed && obj->ko_size > KV_EXTENT)
+		len = ino->ki_parent ? kv_store_path(ino, path, sizeof(path)) : 0;
 	pthread_rwlock_unlock(&st->ks_ns_lock);
-	if (len > 0)
+	if (len >= 0)
 		iov = malloc(SPILL_EXTENTS * (KV_EXTENT / KV_PAGE_SIZE) * sizeof(*iov));
-	if (len <= 0 || !iov)
+	if (len < 0 || !iov)
 		goto out_unlock;
 	last = (obj->ko_size - 1) >> KV_EXTENT_SHIFT;
 	if (!ino->ki_spill) {
@@ -677,13 +678,17 @@ int kv_tier_spill(struct kv_tier *t, struct kv_inode *ino)
 	for (uint32_t i = 0; i < n; i++) {
 		const struct kv_loc *loc = &puts[i].bp_loc;
 		bool kept = !puts[i].bp_err && ino->ki_obj == obj && !obj->ko_sealed &&
-			    ino->ki_parent && ino->ki_spill && ino->ki_spill->xm_seq == seq &&
-			    kv_obj_has_data(obj, loc->kl_index) &&
+			    (ino->ki_parent || ino->ki_pinned) && ino->ki_spill &&
+			    ino->ki_spill->xm_seq == seq && kv_obj_has_data(obj, loc->kl_index) &&
 			    kv_xmap_add(ino->ki_spill, loc, csums[i]) == 0;
 
 		if (kept && kv_obj_drop_extent(obj, loc->kl_index, blk[i])) {
 			freed++;
 			atomic_fetch_add(&t->kt_spilled, loc->kl_len);
+			if (ino->ki_pinned) { /* deleted while open: as name_gone does */
+				kv_bucket_dead(t->kt_bs, loc);
+				kv_bucket_pin(t->kt_bs, loc->kl_bucket, true);
+			}
 		} else if (kept) { /* changed meanwhile: the record is stale */
 			int64_t at = kv_xmap_find(ino->ki_spill, loc->kl_index);
 

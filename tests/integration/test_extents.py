@@ -515,6 +515,30 @@ class LargerThanDramTest(SsdTestCase):
         self.assertLess(ssd["used"], 40 << 20, ssd)
         m.stop()
 
+    def test_deleted_first_then_written(self):
+        """Created, deleted and only then written (a temporary file): it
+        spills too, reads back whole, and leaves no live space behind."""
+        m = self.start("first")
+        p = m.path("tmp")
+        fd = os.open(p, os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            os.unlink(p)
+            data = pattern("tmp", 3 * (32 << 20))
+            for off in range(0, len(data), 1 << 20):
+                os.pwrite(fd, data[off:off + (1 << 20)], off)
+            self.assertGreater(m.stats()["tier"]["spilled_bytes"], 32 << 20)
+            got = b"".join(os.pread(fd, 1 << 20, off) for off in range(0, len(data), 1 << 20))
+            self.assertEqual(hashlib.sha256(got).hexdigest(), hashlib.sha256(data).hexdigest())
+        finally:
+            os.close(fd)
+        kvfstest.wait_until(lambda: m.stats()["namespace"]["open_handles"] == 0,
+                            what="the release")
+        with open(m.path(".kvfs", "ctl"), "w") as f:
+            f.write("gc\n")
+        ssd = m.stats()["ssd"]
+        self.assertLess(ssd["used"] - ssd["dead"], 1 << 20, ssd)
+        m.stop()
+
     def test_kill_before_the_seal_leaves_nothing(self):
         m = self.start("first")
         write_file(m.path("small"), b"kept")
