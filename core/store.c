@@ -1621,8 +1621,13 @@ int kv_store_fsync(struct kv_store *st, struct kv_inode *ino)
 		return kv_tier_drain(st->ks_tier);
 	if (S_ISREG(ino->ki_type)) {
 		pthread_rwlock_wrlock(&ino->ki_lock);
-		/* fsync is a put: the bytes written so far become a sealed version. */
-		if (ino->ki_obj && !ino->ki_obj->ko_sealed)
+		/*
+		 * fsync is a put: the bytes written so far become a sealed version
+		 * — unless the file has no name any more: nothing of it can become
+		 * durable, and an open version keeps spilling (a temporary file
+		 * written with O_SYNC, as stress-ng's iomix does).
+		 */
+		if (ino->ki_obj && !ino->ki_obj->ko_sealed && atomic_load(&ino->ki_nlink))
 			seal(ino);
 		seq = ino->ki_obj ? ino->ki_obj->ko_seq : 0;
 		pthread_rwlock_unlock(&ino->ki_lock);

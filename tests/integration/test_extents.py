@@ -539,6 +539,28 @@ class LargerThanDramTest(SsdTestCase):
         self.assertLess(ssd["used"] - ssd["dead"], 1 << 20, ssd)
         m.stop()
 
+    def test_stress_ng_iomix(self):
+        """stress-ng's iomix (a temporary file written with O_SYNC by several
+        processes at once, read, fsync'ed, fadvised, mmapped) on a file
+        three times the pool: no error, fsck clean."""
+        sng = shutil.which("stress-ng")
+        if sng is None:
+            self.skipTest("stress-ng is not installed (scripts/deps.sh installs it)")
+        m = self.start("iomix")
+        r = subprocess.run([sng, "--iomix", "1", "--iomix-bytes", "96m", "--timeout", "10s",
+                            "--temp-path", m.mnt], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=120)
+        out = r.stdout.decode(errors="replace")
+        self.assertEqual(r.returncode, 0, out)
+        self.assertIn("successful run completed", out)
+        self.assertNotIn("fail:", out)
+        st = m.stats()
+        self.assertEqual(kvfstest.errcount(st, "ENOSPC"), 0, st.get("errors"))
+        self.assertEqual(kvfstest.errcount(st, "EIO"), 0, st.get("errors"))
+        m.stop()
+        rc, out = run_kvfs("--fsck", self.data)
+        self.assertEqual(rc, 0, out)
+
     def test_kill_before_the_seal_leaves_nothing(self):
         m = self.start("first")
         write_file(m.path("small"), b"kept")
