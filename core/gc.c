@@ -209,12 +209,6 @@ static void at_point(struct kv_gc *gc, enum kv_gc_point pt)
 	}
 }
 
-static bool loc_eq(const struct kv_loc *a, const struct kv_loc *b)
-{
-	return a->kl_bucket == b->kl_bucket && a->kl_off == b->kl_off && a->kl_seq == b->kl_seq &&
-	       a->kl_index == b->kl_index;
-}
-
 /* Journals that one record of ino's value moved to `to` (ks_ns_lock and ki_lock held). */
 static void journal_move(struct kv_store *st, struct kv_inode *ino, const struct kv_loc *to)
 {
@@ -246,18 +240,18 @@ static void switch_keys(struct pass *p, size_t from, size_t to)
 	for (size_t i = from; i < to; i++) {
 		struct rec *r = &p->p_rec[i];
 		struct kv_inode *ino = r->r_ino;
-		bool moved = false;
-		int64_t at;
+		bool named, moved = false;
+		struct kv_xent *x;
 
 		if (!r->r_to.kl_bucket)
 			continue;
 		pthread_rwlock_rdlock(&st->ks_ns_lock);
 		pthread_rwlock_wrlock(&ino->ki_lock);
 		/* Same bytes, same chunk checksums: xe_csums stays right. */
-		at = kv_xmap_find(&ino->ki_map, r->r_from.kl_index);
-		if (ino->ki_parent && atomic_load(&ino->ki_nlink) && at >= 0 &&
-		    loc_eq(&kv_xmap_at(&ino->ki_map, (uint32_t)at)->xe_loc, &r->r_from)) {
-			kv_xmap_at(&ino->ki_map, (uint32_t)at)->xe_loc = r->r_to;
+		named = ino->ki_parent && atomic_load(&ino->ki_nlink);
+		x = kv_xmap_holds(&ino->ki_map, &r->r_from);
+		if (named && x) {
+			x->xe_loc = r->r_to;
 			journal_move(st, ino, &r->r_to);
 			moved = true;
 		}
@@ -266,10 +260,9 @@ static void switch_keys(struct pass *p, size_t from, size_t to)
 		 * A borrowed one is the map's record, maybe borrowed after the walk:
 		 * it follows the map's move (one record, one copy).
 		 */
-		at = !ino->ki_spill ? -1 : kv_xmap_find(ino->ki_spill, r->r_from.kl_index);
-		if (ino->ki_parent && at >= 0 &&
-		    loc_eq(&kv_xmap_at(ino->ki_spill, (uint32_t)at)->xe_loc, &r->r_from)) {
-			kv_xmap_at(ino->ki_spill, (uint32_t)at)->xe_loc = r->r_to;
+		x = kv_xmap_holds(ino->ki_spill, &r->r_from);
+		if (named && x) {
+			x->xe_loc = r->r_to;
 			moved = true;
 		}
 		pthread_rwlock_unlock(&ino->ki_lock);

@@ -649,13 +649,17 @@ void kv_obj_release_extent(struct kv_obj *obj, struct kv_xblk *b)
 	xblk_put(obj->ko_pool, b);
 }
 
-bool kv_obj_drop_extent(struct kv_obj *obj, uint64_t k, const struct kv_xblk *b)
+bool kv_obj_extent_is(const struct kv_obj *obj, uint64_t k, const struct kv_xblk *b)
 {
-	if (ext_at(obj, k) != b || !b)
-		return false;
+	return b && ext_at(obj, k) == b;
+}
+
+void kv_obj_drop_extent(struct kv_obj *obj, uint64_t k)
+{
+	if (!ext_at(obj, k))
+		return;
 	ext_drop(obj, k);
 	obj_trim(obj);
-	return true;
 }
 
 bool kv_obj_has_data(const struct kv_obj *obj, uint64_t k)

@@ -158,11 +158,11 @@ int kv_obj_materialize(struct kv_obj *obj, uint64_t k);
 struct kv_xblk *kv_obj_hold_extent(struct kv_obj *obj, uint64_t k);
 void kv_obj_release_extent(struct kv_obj *obj, struct kv_xblk *b);
 
-/*
- * Makes extent k of an open object a hole if its block is still b (the
- * extent's bytes are kept elsewhere: a spill). Returns whether it did.
- */
-bool kv_obj_drop_extent(struct kv_obj *obj, uint64_t k, const struct kv_xblk *b);
+/* True when extent k's block is still b (held: nobody changed the extent since). */
+bool kv_obj_extent_is(const struct kv_obj *obj, uint64_t k, const struct kv_xblk *b);
+
+/* Makes extent k of an open object a hole (its bytes are kept elsewhere: a spill). */
+void kv_obj_drop_extent(struct kv_obj *obj, uint64_t k);
 
 /* True when extent k has memory (is not a hole). */
 bool kv_obj_has_data(const struct kv_obj *obj, uint64_t k);

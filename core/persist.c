@@ -196,6 +196,19 @@ void kv_persist_setattr(struct kv_store *st, struct kv_inode *ino)
 	pthread_rwlock_unlock(&ino->ki_lock);
 }
 
+/* A record's place as a journal map entry. */
+static struct kv_jext jext_of(const struct kv_loc *l)
+{
+	return (struct kv_jext){
+	    .jx_bucket = l->kl_bucket,
+	    .jx_off = l->kl_off,
+	    .jx_seq = l->kl_seq,
+	    .jx_index = l->kl_index,
+	    .jx_len = (uint32_t)l->kl_len,
+	    .jx_head_len = l->kl_head_len,
+	};
+}
+
 /*
  * A PUT entry for ino's durable value (ks_ns_lock and ki_lock held): a
  * WHOLE value as in format version 1, any other with its map packed at
@@ -215,7 +228,7 @@ static int put_entry(const struct kv_inode *ino, char *path, size_t size, struct
 	e->je_len = m->xm_size;
 	e->je_path = path;
 	e->je_path_len = (uint32_t)len;
-	if (m->xm_n == 1 && m->xm_one.xe_loc.kl_index == 0) {
+	if (kv_xmap_whole(m)) {
 		e->je_bucket = m->xm_one.xe_loc.kl_bucket;
 		e->je_off = m->xm_one.xe_loc.kl_off;
 		e->je_head_len = m->xm_one.xe_loc.kl_head_len;
@@ -225,15 +238,7 @@ static int put_entry(const struct kv_inode *ino, char *path, size_t size, struct
 		if (!x)
 			return -ENOMEM;
 		for (uint32_t i = 0; i < m->xm_n; i++) {
-			const struct kv_loc *l = &kv_xmap_cat(m, i)->xe_loc;
-			struct kv_jext jx = {
-			    .jx_bucket = l->kl_bucket,
-			    .jx_off = l->kl_off,
-			    .jx_seq = l->kl_seq,
-			    .jx_index = l->kl_index,
-			    .jx_len = (uint32_t)l->kl_len,
-			    .jx_head_len = l->kl_head_len,
-			};
+			struct kv_jext jx = jext_of(&kv_xmap_cat(m, i)->xe_loc);
 
 			memcpy(x + i * sizeof(jx), &jx, sizeof(jx));
 		}
@@ -336,7 +341,7 @@ static int map_of(const struct kv_jent *e, struct kv_xmap *m)
 		    .kl_seq = jx.jx_seq,
 		    .kl_head_len = jx.jx_head_len,
 		    .kl_index = jx.jx_index,
-		};
+		}; /* jext_of's inverse */
 	}
 	if (!err)
 		err = kv_xmap_set(m, e->je_seq, e->je_len, locs, e->je_next);
@@ -1017,20 +1022,10 @@ static int salvage_manifest(struct salvage *sv, const struct sv_man *sm)
 			err = 1; /* incomplete: an older version may still be whole */
 			break;
 		}
-		x[i] = (struct kv_jext){.jx_bucket = se->se_loc.kl_bucket,
-					.jx_off = se->se_loc.kl_off,
-					.jx_seq = se->se_loc.kl_seq,
-					.jx_index = se->se_loc.kl_index,
-					.jx_len = (uint32_t)se->se_loc.kl_len,
-					.jx_head_len = se->se_loc.kl_head_len};
+		x[i] = jext_of(&se->se_loc);
 	}
 	if (!err) {
-		x[mf.mf_count] = (struct kv_jext){.jx_bucket = sm->sm_loc.kl_bucket,
-						  .jx_off = sm->sm_loc.kl_off,
-						  .jx_seq = sm->sm_loc.kl_seq,
-						  .jx_index = KV_MANIFEST_INDEX,
-						  .jx_len = (uint32_t)sm->sm_loc.kl_len,
-						  .jx_head_len = sm->sm_loc.kl_head_len};
+		x[mf.mf_count] = jext_of(&sm->sm_loc); /* the manifest: KV_MANIFEST_INDEX */
 		e.je_flags = KV_JPUT_EXTENTS;
 		e.je_seq = mf.mf_seq;
 		e.je_len = mf.mf_size;

@@ -138,17 +138,28 @@ static uint64_t cur_size(const struct kv_inode *ino)
 	return ino->ki_obj ? ino->ki_obj->ko_size : ino->ki_map.xm_size;
 }
 
+/*
+ * Pins or unpins the buckets of every record ino's versions hold (durable
+ * and spilled): a file deleted while open keeps reading them (ki_lock held
+ * exclusive, or the inode dying).
+ */
+static void pin_records(struct kv_inode *ino, bool pin)
+{
+	struct kv_bucket_set *bs = kv_tier_buckets(ino->ki_store->ks_tier);
+
+	kv_xmap_pin(bs, &ino->ki_map, pin);
+	if (ino->ki_spill)
+		kv_xmap_pin(bs, ino->ki_spill, pin);
+}
+
 static void inode_free(struct kv_inode *ino)
 {
 	struct kv_store *st = ino->ki_store;
 
 	if (st->ks_tier)
 		kv_tier_forget(st->ks_tier, ino);
-	if (st->ks_tier && ino->ki_pinned) {
-		kv_xmap_pin(kv_tier_buckets(st->ks_tier), &ino->ki_map, false);
-		if (ino->ki_spill)
-			kv_xmap_pin(kv_tier_buckets(st->ks_tier), ino->ki_spill, false);
-	}
+	if (st->ks_tier && ino->ki_pinned)
+		pin_records(ino, false);
 	if (atomic_load(&ino->ki_nlink) && S_ISREG(ino->ki_type))
 		atomic_fetch_sub(&st->ks_bytes, cur_size(ino));
 	if (ino->ki_obj)
@@ -629,13 +640,14 @@ static int writable(struct kv_inode *ino, uint64_t keep, struct kv_obj **out)
 		*out = cur;
 		return 0;
 	}
+	/* Part of it is on the SSD, not yet durable: wait for it, unless it failed. */
 	if (cur && kv_spill_n(ino))
-		return -EINPROGRESS; /* part of it is on the SSD, not yet durable: wait for it */
+		return ino->ki_offload_err ? ino->ki_offload_err : -EINPROGRESS;
 	if (cur)
 		return kv_obj_clone(cur, keep, out);
 	if (keep == 0 || ino->ki_map.xm_size == 0)
 		return kv_obj_new(ino->ki_store->ks_pool, out);
-	if (!kv_xmap_whole(&ino->ki_map) && !kv_spill_n(ino))
+	if (!kv_xmap_whole(&ino->ki_map))
 		return borrow(ino, keep < ino->ki_map.xm_size ? keep : ino->ki_map.xm_size, out);
 	return load_prefix(ino, keep < ino->ki_map.xm_size ? keep : ino->ki_map.xm_size, out);
 }
@@ -783,8 +795,7 @@ static bool retry_for_room(struct kv_store *st, struct kv_inode *ino, int err, u
 		if (ino->ki_obj)
 			seq = ino->ki_obj->ko_seq;
 		pthread_rwlock_unlock(&ino->ki_lock);
-		kv_tier_wait_durable(st->ks_tier, ino, seq);
-		return true;
+		return kv_tier_wait_durable(st->ks_tier, ino, seq) == 0;
 	}
 	if (err != -ENOSPC || !st->ks_tier)
 		return false;
@@ -1028,9 +1039,7 @@ static void name_gone(struct kv_store *st, struct kv_inode *ino)
 		if (kv_xmap_at(ino->ki_spill, i)->xe_loc.kl_seq == ino->ki_spill->xm_seq)
 			kv_bucket_dead(bs, &kv_xmap_at(ino->ki_spill, i)->xe_loc);
 	if (ino->ki_nopen && !ino->ki_pinned) {
-		kv_xmap_pin(bs, &ino->ki_map, true);
-		if (ino->ki_spill)
-			kv_xmap_pin(bs, ino->ki_spill, true);
+		pin_records(ino, true);
 		ino->ki_pinned = true;
 	}
 	pthread_rwlock_unlock(&ino->ki_lock);
@@ -1397,9 +1406,7 @@ void kv_store_release(struct kv_store *st, struct kv_inode *ino, int flags)
 	pthread_rwlock_wrlock(&ino->ki_lock);
 	ino->ki_nopen--;
 	if (ino->ki_nopen == 0 && ino->ki_pinned) {
-		kv_xmap_pin(kv_tier_buckets(st->ks_tier), &ino->ki_map, false);
-		if (ino->ki_spill)
-			kv_xmap_pin(kv_tier_buckets(st->ks_tier), ino->ki_spill, false);
+		pin_records(ino, false);
 		ino->ki_pinned = false;
 	}
 	settle(ino);

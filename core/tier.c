@@ -252,13 +252,6 @@ void kv_tier_enqueue(struct kv_tier *t, struct kv_inode *ino)
 	pthread_mutex_unlock(&t->kt_lock);
 }
 
-/* Whether two locations name the same record. */
-static bool same_loc(const struct kv_loc *a, const struct kv_loc *b)
-{
-	return a->kl_seq == b->kl_seq && a->kl_bucket == b->kl_bucket && a->kl_off == b->kl_off &&
-	       a->kl_index == b->kl_index;
-}
-
 /* One value of a batch: the records of one version (core/xmap.h). */
 struct item {
 	struct kv_inode *it_ino;
@@ -526,9 +519,8 @@ static void item_finish(struct kv_tier *t, struct item *it)
 		/* The old version's records die, but for those the new one borrowed. */
 		for (uint32_t i = 0; i < old.xm_n; i++) {
 			const struct kv_loc *l = &kv_xmap_at(&old, i)->xe_loc;
-			int64_t at = kv_xmap_find(&ino->ki_map, l->kl_index);
 
-			if (at < 0 || !same_loc(&kv_xmap_at(&ino->ki_map, (uint32_t)at)->xe_loc, l))
+			if (!kv_xmap_holds(&ino->ki_map, l))
 				kv_bucket_dead(t->kt_bs, l);
 		}
 		if (it->it_spilled) {
@@ -546,11 +538,7 @@ static void item_finish(struct kv_tier *t, struct item *it)
 	}
 	pthread_rwlock_unlock(&ino->ki_lock);
 	pthread_rwlock_unlock(&st->ks_ns_lock);
-	if (err && map.xm_n) { /* built, not installed: the spill keeps its checksums */
-		for (uint32_t j = 0; j < map.xm_n; j++)
-			kv_xmap_at(&map, j)->xe_csums = NULL;
-	}
-	kv_xmap_clear(&map); /* the old map, or nothing */
+	kv_xmap_clear(&map); /* the old map, or nothing (item_map fails whole) */
 }
 
 /* Appends puts[0..n), retrying those the quota refused while compaction makes room. */
@@ -612,11 +600,13 @@ int kv_tier_spill(struct kv_tier *t, struct kv_inode *ino)
 	struct kv_store *st = t->kt_st;
 	struct kv_bucket_put puts[SPILL_EXTENTS];
 	struct kv_xblk *blk[SPILL_EXTENTS];
-	uint64_t *csums[SPILL_EXTENTS];
+	uint64_t *csums[SPILL_EXTENTS], *kcsums[SPILL_EXTENTS];
+	struct kv_loc locs[SPILL_EXTENTS];
+	bool kept[SPILL_EXTENTS];
 	struct iovec *iov = NULL;
 	char path[KV_JPATH_MAX];
 	struct kv_obj *obj;
-	uint32_t n = 0, used = 0, freed = 0;
+	uint32_t n = 0, used = 0, freed = 0, nkept = 0;
 	uint64_t seq = 0, last;
 	int len = -1;
 
@@ -675,25 +665,30 @@ int kv_tier_spill(struct kv_tier *t, struct kv_inode *ino)
 			puts[i].bp_err = -EIO;
 	}
 	pthread_rwlock_wrlock(&ino->ki_lock);
+	/* Kept: written, and the extent unchanged meanwhile (it still holds the block written). */
+	for (uint32_t i = 0; i < n; i++) {
+		kept[i] = !puts[i].bp_err && ino->ki_obj == obj && !obj->ko_sealed &&
+			  (ino->ki_parent || ino->ki_pinned) && ino->ki_spill &&
+			  ino->ki_spill->xm_seq == seq &&
+			  kv_obj_extent_is(obj, puts[i].bp_loc.kl_index, blk[i]);
+		if (kept[i]) {
+			locs[nkept] = puts[i].bp_loc;
+			kcsums[nkept++] = csums[i];
+		}
+	}
+	if (nkept && kv_xmap_add(ino->ki_spill, locs, kcsums, nkept))
+		memset(kept, 0, sizeof(kept));
 	for (uint32_t i = 0; i < n; i++) {
 		const struct kv_loc *loc = &puts[i].bp_loc;
-		bool kept = !puts[i].bp_err && ino->ki_obj == obj && !obj->ko_sealed &&
-			    (ino->ki_parent || ino->ki_pinned) && ino->ki_spill &&
-			    ino->ki_spill->xm_seq == seq && kv_obj_has_data(obj, loc->kl_index) &&
-			    kv_xmap_add(ino->ki_spill, loc, csums[i]) == 0;
 
-		if (kept && kv_obj_drop_extent(obj, loc->kl_index, blk[i])) {
+		if (kept[i]) {
+			kv_obj_drop_extent(obj, loc->kl_index);
 			freed++;
 			atomic_fetch_add(&t->kt_spilled, loc->kl_len);
 			if (ino->ki_pinned) { /* deleted while open: as name_gone does */
 				kv_bucket_dead(t->kt_bs, loc);
 				kv_bucket_pin(t->kt_bs, loc->kl_bucket, true);
 			}
-		} else if (kept) { /* changed meanwhile: the record is stale */
-			int64_t at = kv_xmap_find(ino->ki_spill, loc->kl_index);
-
-			kv_xmap_cut(ino->ki_spill, (uint32_t)at, (uint32_t)at + 1);
-			kv_bucket_dead(t->kt_bs, loc);
 		} else {
 			free(csums[i]);
 			if (loc->kl_bucket)
@@ -989,7 +984,7 @@ static bool still(const struct kv_inode *ino, const struct want *w)
 	for (uint32_t i = w->w_first; i < w->w_end; i++) {
 		const struct kv_xent *x = kv_xmap_cat(m, i);
 
-		if (!x->xe_csums || !same_loc(&x->xe_loc, &w->w_loc[i - w->w_first]))
+		if (!x->xe_csums || !kv_loc_eq(&x->xe_loc, &w->w_loc[i - w->w_first]))
 			return false;
 	}
 	return true;
@@ -1044,17 +1039,17 @@ static int want_range(struct kv_tier *t, struct kv_inode *ino, uint64_t off, uin
 	for (uint32_t j = 0; !err && j < nneed; j++) {
 		uint64_t *csums = NULL;
 		uint32_t nchunks;
-		int64_t at;
 		int rc = kv_bucket_load_csums(t->kt_bs, &need[j], &csums, &nchunks);
+		struct kv_xent *x;
 
 		pthread_rwlock_wrlock(&ino->ki_lock);
-		at = m->xm_seq == w->w_seq ? kv_xmap_find(m, need[j].kl_index) : -1;
-		if (at < 0 || !same_loc(&kv_xmap_at(m, (uint32_t)at)->xe_loc, &need[j]))
+		x = m->xm_seq == w->w_seq ? kv_xmap_holds(m, &need[j]) : NULL;
+		if (!x)
 			err = -EAGAIN; /* moved or replaced meanwhile: look again */
 		else if (rc)
 			err = rc == -ENOENT ? -EIO : rc;
-		else if (!kv_xmap_at(m, (uint32_t)at)->xe_csums) {
-			kv_xmap_at(m, (uint32_t)at)->xe_csums = csums;
+		else if (!x->xe_csums) {
+			x->xe_csums = csums;
 			csums = NULL;
 		}
 		pthread_rwlock_unlock(&ino->ki_lock);
@@ -1087,19 +1082,16 @@ static int promote(struct kv_tier *t, struct kv_inode *ino)
 	err = kv_obj_truncate(obj, w.w_size);
 	if (err)
 		goto out_put;
-	pthread_rwlock_rdlock(&ino->ki_lock);
-	err = !ino->ki_obj && ino->ki_map.xm_seq == w.w_seq
-		  ? kv_xmap_read_obj(t->kt_bs, &ino->ki_map, 0, kv_xmap_nx(&ino->ki_map), obj)
-		  : -EAGAIN;
-	pthread_rwlock_unlock(&ino->ki_lock);
-	/* Room for it may be held by clean values: a read never waits, but evicts. */
-	if (err == -ENOSPC && evict(t, w.w_size)) {
+	/* Room for it may be held by clean values: a read never waits, but evicts once. */
+	for (bool evicted = false;; evicted = true) {
 		pthread_rwlock_rdlock(&ino->ki_lock);
 		err = !ino->ki_obj && ino->ki_map.xm_seq == w.w_seq
-			  ? kv_xmap_read_obj(t->kt_bs, &ino->ki_map, 0,
-					     kv_xmap_nx(&ino->ki_map), obj)
+			  ? kv_xmap_read_obj(t->kt_bs, &ino->ki_map, 0, kv_xmap_nx(&ino->ki_map),
+					     obj)
 			  : -EAGAIN;
 		pthread_rwlock_unlock(&ino->ki_lock);
+		if (err != -ENOSPC || evicted || !evict(t, w.w_size))
+			break;
 	}
 	if (err)
 		goto out_put;

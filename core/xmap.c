@@ -24,30 +24,40 @@ bool kv_xmap_whole(const struct kv_xmap *m)
 	       m->xm_one.xe_loc.kl_len == m->xm_size;
 }
 
-int kv_xmap_add(struct kv_xmap *m, const struct kv_loc *loc, uint64_t *csums)
+int kv_xmap_add(struct kv_xmap *m, const struct kv_loc *locs, uint64_t *const *csums, uint32_t n)
 {
-	uint32_t n = m->xm_n, at = 0;
+	uint32_t old = m->xm_n, i = 0, j = 0, k = 0;
 	struct kv_xent *e;
 
-	while (at < n && kv_xmap_cat(m, at)->xe_loc.kl_index < loc->kl_index)
-		at++;
-	if (at < n && kv_xmap_cat(m, at)->xe_loc.kl_index == loc->kl_index)
-		return -EEXIST;
-	if (n == 0) {
-		m->xm_one = (struct kv_xent){.xe_loc = *loc, .xe_csums = csums};
-		m->xm_n = 1;
+	if (!n)
 		return 0;
-	}
-	e = malloc((n + 1) * sizeof(*e));
+	e = malloc((old + n) * sizeof(*e));
 	if (!e)
 		return -ENOMEM;
-	for (uint32_t i = 0; i < n; i++)
-		e[i < at ? i : i + 1] = *kv_xmap_cat(m, i);
-	e[at] = (struct kv_xent){.xe_loc = *loc, .xe_csums = csums};
-	if (n > 1)
+	while (i < old || j < n) {
+		const struct kv_xent *x = i < old ? kv_xmap_cat(m, i) : NULL;
+
+		if (x && j < n && x->xe_loc.kl_index == locs[j].kl_index) {
+			free(e);
+			return -EEXIST;
+		}
+		if (x && (j == n || x->xe_loc.kl_index < locs[j].kl_index)) {
+			e[k++] = *x;
+			i++;
+		} else {
+			e[k++] = (struct kv_xent){.xe_loc = locs[j], .xe_csums = csums[j]};
+			j++;
+		}
+	}
+	if (old > 1)
 		free(m->xm_e);
-	m->xm_e = e;
-	m->xm_n = n + 1;
+	m->xm_n = k;
+	if (k == 1) {
+		m->xm_one = e[0];
+		free(e);
+	} else {
+		m->xm_e = e;
+	}
 	return 0;
 }
 
@@ -116,6 +126,15 @@ int64_t kv_xmap_find(const struct kv_xmap *m, uint32_t index)
 			hi = mid;
 	}
 	return lo < m->xm_n && kv_xmap_cat(m, lo)->xe_loc.kl_index == index ? (int64_t)lo : -1;
+}
+
+struct kv_xent *kv_xmap_holds(struct kv_xmap *m, const struct kv_loc *loc)
+{
+	int64_t at = m ? kv_xmap_find(m, loc->kl_index) : -1;
+
+	if (at < 0 || !kv_loc_eq(&kv_xmap_at(m, (uint32_t)at)->xe_loc, loc))
+		return NULL;
+	return kv_xmap_at(m, (uint32_t)at);
 }
 
 uint64_t kv_xmap_bytes(const struct kv_xmap *m)

@@ -73,6 +73,9 @@ void kv_xmap_clear(struct kv_xmap *m);
 /* The position of the record of extent `index` (or the manifest), or -1. */
 int64_t kv_xmap_find(const struct kv_xmap *m, uint32_t index);
 
+/* The entry of loc's extent index when it is the very record at loc, else NULL (m may be NULL). */
+struct kv_xent *kv_xmap_holds(struct kv_xmap *m, const struct kv_loc *loc);
+
 /* Bytes m's records take in their buckets. */
 uint64_t kv_xmap_bytes(const struct kv_xmap *m);
 
@@ -117,8 +120,12 @@ int kv_xmap_read_obj(struct kv_bucket_set *bs, const struct kv_xmap *m, uint32_t
 /* True when m is one WHOLE record (version 1: of any length). */
 bool kv_xmap_whole(const struct kv_xmap *m);
 
-/* Adds the record of a new extent index, with its checksums (m takes them). -EEXIST, -ENOMEM. */
-int kv_xmap_add(struct kv_xmap *m, const struct kv_loc *loc, uint64_t *csums);
+/*
+ * Adds the records of n new extent indexes, sorted, with their checksums
+ * (m takes them), in one pass. Returns 0, or -EEXIST (an index m has) or
+ * -ENOMEM, adding nothing.
+ */
+int kv_xmap_add(struct kv_xmap *m, const struct kv_loc *locs, uint64_t *const *csums, uint32_t n);
 
 /* Removes entries [first, end), freeing their checksums. */
 void kv_xmap_cut(struct kv_xmap *m, uint32_t first, uint32_t end);

@@ -51,6 +51,13 @@ struct kv_loc {
 	uint32_t kl_index;    /* its extent index (rh_ext_index; KV_MANIFEST_INDEX for a manifest) */
 };
 
+/* True when a and b name the same record (place, sequence number, extent index). */
+static inline bool kv_loc_eq(const struct kv_loc *a, const struct kv_loc *b)
+{
+	return a->kl_bucket == b->kl_bucket && a->kl_off == b->kl_off && a->kl_seq == b->kl_seq &&
+	       a->kl_index == b->kl_index;
+}
+
 struct kv_bucket_opts {
 	uint64_t bo_bucket_size; /* seal at this many bytes */
 	uint32_t bo_bucket_keys; /* or at this many records */

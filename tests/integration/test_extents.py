@@ -49,6 +49,28 @@ def records(data_dir):
     return out
 
 
+def newest_manifest(data_dir, key):
+    """(seq, [(birth seq, index, len)]) of the newest manifest record of key:
+    struct kv_manifest (size, seq, count, pad), then kv_manifest_ent each."""
+    import struct
+    best = None
+    bdir = os.path.join(data_dir, "buckets")
+    for n in sorted(os.listdir(bdir)):
+        p = os.path.join(bdir, n)
+        if not n.endswith(".kvb"):
+            continue
+        for r in bucket_records(p):
+            if (r.key.decode().lstrip("/") == key and r.flags == REC_MANIFEST and
+                    (best is None or r.seq > best[0])):
+                best = (r.seq, p, r.off + r.head_len, r.value_len)
+    assert best, "no manifest of %s" % key
+    with open(best[1], "rb") as f:
+        f.seek(best[2])
+        v = f.read(best[3])
+    _, seq, count, _ = struct.unpack_from("<QQII", v)
+    return seq, [struct.unpack_from("<QII", v, 24 + 16 * i) for i in range(count)]
+
+
 def expected_records(size):
     """The records of one version of a value of `size` bytes: a WHOLE one up
     to one extent, else one EXTENT record per extent and a MANIFEST."""
@@ -218,15 +240,23 @@ class ExtentRecordsTest(SsdTestCase):
 
     def check_records(self, keys):
         """The newest version of every key is the records it should be: its
-        WHOLE record or its manifest, and for each extent a record born in
-        that version or an older one it shares."""
+        WHOLE record, or its manifest naming, for each extent, an EXTENT
+        record of the right length (born in that version or shared with an
+        older one) that is in the buckets."""
         recs = records(self.data)
         for name, data in keys.items():
             newest = max(seq for seq, _, _, _ in recs[name])
-            have = {(f, i, n) for seq, f, i, n in recs[name]
-                    if seq == newest or (f == REC_EXTENT and seq < newest)}
-            for want in expected_records(len(data)):
-                self.assertIn(want, have, name)
+            want = expected_records(len(data))
+            if len(want) == 1:
+                self.assertIn((newest, REC_WHOLE, 0, len(data)), recs[name], name)
+                continue
+            mseq, ents = newest_manifest(self.data, name)
+            self.assertEqual(mseq, newest, name)
+            self.assertEqual([(i, n) for _, i, n in ents],
+                             [(i, n) for _, i, n in want[:-1]], name)
+            for seq, i, n in ents:
+                self.assertLessEqual(seq, newest, name)
+                self.assertIn((seq, REC_EXTENT, i, n), recs[name], name)
 
     def check_reads(self, m, keys, what):
         for name, data in keys.items():
