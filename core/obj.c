@@ -360,6 +360,8 @@ static int ext_prepare(struct kv_obj *obj, uint64_t k, uint32_t want, bool *crea
 		xblk_put(obj->ko_pool, b);
 		b = copy;
 	}
+	/* The object's own now, about to change: no record holds its bytes any more. */
+	atomic_store_explicit(&b->xb_rec, 0, memory_order_relaxed);
 	old = b->xb_cap;
 	/* Geometric growth across extents only for a file written in order. */
 	err = xblk_grow(obj->ko_pool, b, want,
@@ -660,6 +662,21 @@ void kv_obj_drop_extent(struct kv_obj *obj, uint64_t k)
 		return;
 	ext_drop(obj, k);
 	obj_trim(obj);
+}
+
+uint64_t kv_obj_extent_rec(const struct kv_obj *obj, uint64_t k)
+{
+	const struct kv_xblk *b = ext_at(obj, k);
+
+	return b ? atomic_load_explicit(&b->xb_rec, memory_order_relaxed) : 0;
+}
+
+void kv_obj_tag_extent(const struct kv_obj *obj, uint64_t k, uint64_t seq)
+{
+	struct kv_xblk *b = ext_at(obj, k);
+
+	if (b)
+		atomic_store_explicit(&b->xb_rec, seq, memory_order_relaxed);
 }
 
 bool kv_obj_has_data(const struct kv_obj *obj, uint64_t k)

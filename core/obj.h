@@ -73,6 +73,8 @@ struct kv_seg {
  */
 struct kv_xblk {
 	_Atomic uint32_t xb_ref;
+	_Atomic uint64_t xb_rec;     /* birth sequence number of an EXTENT record holding exactly
+					these bytes (kv_obj_extent_rec), or 0: none known */
 	uint32_t xb_cap;	     /* bytes of memory: the sum of the segments, <= KV_EXTENT */
 	uint32_t xb_nseg, xb_maxseg; /* segments in use / slots */
 	struct kv_seg *xb_seg;	     /* in offset order within the extent */
@@ -163,6 +165,21 @@ bool kv_obj_extent_is(const struct kv_obj *obj, uint64_t k, const struct kv_xblk
 
 /* Makes extent k of an open object a hole (its bytes are kept elsewhere: a spill). */
 void kv_obj_drop_extent(struct kv_obj *obj, uint64_t k);
+
+/*
+ * The SSD record an extent's bytes are known to be in. An extent block
+ * written (or read back) as an EXTENT record is tagged with the record's
+ * birth sequence number: its first kl_len bytes are the record's. Every
+ * change to its bytes clears the tag (the block is then the object's own:
+ * ext_prepare); cutting the extent shorter keeps it, the record is then
+ * longer than the extent and not shared. A new version that still holds a
+ * tagged block of the record's length shares the record instead of
+ * writing the extent again (core/tier.c, "Shared records").
+ * kv_obj_extent_rec returns extent k's tag, 0 for a hole or an untagged
+ * block; kv_obj_tag_extent sets it (the bytes must be the record's).
+ */
+uint64_t kv_obj_extent_rec(const struct kv_obj *obj, uint64_t k);
+void kv_obj_tag_extent(const struct kv_obj *obj, uint64_t k, uint64_t seq);
 
 /* True when extent k has memory (is not a hole). */
 bool kv_obj_has_data(const struct kv_obj *obj, uint64_t k);

@@ -162,6 +162,7 @@ struct kv_store_usage {
 	uint64_t ku_backlog_keys, ku_backlog_bytes;
 	uint64_t ku_dram_hits, ku_ssd_hits, ku_evictions, ku_promotions;
 	uint64_t ku_spilled; /* bytes of files being written sent to the SSD early (spills) */
+	uint64_t ku_shared;  /* bytes of records new versions shared with older ones, not written */
 	uint64_t ku_offload_errors;
 	uint64_t ku_recovery_ns, ku_recovered_keys, ku_torn_buckets;
 	uint64_t ku_lost_keys; /* keys recovery dropped: their record is missing or unreadable */

@@ -73,6 +73,7 @@ struct kv_tier {
 	uint64_t kt_clock_n;
 
 	_Atomic uint64_t kt_dram_hits, kt_ssd_hits, kt_evictions, kt_promotions, kt_spilled;
+	_Atomic uint64_t kt_shared; /* bytes of records a new version shared, not written */
 	_Atomic uint64_t kt_offload_errors;
 	uint64_t kt_recovery_ns, kt_recovered_keys, kt_lost_keys; /* set once at start */
 };
@@ -262,8 +263,10 @@ struct item {
 	struct iovec *it_iov; /* every record's pieces */
 	char *it_key;
 	void *it_manifest; /* the manifest record's value (page aligned), or NULL */
-	bool it_spilled;   /* part of the version was spilled (ki_spill): not rewritten */
-	uint64_t it_bytes; /* what it counted in the backlog */
+	struct kv_loc *it_keep; /* records the version has already, not written (by index): */
+	uint32_t it_nkeep;	/* spilled or borrowed (ki_spill), or shared (ki_map) */
+	bool it_spilled;	/* part of the version is spilled or borrowed: holes in memory */
+	uint64_t it_bytes;	/* what it counted in the backlog */
 };
 
 static void item_free(struct item *it)
@@ -274,6 +277,7 @@ static void item_free(struct item *it)
 	free(it->it_iov);
 	free(it->it_key);
 	free(it->it_manifest);
+	free(it->it_keep);
 }
 
 /* Rounds the last of n pieces up to whole pages: sealing trimmed each extent that far. */
@@ -315,9 +319,9 @@ static int manifest_build(const struct kv_obj *obj, const struct kv_bucket_put *
 	return 0;
 }
 
-/* The manifest of the data puts[0..n) and the spilled records spill[0..ns), both by index. */
+/* The manifest of the data puts[0..n) and the kept records keep[0..ns), both by index. */
 static int manifest_of(const struct kv_obj *obj, const struct kv_bucket_put *puts, uint32_t n,
-		       const struct kv_loc *spill, uint32_t ns, void **out, uint64_t *len)
+		       const struct kv_loc *keep, uint32_t ns, void **out, uint64_t *len)
 {
 	struct kv_bucket_put *all;
 	uint32_t i = 0, j = 0, k = 0;
@@ -329,12 +333,12 @@ static int manifest_of(const struct kv_obj *obj, const struct kv_bucket_put *put
 	if (!all)
 		return -ENOMEM;
 	while (i < n || j < ns) {
-		if (j == ns || (i < n && puts[i].bp_index < spill[j].kl_index))
+		if (j == ns || (i < n && puts[i].bp_index < keep[j].kl_index))
 			all[k++] = puts[i++];
 		else
-			all[k++] = (struct kv_bucket_put){.bp_seq = spill[j].kl_seq,
-							  .bp_index = spill[j].kl_index,
-							  .bp_len = spill[j++].kl_len};
+			all[k++] = (struct kv_bucket_put){.bp_seq = keep[j].kl_seq,
+							  .bp_index = keep[j].kl_index,
+							  .bp_len = keep[j++].kl_len};
 	}
 	err = manifest_build(obj, all, k, out, len);
 	free(all);
@@ -342,10 +346,53 @@ static int manifest_of(const struct kv_obj *obj, const struct kv_bucket_put *put
 }
 
 /*
+ * The records a version of more than one extent has without writing them
+ * (ki_lock held), by index, into it_keep: its spilled and borrowed extents
+ * (ki_spill: holes in its memory), and each extent whose block is still
+ * tagged with the birth sequence number of the durable version's record
+ * of that extent, of the same length ("Shared records"). Returns 0 or
+ * -ENOMEM.
+ */
+static int item_keep(struct item *it, const struct kv_inode *ino, const struct kv_obj *obj)
+{
+	const struct kv_xmap *sp = ino->ki_spill, *m = &ino->ki_map;
+	uint32_t ns = kv_spill_n(ino), j = 0, n = 0;
+	uint64_t nx = (obj->ko_size + KV_EXTENT - 1) >> KV_EXTENT_SHIFT;
+	bool share = m->xm_seq && !kv_xmap_whole(m);
+	struct kv_loc *keep;
+
+	it->it_spilled = ns > 0;
+	if (!ns && !share)
+		return 0;
+	keep = malloc(((uint64_t)ns + obj->ko_nx + 1) * sizeof(*keep));
+	if (!keep)
+		return -ENOMEM;
+	for (uint64_t k = 0; k < nx; k++) {
+		uint64_t base = k << KV_EXTENT_SHIFT, rec;
+		int64_t at;
+
+		while (j < ns && kv_xmap_cat(sp, j)->xe_loc.kl_index <= k)
+			keep[n++] = kv_xmap_cat(sp, j++)->xe_loc;
+		if (!share || !(rec = kv_obj_extent_rec(obj, k)))
+			continue;
+		at = kv_xmap_find(m, (uint32_t)k);
+		if (at >= 0 && kv_xmap_cat(m, (uint32_t)at)->xe_loc.kl_seq == rec &&
+		    kv_xmap_cat(m, (uint32_t)at)->xe_loc.kl_len ==
+			(obj->ko_size - base < KV_EXTENT ? obj->ko_size - base : KV_EXTENT))
+			keep[n++] = kv_xmap_cat(m, (uint32_t)at)->xe_loc;
+	}
+	while (j < ns)
+		keep[n++] = kv_xmap_cat(sp, j++)->xe_loc;
+	it->it_keep = keep;
+	it->it_nkeep = n;
+	return 0;
+}
+
+/*
  * Takes a reference to the version to write, with its current path, and
  * describes its records: one WHOLE record for a value of at most one
  * extent (a hole in it written as zeros), else one EXTENT record per
- * extent with data and the MANIFEST.
+ * extent with data that it does not keep (item_keep) and the MANIFEST.
  */
 static void item_prepare(struct kv_store *st, struct item *it)
 {
@@ -353,9 +400,8 @@ static void item_prepare(struct kv_store *st, struct item *it)
 	char path[KV_JPATH_MAX];
 	struct kv_obj *obj;
 	uint64_t bytes, mlen = 0, nx;
-	uint32_t npieces, k, nput = 0, nspill = 0;
-	struct kv_loc *spill = NULL;
-	bool whole;
+	uint32_t npieces, k, nput = 0, j = 0;
+	bool whole = false;
 	int len = -1, used = 0;
 
 	it->it_err = -ECANCELED; /* until proven worth writing */
@@ -367,24 +413,17 @@ static void item_prepare(struct kv_store *st, struct item *it)
 	if (len > 0 || len == -ENAMETOOLONG) {
 		kv_obj_get(obj);
 		it->it_obj = obj;
+		whole = obj->ko_size <= KV_EXTENT;
 	}
-	/* The spilled extents: in the manifest, not written again (a sealed one's are stable). */
-	if (len > 0 && kv_spill_n(ino)) {
-		spill = malloc(kv_spill_n(ino) * sizeof(*spill));
-		nspill = spill ? kv_spill_n(ino) : 0;
-		for (uint32_t i = 0; i < nspill; i++)
-			spill[i] = kv_xmap_at(ino->ki_spill, i)->xe_loc;
-		it->it_spilled = true;
-		if (!spill)
-			it->it_err = -ENOMEM;
-	}
+	/* What it has on the SSD already: in the manifest, not written again. */
+	if (len > 0 && !whole && item_keep(it, ino, obj))
+		len = -ENOMEM;
 	pthread_rwlock_unlock(&ino->ki_lock);
 	pthread_rwlock_unlock(&st->ks_ns_lock);
-	if (len == -ENAMETOOLONG)
+	if (len == -ENAMETOOLONG || len == -ENOMEM)
 		it->it_err = len; /* a key too long for a record: its fsync fails */
-	if (len <= 0 || (it->it_spilled && !spill))
+	if (len <= 0)
 		return;
-	whole = obj->ko_size <= KV_EXTENT;
 	nx = whole ? 1 : (obj->ko_size + KV_EXTENT - 1) >> KV_EXTENT_SHIFT;
 	npieces = kv_obj_niov(obj) + 2;
 	it->it_key = strndup(path, (size_t)len);
@@ -399,8 +438,11 @@ static void item_prepare(struct kv_store *st, struct item *it)
 		struct iovec *iov = it->it_iov + used;
 		int n;
 
-		if (!whole && !kv_obj_has_data(obj, k))
-			continue; /* a hole: no record */
+		while (j < it->it_nkeep && it->it_keep[j].kl_index < k)
+			j++;
+		if (!whole && (!kv_obj_has_data(obj, k) ||
+			       (j < it->it_nkeep && it->it_keep[j].kl_index == k)))
+			continue; /* a hole (no record), or a record it keeps */
 		n = kv_obj_iov(obj, off, elen, iov, (int)npieces - used, &bytes);
 		round_pages(iov, n);
 		used += n;
@@ -416,9 +458,8 @@ static void item_prepare(struct kv_store *st, struct item *it)
 		};
 	}
 	if (!whole) {
-		it->it_err = manifest_of(obj, it->it_puts, nput, spill, nspill, &it->it_manifest,
-					 &mlen);
-		free(spill);
+		it->it_err = manifest_of(obj, it->it_puts, nput, it->it_keep, it->it_nkeep,
+					 &it->it_manifest, &mlen);
 		if (it->it_err)
 			return;
 		it->it_iov[used] = (struct iovec){
@@ -447,43 +488,66 @@ static void item_dead(struct kv_tier *t, const struct item *it)
 }
 
 /*
- * The map of a written version: its spilled records (ki_spill, where they
- * are now: compaction may have moved them) and its data puts, by index,
- * then its manifest (the last put). ki_lock held.
+ * Where kept record l is now (compaction may have moved it): in ki_spill,
+ * else in the durable map, by extent index and birth sequence number; NULL
+ * when neither holds it. ki_lock held.
  */
-static int item_map(const struct item *it, const struct kv_inode *ino, struct kv_xmap *map)
+static struct kv_xent *kept_where(struct kv_inode *ino, const struct kv_loc *l)
 {
-	const struct kv_xmap *sp = ino->ki_spill;
-	uint32_t nd = it->it_nput - (it->it_manifest ? 1 : 0);
-	uint32_t ns = it->it_spilled ? kv_spill_n(ino) : 0;
-	uint32_t i = 0, j = 0, k = 0;
-	struct kv_loc *locs;
-	int err;
+	struct kv_xmap *maps[2] = {ino->ki_spill, &ino->ki_map};
 
-	if (it->it_spilled && (!sp || sp->xm_seq != it->it_obj->ko_seq))
-		return -EIO; /* cannot happen: a sealed version's spill never changes */
+	for (int i = 0; i < 2; i++) {
+		int64_t at = maps[i] ? kv_xmap_find(maps[i], l->kl_index) : -1;
+
+		if (at >= 0 && kv_xmap_at(maps[i], (uint32_t)at)->xe_loc.kl_seq == l->kl_seq)
+			return kv_xmap_at(maps[i], (uint32_t)at);
+	}
+	return NULL;
+}
+
+/*
+ * The map of a written version: its kept records (item_keep, where they
+ * are now) and its data puts, by index, then its manifest (the last put).
+ * The kept records' checksums move to it. ki_lock held exclusive.
+ */
+static int item_map(const struct item *it, struct kv_inode *ino, struct kv_xmap *map)
+{
+	uint32_t nd = it->it_nput - (it->it_manifest ? 1 : 0), ns = it->it_nkeep;
+	uint32_t i = 0, j = 0, k = 0;
+	struct kv_xent **kept = NULL;
+	struct kv_loc *locs;
+	int err = 0;
+
 	locs = malloc((it->it_nput + ns) * sizeof(*locs));
-	if (!locs)
-		return -ENOMEM;
-	while (i < nd || j < ns) {
-		if (j == ns || (i < nd && it->it_puts[i].bp_index <
-					      kv_xmap_cat(sp, j)->xe_loc.kl_index))
+	if (ns)
+		kept = malloc(ns * sizeof(*kept));
+	if (!locs || (ns && !kept))
+		err = -ENOMEM;
+	for (j = 0; !err && j < ns; j++) {
+		kept[j] = kept_where(ino, &it->it_keep[j]);
+		if (!kept[j])
+			err = -EIO; /* cannot happen: a version's kept records stay while it is written */
+	}
+	for (j = 0; !err && (i < nd || j < ns);) {
+		if (j == ns || (i < nd && it->it_puts[i].bp_index < it->it_keep[j].kl_index))
 			locs[k++] = it->it_puts[i++].bp_loc;
 		else
-			locs[k++] = kv_xmap_cat(sp, j++)->xe_loc;
+			locs[k++] = kept[j++]->xe_loc;
 	}
-	if (it->it_manifest)
+	if (!err && it->it_manifest)
 		locs[k++] = it->it_puts[nd].bp_loc;
-	err = kv_xmap_set(map, it->it_obj->ko_seq, it->it_obj->ko_size, locs, k);
-	free(locs);
-	/* The spilled records' checksums come along. */
+	if (!err)
+		err = kv_xmap_set(map, it->it_obj->ko_seq, it->it_obj->ko_size, locs, k);
 	for (j = 0; !err && j < ns; j++) {
-		int64_t at = kv_xmap_find(map, kv_xmap_cat(sp, j)->xe_loc.kl_index);
+		int64_t at = kv_xmap_find(map, kept[j]->xe_loc.kl_index);
 
-		if (at >= 0)
-			kv_xmap_at(map, (uint32_t)at)->xe_csums =
-			    kv_xmap_cat(sp, j)->xe_csums;
+		if (at >= 0) {
+			kv_xmap_at(map, (uint32_t)at)->xe_csums = kept[j]->xe_csums;
+			kept[j]->xe_csums = NULL;
+		}
 	}
+	free(kept);
+	free(locs);
 	return err;
 }
 
@@ -516,17 +580,23 @@ static void item_finish(struct kv_tier *t, struct item *it)
 		ino->ki_map = map;
 		map = old;
 		kv_persist_put(st, ino);
-		/* The old version's records die, but for those the new one borrowed. */
+		/* The old version's records die, but for those the new one shares. */
 		for (uint32_t i = 0; i < old.xm_n; i++) {
 			const struct kv_loc *l = &kv_xmap_at(&old, i)->xe_loc;
 
 			if (!kv_xmap_holds(&ino->ki_map, l))
 				kv_bucket_dead(t->kt_bs, l);
 		}
+		/* The extents written: a later version still holding one shares its record. */
+		for (uint32_t i = 0; i < it->it_nput; i++)
+			if (it->it_puts[i].bp_flags == KV_REC_EXTENT)
+				kv_obj_tag_extent(it->it_obj, it->it_puts[i].bp_index,
+						  it->it_puts[i].bp_seq);
+		for (uint32_t j = 0; j < it->it_nkeep; j++)
+			if (it->it_keep[j].kl_seq != it->it_obj->ko_seq)
+				atomic_fetch_add(&t->kt_shared, it->it_keep[j].kl_len);
 		if (it->it_spilled) {
-			/* Its records are the map's now (checksums too); DRAM holds only part. */
-			for (uint32_t j = 0; j < kv_spill_n(ino); j++)
-				kv_xmap_at(ino->ki_spill, j)->xe_csums = NULL;
+			/* Its records are the map's now; DRAM holds only part. */
 			kv_spill_free(ino);
 			if (ino->ki_obj == it->it_obj) {
 				kv_obj_put(ino->ki_obj);
@@ -1089,6 +1159,12 @@ static int promote(struct kv_tier *t, struct kv_inode *ino)
 			  ? kv_xmap_read_obj(t->kt_bs, &ino->ki_map, 0, kv_xmap_nx(&ino->ki_map),
 					     obj)
 			  : -EAGAIN;
+		/* Each extent holds its record's bytes: a new version may share the record. */
+		for (uint32_t i = 0; !err && !kv_xmap_whole(&ino->ki_map) &&
+				     i < kv_xmap_nx(&ino->ki_map);
+		     i++)
+			kv_obj_tag_extent(obj, kv_xmap_cat(&ino->ki_map, i)->xe_loc.kl_index,
+					  kv_xmap_cat(&ino->ki_map, i)->xe_loc.kl_seq);
 		pthread_rwlock_unlock(&ino->ki_lock);
 		if (err != -ENOSPC || evicted || !evict(t, w.w_size))
 			break;
@@ -1307,6 +1383,7 @@ void kv_tier_usage(struct kv_tier *t, struct kv_store_usage *u)
 	u->ku_evictions = atomic_load(&t->kt_evictions);
 	u->ku_promotions = atomic_load(&t->kt_promotions);
 	u->ku_spilled = atomic_load(&t->kt_spilled);
+	u->ku_shared = atomic_load(&t->kt_shared);
 	u->ku_offload_errors = atomic_load(&t->kt_offload_errors);
 	u->ku_recovery_ns = t->kt_recovery_ns;
 	u->ku_recovered_keys = t->kt_recovered_keys;

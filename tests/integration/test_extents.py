@@ -661,6 +661,54 @@ class SharedExtentsTest(SsdTestCase):
                          hashlib.sha256(data).hexdigest())
         m.stop()
 
+    def test_small_writes_into_a_sealed_value_in_dram(self):
+        """The same for a value still in DRAM: the new version shares the
+        records of the extents it did not change (tier.shared_bytes), its
+        manifest names them with their older birth sequence numbers, and
+        they survive compaction, a restart and --fsck."""
+        m = self.start("first", opts=("--mem-size=256M", "--bucket-size=16M"))
+        data = bytearray(pattern("dram-shared", self.SIZE))
+        write_file(m.path("v"), bytes(data))
+        fsync_path(m.path("v"))
+        self.assertEqual(tier_of(m.path("v")), "dram+ssd")
+        seq0, ents0 = newest_manifest(self.data, "v")
+        rng = random.Random(11)
+        touched = set()
+        for i in range(8):
+            off = rng.randrange(0, self.SIZE - 4096)
+            w0, s0 = m.stats()["ssd"]["bytes_written"], m.stats()["tier"]["shared_bytes"]
+            fd = os.open(m.path("v"), os.O_WRONLY)
+            try:
+                self.assertEqual(os.pwrite(fd, b"%04d" % i * 1024, off), 4096)
+            finally:
+                os.close(fd)
+            data[off:off + 4096] = b"%04d" % i * 1024
+            touched |= {off // EXTENT, (off + 4095) // EXTENT}
+            fsync_path(m.path("v"))
+            st = m.stats()
+            self.assertLessEqual(st["ssd"]["bytes_written"] - w0, 2 * EXTENT + (64 << 10))
+            self.assertGreaterEqual(st["tier"]["shared_bytes"] - s0, self.SIZE - 2 * EXTENT)
+            self.assertEqual(tier_of(m.path("v")), "dram+ssd")
+        seq, ents = newest_manifest(self.data, "v")
+        self.assertGreater(seq, seq0)
+        self.assertEqual(len(ents), self.SIZE // EXTENT)
+        for birth, index, length in ents:
+            self.assertEqual(length, EXTENT)
+            if index in touched:
+                self.assertGreater(birth, seq0, "extent %d was written" % index)
+            else:
+                self.assertEqual(birth, seq0, "extent %d is shared" % index)
+        with open(m.path(".kvfs", "ctl"), "w") as f:
+            f.write("gc\n")
+        m.stop()
+        rc, out = run_kvfs("--fsck", self.data)
+        self.assertEqual(rc, 0, out)
+        m = self.start("second")
+        self.assertEqual(tier_of(m.path("v")), "ssd")
+        self.assertEqual(hashlib.sha256(read_direct(m.path("v"))).hexdigest(),
+                         hashlib.sha256(data).hexdigest())
+        m.stop()
+
 
 class RandomOpsTest(SsdTestCase):
     """fsx-style: random writes, reads, truncates, punches, fsyncs and

@@ -1184,6 +1184,61 @@ static void test_read_many_extents(void **state)
 	kv_pool_destroy(pool);
 }
 
+/*
+ * Record tags (kv_obj_extent_rec): a clone shares them with the blocks;
+ * every change to an extent's bytes clears its tag (the copy a shared
+ * extent gets, an in-place write, a punch, growth of the last extent);
+ * a cut or a seal keeps it.
+ */
+static void test_record_tags(void **state)
+{
+	struct kv_pool *pool = pool_new(32 * MIB);
+	struct kv_obj *a = obj_new(pool), *b, *c;
+	struct model m = {0};
+
+	(void)state;
+	write_pat(a, &m, 0, 4 * KV_EXTENT + 5000, 3);
+	kv_obj_seal(a, 7);
+	for (uint64_t k = 0; k < 5; k++) {
+		assert_int_equal(kv_obj_extent_rec(a, k), 0);
+		kv_obj_tag_extent(a, k, 7 + k);
+	}
+	assert_int_equal(kv_obj_extent_rec(a, 9), 0); /* past the end: a hole */
+	assert_int_equal(kv_obj_clone(a, UINT64_MAX, &b), 0);
+	for (uint64_t k = 0; k < 5; k++)
+		assert_int_equal(kv_obj_extent_rec(b, k), 7 + k);
+	/* A write into a shared extent: b's copy has no tag, a's block keeps it. */
+	assert_int_equal(kv_obj_write(b, KV_EXTENT + 10, "x", 1), 0);
+	assert_int_equal(kv_obj_extent_rec(b, 1), 0);
+	assert_int_equal(kv_obj_extent_rec(a, 1), 8);
+	/* Once b alone holds the blocks, writes go in place: the tag goes too. */
+	kv_obj_put(a);
+	assert_int_equal(kv_obj_write(b, 2 * KV_EXTENT, "y", 1), 0);
+	assert_int_equal(kv_obj_extent_rec(b, 2), 0);
+	assert_int_equal(kv_obj_punch(b, 10, 100), 0);
+	assert_int_equal(kv_obj_extent_rec(b, 0), 0);
+	/* A cut keeps the last extent's tag; growing it back clears it. */
+	assert_int_equal(kv_obj_truncate(b, 4 * KV_EXTENT + 100), 0);
+	assert_int_equal(kv_obj_extent_rec(b, 4), 11);
+	kv_obj_seal(b, 20);
+	assert_int_equal(kv_obj_extent_rec(b, 4), 11);
+	assert_int_equal(kv_obj_extent_rec(b, 3), 10);
+	assert_int_equal(kv_obj_clone(b, UINT64_MAX, &c), 0);
+	assert_int_equal(kv_obj_truncate(c, 4 * KV_EXTENT + 200), 0);
+	assert_int_equal(kv_obj_extent_rec(c, 4), 0);
+	assert_int_equal(kv_obj_extent_rec(b, 4), 11);
+	/* A clone that cuts an extent short copies it: no tag. */
+	kv_obj_put(c);
+	assert_int_equal(kv_obj_clone(b, 3 * KV_EXTENT + 10, &c), 0);
+	assert_int_equal(kv_obj_extent_rec(c, 3), 0);
+	assert_int_equal(kv_obj_extent_rec(c, 1), 0);
+	kv_obj_put(c);
+	kv_obj_put(b);
+	model_free(&m);
+	assert_int_equal(kv_pool_used(pool), 0);
+	kv_pool_destroy(pool);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1203,6 +1258,7 @@ int main(void)
 	    cmocka_unit_test(test_enospc),
 	    cmocka_unit_test(test_iov),
 	    cmocka_unit_test(test_read_many_extents),
+	    cmocka_unit_test(test_record_tags),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
