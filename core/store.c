@@ -784,7 +784,8 @@ static int set_size(struct kv_inode *ino, uint64_t size)
 /*
  * True when a change that failed with err should be tried again: the pool
  * was full and the tier made room (evicted clean values, or waited for
- * the offloader to make some clean). Call without ki_lock.
+ * the offloader to make some clean or to spill files being written). Call
+ * without ki_lock.
  */
 static bool retry_for_room(struct kv_store *st, struct kv_inode *ino, int err, uint64_t bytes)
 {
@@ -800,10 +801,7 @@ static bool retry_for_room(struct kv_store *st, struct kv_inode *ino, int err, u
 	if (err != -ENOSPC || !st->ks_tier)
 		return false;
 	/* Asking for more than the pool would empty the DRAM cache for nothing. */
-	if (bytes <= pool && kv_tier_make_room(st->ks_tier, bytes) == 0)
-		return true;
-	/* Nothing clean to evict: the file's own complete extents go to the SSD. */
-	return ino && kv_tier_spill(st->ks_tier, ino) == 0;
+	return bytes <= pool && kv_tier_make_room(st->ks_tier, bytes) == 0;
 }
 
 static int setattr_locked(struct kv_inode *ino, const struct kv_setattr *sa)
@@ -1410,6 +1408,8 @@ void kv_store_release(struct kv_store *st, struct kv_inode *ino, int flags)
 		ino->ki_pinned = false;
 	}
 	settle(ino);
+	if (ino->ki_nopen == 0 && st->ks_tier)
+		kv_tier_unspillable(st->ks_tier, ino);
 	pthread_rwlock_unlock(&ino->ki_lock);
 	atomic_fetch_sub(&st->ks_open, 1);
 	kv_inode_put(ino);
@@ -1499,6 +1499,10 @@ int kv_store_write(struct kv_store *st, struct kv_inode *ino, uint64_t off, cons
 	do {
 		pthread_rwlock_wrlock(&ino->ki_lock);
 		err = write_locked(ino, off, buf, len);
+		/* Past one extent, an open file may spill (core/tier.c, "Spill"). */
+		if (st->ks_tier && ino->ki_obj && !ino->ki_obj->ko_sealed &&
+		    ino->ki_obj->ko_size > KV_EXTENT)
+			kv_tier_spillable(st->ks_tier, ino);
 		pthread_rwlock_unlock(&ino->ki_lock);
 	} while (retry_for_room(st, ino, err, len));
 	return err;

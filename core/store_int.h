@@ -70,6 +70,8 @@ struct kv_inode {
 	bool ki_queued;	    /* on the offload queue */
 	uint64_t ki_qbytes; /* what it counts in the backlog */
 	struct kv_inode *ki_qnext;
+	_Atomic bool ki_spillable; /* on the spill list (written under kt_lock, read anywhere) */
+	struct kv_inode *ki_snext; /* next on the spill list (core/tier.c, "Spill") */
 
 	/* kt_clock_lock */
 	struct kv_inode *ki_cprev, *ki_cnext; /* the clock of clean values (NULL: not on it) */
@@ -149,16 +151,19 @@ void kv_tier_forget(struct kv_tier *t, struct kv_inode *ino);
 void kv_tier_clean(struct kv_tier *t, struct kv_inode *ino);
 /*
  * The pool had no room for `bytes`: evicts clean values, or waits for the
- * offloader to make some clean, up to a bound. Call without any ki_lock.
- * Returns 0 when it freed something (retry), -ENOSPC when nothing can be.
+ * offloader to make some clean or to spill files being written, up to a
+ * bound. Call without any ki_lock. Returns 0 when it freed something
+ * (retry), -ENOSPC when nothing can be.
  */
 int kv_tier_make_room(struct kv_tier *t, uint64_t bytes);
 /*
- * Writes complete extents of ino's open version to the SSD and lets their
- * memory go (ki_lock not held): a file can grow past the pool. Returns 0
- * when some memory was freed, -ENOSPC when nothing could be.
+ * ino's open version is longer than one extent (ki_lock held): puts it on
+ * the spill list, so the offloader may send its complete extents to the
+ * SSD when the pool runs short of room (a file can grow past the pool).
  */
-int kv_tier_spill(struct kv_tier *t, struct kv_inode *ino);
+void kv_tier_spillable(struct kv_tier *t, struct kv_inode *ino);
+/* ino's last fd closed (ki_lock held, a reference of the caller's): off the spill list. */
+void kv_tier_unspillable(struct kv_tier *t, struct kv_inode *ino);
 /*
  * Reads [off, off + len) of ino's DRAM version obj, part of it spilled
  * (ki_lock held shared, kept until the reply is sent: the spilled

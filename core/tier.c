@@ -18,10 +18,11 @@
  *
  * Back-pressure. A writer that finds the pool full calls
  * kv_tier_make_room: it evicts clean values, or, when there are none yet,
- * sleeps until the offloader finishes a batch (making some clean), for at
- * most the back-pressure bound; then the write fails with ENOSPC. When
- * nothing is queued or being written there is nothing to wait for: ENOSPC
- * at once.
+ * sleeps until the offloader finishes a batch (making some clean) or a
+ * spill round (sending files being written to the SSD), for at most the
+ * back-pressure bound; then the write fails with ENOSPC. When nothing is
+ * queued, being written or able to spill there is nothing to wait for,
+ * and when a spill round freed nothing neither: ENOSPC at once.
  *
  * The SSD quota. A put the buckets refuse (-ENOSPC) is retried while
  * compaction gives space back (kv_gc_make_room runs an urgent pass in the
@@ -29,8 +30,10 @@
  * space on the SSD the offload waits instead of failing; with none
  * (explicit-delete mode at the quota) it fails at once.
  *
- * Locks: kt_lock guards the queue, kt_stop, kt_busy and kt_batches, and
- * goes with two condition variables (kt_wake: work for the offloader;
+ * Locks: kt_lock guards the queue, kt_stop, kt_busy, kt_batches and the
+ * spill list (kt_shead, ki_snext, ki_spillable; while the offloader holds
+ * the list taken off kt_shead, it alone walks ki_snext), and goes with two
+ * condition variables (kt_wake: work for the offloader;
  * kt_done: a batch finished). kt_clock_lock guards the clock. See
  * core/store_int.h for the order against the store's locks.
  */
@@ -67,6 +70,11 @@ struct kv_tier {
 	bool kt_busy;			      /* a batch is being written */
 	unsigned kt_waiters;		      /* writers waiting for room: write now */
 	bool kt_stop;
+	struct kv_inode *kt_shead; /* files being written that may spill (ki_snext), each
+				      holding a reference ("Spill") */
+	uint64_t kt_nspill;	   /* files on the spill list, with those a round has taken */
+	uint64_t kt_spill_started, kt_spill_rounds; /* spill rounds begun, ended: ever */
+	uint64_t kt_spill_freed;		    /* bytes spill rounds freed, ever */
 
 	pthread_mutex_t kt_clock_lock;
 	struct kv_inode *kt_hand; /* the clock of clean values: circular, NULL when empty */
@@ -208,25 +216,72 @@ int kv_tier_make_room(struct kv_tier *t, uint64_t bytes)
 
 	deadline_in(&until, cfg->kc_backpressure_ns);
 	for (;;) {
-		uint64_t gen;
+		uint64_t gen, round, freed;
+		bool spilled, barren, stop;
 
 		if (evict(t, bytes ? bytes : KV_PAGE_SIZE))
 			return 0;
 		pthread_mutex_lock(&t->kt_lock);
-		if (!t->kt_qhead && !t->kt_busy) {
+		if (!t->kt_qhead && !t->kt_busy && !t->kt_nspill) {
 			pthread_mutex_unlock(&t->kt_lock);
-			return -ENOSPC; /* nothing on its way to becoming clean */
+			return -ENOSPC; /* nothing on its way to becoming clean or spilled */
 		}
 		t->kt_waiters++;
 		pthread_cond_signal(&t->kt_wake);
+		/* Until a batch ends, something is spilled, or a round begun from now on ends. */
 		gen = t->kt_batches;
-		while (t->kt_batches == gen && !t->kt_stop && rc == 0)
+		round = t->kt_spill_started + 1;
+		freed = t->kt_spill_freed;
+		while (t->kt_batches == gen && t->kt_spill_freed == freed &&
+		       t->kt_spill_rounds < round && !t->kt_stop && rc == 0)
 			rc = pthread_cond_timedwait(&t->kt_done, &t->kt_lock, &until);
 		t->kt_waiters--;
+		spilled = t->kt_spill_freed != freed;
+		barren = t->kt_batches == gen && t->kt_spill_rounds >= round && !spilled &&
+			 !t->kt_qhead && !t->kt_busy;
+		stop = t->kt_stop;
 		pthread_mutex_unlock(&t->kt_lock);
-		if (rc)
-			return -ENOSPC; /* the back-pressure bound */
+			if (rc || barren || stop)
+			return -ENOSPC; /* the back-pressure bound, or nothing could be spilled */
+		if (spilled)
+			return 0;
 	}
+}
+
+void kv_tier_spillable(struct kv_tier *t, struct kv_inode *ino)
+{
+	if (atomic_load_explicit(&ino->ki_spillable, memory_order_relaxed))
+		return;
+	pthread_mutex_lock(&t->kt_lock);
+	if (!atomic_load_explicit(&ino->ki_spillable, memory_order_relaxed)) {
+		atomic_store_explicit(&ino->ki_spillable, true, memory_order_relaxed);
+		kv_inode_get(ino);
+		ino->ki_snext = t->kt_shead;
+		t->kt_shead = ino;
+		t->kt_nspill++;
+	}
+	pthread_mutex_unlock(&t->kt_lock);
+}
+
+void kv_tier_unspillable(struct kv_tier *t, struct kv_inode *ino)
+{
+	bool found = false;
+
+	if (!atomic_load_explicit(&ino->ki_spillable, memory_order_relaxed))
+		return;
+	pthread_mutex_lock(&t->kt_lock);
+	/* Not found: a spill round has the list, and takes it off when done. */
+	for (struct kv_inode **pp = &t->kt_shead; *pp; pp = &(*pp)->ki_snext)
+		if (*pp == ino) {
+			*pp = ino->ki_snext;
+			atomic_store_explicit(&ino->ki_spillable, false, memory_order_relaxed);
+			t->kt_nspill--;
+			found = true;
+			break;
+		}
+	pthread_mutex_unlock(&t->kt_lock);
+	if (found)
+		kv_inode_put(ino); /* never the last: the caller holds one */
 }
 
 /* --- the offloader --- */
@@ -648,12 +703,20 @@ static void append_with_room(struct kv_tier *t, struct kv_bucket_put *puts, unsi
 
 /* Extents one spill writes at most (each a record, written together). */
 #define SPILL_EXTENTS 64
+/* How often an idle offloader looks at the pool while files being written could spill. */
+#define SPILL_LOOK_NS (5 * 1000 * 1000ull)
 
 /*
- * Spill. A file being written that the pool cannot hold any more gives its
- * complete extents (every one but the last) to the SSD: a writer that finds
- * the pool full with nothing clean to evict calls kv_tier_spill for its own
- * file. Under ki_lock the chosen extents' blocks get an extra reference
+ * Spill. Files being written give their complete extents (every one but
+ * the last) to the SSD in the background, so a file can outgrow the pool:
+ * a write that leaves a file longer than one extent puts it on the spill
+ * list (kv_tier_spillable), and when the pool is short of free room (under
+ * a quarter free, or a writer waits for room) and evicting clean values
+ * does not give it back, the offloader runs a spill round (spill_round)
+ * over the list, spilling files until the room is back. A file leaves the
+ * list at its last close (kv_tier_unspillable), or at the first round
+ * after it is sealed. For one file (spill): under
+ * ki_lock the chosen extents' blocks get an extra reference
  * (so a write meanwhile copies them instead of changing them); they are
  * written with no lock held, as EXTENT records of the version (which takes
  * its sequence number at its first spill, ki_spill.xm_seq); then, under
@@ -665,7 +728,7 @@ static void append_with_room(struct kv_tier *t, struct kv_bucket_put *puts, unsi
  * first (core/store.c, unspill). The seal writes the rest and the
  * manifest, and the version becomes a value on the SSD (item_finish).
  */
-int kv_tier_spill(struct kv_tier *t, struct kv_inode *ino)
+static uint64_t spill(struct kv_tier *t, struct kv_inode *ino, uint64_t want)
 {
 	struct kv_store *st = t->kt_st;
 	struct kv_bucket_put puts[SPILL_EXTENTS];
@@ -676,8 +739,8 @@ int kv_tier_spill(struct kv_tier *t, struct kv_inode *ino)
 	struct iovec *iov = NULL;
 	char path[KV_JPATH_MAX];
 	struct kv_obj *obj;
-	uint32_t n = 0, used = 0, freed = 0, nkept = 0;
-	uint64_t seq = 0, last;
+	uint32_t n = 0, used = 0, nkept = 0;
+	uint64_t seq = 0, last, freed = 0;
 	int len = -1;
 
 	pthread_rwlock_rdlock(&st->ks_ns_lock);
@@ -700,7 +763,8 @@ int kv_tier_spill(struct kv_tier *t, struct kv_inode *ino)
 		ino->ki_spill->xm_size = UINT64_MAX; /* a spill is no whole value */
 	}
 	seq = ino->ki_spill->xm_seq;
-	for (uint64_t k = 0; k < last && n < SPILL_EXTENTS; k++) {
+	for (uint64_t k = 0; k < last && n < SPILL_EXTENTS && (uint64_t)n * KV_EXTENT < want;
+	     k++) {
 		uint64_t bytes;
 		int c;
 
@@ -753,7 +817,7 @@ int kv_tier_spill(struct kv_tier *t, struct kv_inode *ino)
 
 		if (kept[i]) {
 			kv_obj_drop_extent(obj, loc->kl_index);
-			freed++;
+			freed += loc->kl_len;
 			atomic_fetch_add(&t->kt_spilled, loc->kl_len);
 			if (ino->ki_pinned) { /* deleted while open: as name_gone does */
 				kv_bucket_dead(t->kt_bs, loc);
@@ -776,7 +840,56 @@ out_unlock:
 	pthread_rwlock_unlock(&ino->ki_lock);
 out:
 	free(iov);
-	return freed ? 0 : -ENOSPC;
+	return freed;
+}
+
+/*
+ * One spill round (the offloader, no lock held): spills the files on the
+ * spill list until `want` bytes are freed, takes sealed ones off it, and
+ * tells waiting writers what it freed. Returns the bytes freed.
+ */
+static uint64_t spill_round(struct kv_tier *t, uint64_t want)
+{
+	struct kv_inode *ino, *next, *keep = NULL, *gone = NULL;
+	uint64_t freed = 0;
+
+	pthread_mutex_lock(&t->kt_lock);
+	ino = t->kt_shead;
+	t->kt_shead = NULL;
+	t->kt_spill_started++;
+	pthread_mutex_unlock(&t->kt_lock);
+	for (; ino; ino = next) {
+		bool open;
+
+		next = ino->ki_snext;
+		pthread_rwlock_rdlock(&ino->ki_lock);
+		open = ino->ki_obj && !ino->ki_obj->ko_sealed;
+		pthread_rwlock_unlock(&ino->ki_lock);
+		if (open && freed < want)
+			freed += spill(t, ino, want - freed);
+		ino->ki_snext = open ? keep : gone;
+		*(open ? &keep : &gone) = ino;
+	}
+	pthread_mutex_lock(&t->kt_lock);
+	for (ino = keep; ino; ino = next) {
+		next = ino->ki_snext;
+		ino->ki_snext = t->kt_shead;
+		t->kt_shead = ino;
+	}
+	t->kt_spill_rounds++;
+	t->kt_spill_freed += freed;
+	pthread_cond_broadcast(&t->kt_done);
+	pthread_mutex_unlock(&t->kt_lock);
+	/* Sealed: off the list (a later write puts it back, ki_snext and all). */
+	for (ino = gone; ino; ino = next) {
+		next = ino->ki_snext;
+		pthread_mutex_lock(&t->kt_lock);
+		atomic_store_explicit(&ino->ki_spillable, false, memory_order_relaxed);
+		t->kt_nspill--;
+		pthread_mutex_unlock(&t->kt_lock);
+		kv_inode_put(ino);
+	}
+	return freed;
 }
 
 int kv_tier_read_spilled(struct kv_tier *t, struct kv_inode *ino, const struct kv_obj *obj,
@@ -887,17 +1000,27 @@ static unsigned take_batch(struct kv_tier *t, struct item *items)
 }
 
 /*
- * Keeps a quarter of the pool free by evicting clean values after each
- * batch, so writers find room without waiting and the offloader always
- * has their next values queued: writing to DRAM and to the SSD overlap.
+ * Keeps a quarter of the pool free, so writers find room without waiting
+ * and writing to DRAM and to the SSD overlap: evicts clean values, then,
+ * if that is not enough (or a writer waits for room), runs a spill round.
+ * Returns the bytes it freed.
  */
-static void keep_free(struct kv_tier *t)
+static uint64_t keep_free(struct kv_tier *t)
 {
 	struct kv_pool *pool = t->kt_st->ks_pool;
-	uint64_t size = kv_pool_size(pool), used = kv_pool_used(pool);
+	uint64_t size = kv_pool_size(pool), used = kv_pool_used(pool), freed = 0;
+	uint64_t want = size - used < size / 4 ? size / 4 - (size - used) : 0;
+	bool waiters, spillable;
 
-	if (size - used < size / 4)
-		evict(t, size / 4 - (size - used));
+	if (want)
+		freed = evict(t, want);
+	pthread_mutex_lock(&t->kt_lock);
+	waiters = t->kt_waiters;
+	spillable = t->kt_shead;
+	pthread_mutex_unlock(&t->kt_lock);
+	if (spillable && (freed < want || waiters))
+		freed += spill_round(t, want > freed + KV_EXTENT ? want - freed : KV_EXTENT);
+	return freed;
 }
 
 static void *offloader(void *arg)
@@ -910,10 +1033,26 @@ static void *offloader(void *arg)
 	pthread_mutex_lock(&t->kt_lock);
 	while (items && (!t->kt_stop || t->kt_qhead)) {
 		struct timespec until;
+		uint64_t freed;
 		unsigned n;
 
 		if (!t->kt_qhead) {
-			pthread_cond_wait(&t->kt_wake, &t->kt_lock);
+			/*
+			 * Idle: files being written spill when room runs short (keep_free);
+			 * while there are any, the pool is looked at every few ms.
+			 */
+			if (t->kt_shead && !t->kt_stop) {
+				pthread_mutex_unlock(&t->kt_lock);
+				freed = keep_free(t);
+				pthread_mutex_lock(&t->kt_lock);
+				if (freed || t->kt_qhead)
+					continue;
+				deadline_in(&until, SPILL_LOOK_NS);
+				if (t->kt_shead && !t->kt_qhead)
+					pthread_cond_timedwait(&t->kt_wake, &t->kt_lock, &until);
+			} else if (!t->kt_stop) {
+				pthread_cond_wait(&t->kt_wake, &t->kt_lock);
+			}
 			continue;
 		}
 		/*
@@ -1341,6 +1480,14 @@ void kv_tier_flush_stop(struct kv_tier *t)
 	pthread_mutex_unlock(&t->kt_lock);
 	pthread_join(t->kt_thread, NULL);
 	t->kt_started = false;
+	while (t->kt_shead) { /* the spill list's references */
+		struct kv_inode *ino = t->kt_shead;
+
+		t->kt_shead = ino->ki_snext;
+		atomic_store_explicit(&ino->ki_spillable, false, memory_order_relaxed);
+		t->kt_nspill--;
+		kv_inode_put(ino);
+	}
 }
 
 void kv_tier_destroy(struct kv_tier *t)
