@@ -324,10 +324,18 @@ struct item {
 	uint64_t it_bytes;	/* what it counted in the backlog */
 };
 
+/* Room for the chunk checksums of a record of len bytes (kv_bucket_put.bp_csums). */
+static uint64_t *csums_new(uint64_t len)
+{
+	return malloc(((len + (1u << KV_CHUNK_SHIFT) - 1) >> KV_CHUNK_SHIFT) * 8 + 8);
+}
+
 static void item_free(struct item *it)
 {
 	if (it->it_obj)
 		kv_obj_put(it->it_obj);
+	for (uint32_t i = 0; it->it_puts && i < it->it_nput; i++)
+		free(it->it_puts[i].bp_csums);
 	free(it->it_puts);
 	free(it->it_iov);
 	free(it->it_key);
@@ -510,6 +518,7 @@ static void item_prepare(struct kv_store *st, struct item *it)
 		    .bp_len = elen,
 		    .bp_iov = iov,
 		    .bp_iovcnt = n,
+		    .bp_csums = csums_new(elen), /* the map keeps them: no read of the head */
 		};
 	}
 	if (!whole) {
@@ -593,6 +602,14 @@ static int item_map(const struct item *it, struct kv_inode *ino, struct kv_xmap 
 		locs[k++] = it->it_puts[nd].bp_loc;
 	if (!err)
 		err = kv_xmap_set(map, it->it_obj->ko_seq, it->it_obj->ko_size, locs, k);
+	for (i = 0; !err && i < nd; i++) {
+		int64_t at = kv_xmap_find(map, it->it_puts[i].bp_index);
+
+		if (at >= 0) {
+			kv_xmap_at(map, (uint32_t)at)->xe_csums = it->it_puts[i].bp_csums;
+			it->it_puts[i].bp_csums = NULL;
+		}
+	}
 	for (j = 0; !err && j < ns; j++) {
 		int64_t at = kv_xmap_find(map, kept[j]->xe_loc.kl_index);
 
@@ -782,6 +799,7 @@ static uint64_t spill(struct kv_tier *t, struct kv_inode *ino, uint64_t want)
 		    .bp_len = KV_EXTENT,
 		    .bp_iov = iov + used,
 		    .bp_iovcnt = c,
+		    .bp_csums = csums_new(KV_EXTENT),
 		};
 		used += (uint32_t)c;
 		n++;
@@ -791,12 +809,9 @@ static uint64_t spill(struct kv_tier *t, struct kv_inode *ino, uint64_t want)
 		goto out;
 	append_with_room(t, puts, n);
 	for (uint32_t i = 0; i < n; i++) {
-		uint32_t nchunks;
-
-		csums[i] = NULL;
-		if (!puts[i].bp_err &&
-		    kv_bucket_load_csums(t->kt_bs, &puts[i].bp_loc, &csums[i], &nchunks))
-			puts[i].bp_err = -EIO;
+		csums[i] = puts[i].bp_csums;
+		if (!csums[i] && !puts[i].bp_err)
+			puts[i].bp_err = -ENOMEM;
 	}
 	pthread_rwlock_wrlock(&ino->ki_lock);
 	/* Kept: written, and the extent unchanged meanwhile (it still holds the block written). */

@@ -1014,6 +1014,8 @@ static int build_head(struct kv_bucket_put *p, struct pending *pd)
 			return err;
 		}
 		memcpy(csums, tmp, (size_t)h.rh_nchunks * 8);
+		if (p->bp_csums)
+			memcpy(p->bp_csums, tmp, (size_t)h.rh_nchunks * 8);
 		free(tmp);
 	}
 	h.rh_payload_csum = XXH3_64bits(csums, (size_t)h.rh_nchunks * 8);

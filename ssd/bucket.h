@@ -74,6 +74,8 @@ struct kv_bucket_put {
 	uint64_t bp_len;	    /* value bytes */
 	const struct iovec *bp_iov; /* page-aligned buffers holding at least round_up(len, 4K) */
 	int bp_iovcnt;
+	uint64_t *bp_csums;   /* NULL, or room for the record's chunk checksums (one per
+				 1 << KV_CHUNK_SHIFT bytes of bp_len): filled when bp_err == 0 */
 	struct kv_loc bp_loc; /* out, when bp_err == 0 */
 	int bp_err;	      /* out: 0, -ENOSPC (quota), or an I/O error */
 };
