@@ -103,6 +103,7 @@ static unsigned tier_flags(enum kv_tier_kind t)
 	case KV_TIER_DRAM:
 		return KV_BK_DRAM;
 	case KV_TIER_SSD:
+	case KV_TIER_PART: /* wholly on the SSD, not wholly in DRAM */
 		return KV_BK_SSD;
 	case KV_TIER_BOTH:
 		return KV_BK_DRAM | KV_BK_SSD;

@@ -656,6 +656,22 @@ bool kv_obj_extent_is(const struct kv_obj *obj, uint64_t k, const struct kv_xblk
 	return b && ext_at(obj, k) == b;
 }
 
+int kv_obj_adopt_extent(struct kv_obj *obj, const struct kv_obj *src, uint64_t k)
+{
+	struct kv_xblk *b = ext_at(src, k);
+	int err;
+
+	if (!b || ext_at(obj, k) || ext_base(k) >= obj->ko_size)
+		return -EINVAL;
+	err = obj_slots(obj, k + 1);
+	if (err)
+		return err;
+	atomic_fetch_add_explicit(&b->xb_ref, 1, memory_order_relaxed);
+	obj->ko_x[k] = b;
+	obj->ko_cap += b->xb_cap;
+	return 0;
+}
+
 void kv_obj_drop_extent(struct kv_obj *obj, uint64_t k)
 {
 	if (!ext_at(obj, k))

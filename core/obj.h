@@ -83,6 +83,9 @@ struct kv_xblk {
 struct kv_obj {
 	_Atomic uint32_t ko_ref; /* references; the object is freed at 0 */
 	bool ko_sealed;		 /* set once by kv_obj_seal, then immutable */
+	bool ko_partial;	 /* sealed, and some extents with data are not in memory: their
+				    bytes are only on the SSD (core/tier.c, "Residency"); set
+				    and read under the owning inode's lock */
 	uint64_t ko_seq;	 /* 0 while open; the put's sequence number once sealed */
 	uint64_t ko_size;	 /* logical length in bytes */
 	uint64_t ko_cap;	 /* bytes of memory: the sum of the present extents' xb_cap */
@@ -163,7 +166,18 @@ void kv_obj_release_extent(struct kv_obj *obj, struct kv_xblk *b);
 /* True when extent k's block is still b (held: nobody changed the extent since). */
 bool kv_obj_extent_is(const struct kv_obj *obj, uint64_t k, const struct kv_xblk *b);
 
-/* Makes extent k of an open object a hole (its bytes are kept elsewhere: a spill). */
+/*
+ * Makes hole k (below the size) of an open object share src's block of
+ * extent k, as a clone would. Returns 0, -EINVAL (k not a hole, or src has
+ * no block there) or -EFBIG/-ENOMEM.
+ */
+int kv_obj_adopt_extent(struct kv_obj *obj, const struct kv_obj *src, uint64_t k);
+
+/*
+ * Makes extent k a hole in memory, its bytes being kept elsewhere: a spill
+ * of an open object, or the eviction of one extent of a sealed object that
+ * nobody else holds (the caller then marks it ko_partial).
+ */
 void kv_obj_drop_extent(struct kv_obj *obj, uint64_t k);
 
 /*

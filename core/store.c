@@ -452,6 +452,17 @@ struct kv_inode *kv_store_child(const struct kv_inode *dir, const char *name)
 
 /* --- attributes --- */
 
+/* Bytes the data records of m hold, each rounded up to a page (what st_blocks counts). */
+static uint64_t map_alloc(const struct kv_xmap *m)
+{
+	uint64_t n = 0;
+
+	for (uint32_t i = 0; i < kv_xmap_nx(m); i++)
+		n += (kv_xmap_cat(m, i)->xe_loc.kl_len + KV_PAGE_SIZE - 1) / KV_PAGE_SIZE *
+		     KV_PAGE_SIZE;
+	return n;
+}
+
 static void fill_attr(struct kv_inode *ino, struct kv_attr *a)
 {
 	pthread_rwlock_rdlock(&ino->ki_lock);
@@ -473,22 +484,20 @@ static void fill_attr(struct kv_inode *ino, struct kv_attr *a)
 		a->ka_size = ino->ki_link ? strlen(ino->ki_link) : 0;
 		a->ka_alloc = 0;
 		a->ka_seq = 0;
-	} else if (ino->ki_obj) {
+	} else if (ino->ki_obj && !ino->ki_obj->ko_partial) {
 		const struct kv_obj *o = ino->ki_obj;
 
 		a->ka_size = o->ko_size;
-		a->ka_alloc = o->ko_cap;
+		/* Spilled or borrowed extents are allocated too, on the SSD. */
+		a->ka_alloc = o->ko_cap + (ino->ki_spill ? map_alloc(ino->ki_spill) : 0);
 		a->ka_seq = o->ko_sealed ? o->ko_seq : 0;
 		a->ka_tier =
 		    o->ko_sealed && ino->ki_map.xm_seq == o->ko_seq ? KV_TIER_BOTH : KV_TIER_DRAM;
 	} else {
 		a->ka_size = ino->ki_map.xm_size;
-		a->ka_alloc = 0;
-		for (uint32_t i = 0; i < kv_xmap_nx(&ino->ki_map); i++)
-			a->ka_alloc += (kv_xmap_at(&ino->ki_map, i)->xe_loc.kl_len + KV_PAGE_SIZE -
-					1) / KV_PAGE_SIZE * KV_PAGE_SIZE;
+		a->ka_alloc = map_alloc(&ino->ki_map);
 		a->ka_seq = ino->ki_map.xm_seq;
-		a->ka_tier = KV_TIER_SSD;
+		a->ka_tier = ino->ki_obj ? KV_TIER_PART : KV_TIER_SSD;
 	}
 	pthread_rwlock_unlock(&ino->ki_lock);
 }
@@ -565,62 +574,69 @@ out_put:
 }
 
 /*
- * The copy-on-write step for a value of extents only on the SSD: a new open
- * version of `keep` bytes whose extents are all holes in memory and
- * *borrowed* in ki_spill — the durable version's records, which it shares
- * (their birth sequence numbers are older than the new version's) — so a
- * change reads back only the extents it touches (unspill), and the seal
- * writes only those (ki_lock held exclusive). The caller installs it.
- * Returns 0, -ENOMEM, -EIO.
+ * The copy-on-write step for a value of extents on the SSD, not (all) in
+ * DRAM: a new open version of `keep` bytes that shares the extents `base`
+ * (the clean version partly in DRAM, or NULL) has in memory, and whose
+ * other extents are holes in memory *borrowed* in ki_spill — the durable
+ * version's records, which it shares (their birth sequence numbers are
+ * older than the new version's) — so a change reads back only the extents
+ * it touches (unspill), and the seal writes only those (ki_lock held
+ * exclusive). The caller installs it, or abandons it (which lets the
+ * borrowed records go). Returns 0, -ENOMEM, -ENOSPC, -EIO.
  */
-static int borrow(struct kv_inode *ino, uint64_t keep, struct kv_obj **out)
+static int borrow(struct kv_inode *ino, uint64_t keep, struct kv_obj *base, struct kv_obj **out)
 {
 	struct kv_store *st = ino->ki_store;
 	struct kv_bucket_set *bs = kv_tier_buckets(st->ks_tier);
 	struct kv_xmap *m = &ino->ki_map, *sp;
-	struct kv_loc *locs;
-	uint32_t first, end;
-	struct kv_obj *obj;
-	int err;
+	struct kv_loc *locs = NULL;
+	uint32_t first, end, n = 0;
+	struct kv_obj *obj = NULL;
+	int err = 0;
 
 	kv_xmap_range(m, 0, keep, &first, &end);
-	err = kv_xmap_load_csums(bs, m, first, end);
+	for (uint32_t i = first; !err && i < end; i++)
+		if (!base || !kv_obj_has_data(base, kv_xmap_cat(m, i)->xe_loc.kl_index))
+			err = kv_xmap_load_csums(bs, m, i, i + 1);
 	if (!err && !ino->ki_spill) {
 		ino->ki_spill = calloc(1, sizeof(*ino->ki_spill));
 		err = ino->ki_spill ? 0 : -ENOMEM;
 	}
 	if (!err)
-		err = kv_obj_new(st->ks_pool, &obj);
-	if (err)
-		return err;
+		err = base ? kv_obj_clone(base, keep, &obj) : kv_obj_new(st->ks_pool, &obj);
+	if (!err && !base)
+		err = kv_obj_truncate(obj, keep); /* holes: no memory */
 	sp = ino->ki_spill;
-	err = kv_obj_truncate(obj, keep); /* holes: no memory */
-	locs = err ? NULL : malloc((end - first + 1) * sizeof(*locs));
-	if (!err && !locs)
+	if (!err && !(locs = malloc((end - first + 1) * sizeof(*locs))))
 		err = -ENOMEM;
 	for (uint32_t i = first; !err && i < end; i++)
-		locs[i - first] = kv_xmap_cat(m, i)->xe_loc;
+		if (!base || !kv_obj_has_data(base, kv_xmap_cat(m, i)->xe_loc.kl_index))
+			locs[n++] = kv_xmap_cat(m, i)->xe_loc;
 	if (!err)
-		err = kv_xmap_set(sp, atomic_fetch_add(&st->ks_seq, 1) + 1, UINT64_MAX, locs,
-				  end - first);
+		err = kv_xmap_set(sp, atomic_fetch_add(&st->ks_seq, 1) + 1, UINT64_MAX, locs, n);
 	free(locs);
 	/* Each keeps its own copy of the checksums. */
-	for (uint32_t i = first; !err && i < end; i++) {
-		const struct kv_xent *x = kv_xmap_cat(m, i);
-		size_t n = (x->xe_loc.kl_len + (1u << KV_CHUNK_SHIFT) - 1) >> KV_CHUNK_SHIFT;
-		uint64_t *csums = malloc(n * 8 + 8);
+	for (uint32_t i = 0; !err && i < n; i++) {
+		const struct kv_xent *x = kv_xmap_at(m, (uint32_t)kv_xmap_find(
+							 m, kv_xmap_at(sp, i)->xe_loc.kl_index));
+		size_t nc = (x->xe_loc.kl_len + (1u << KV_CHUNK_SHIFT) - 1) >> KV_CHUNK_SHIFT;
+		uint64_t *csums = malloc(nc * 8 + 8);
 
 		err = csums ? 0 : -ENOMEM;
 		if (!err) {
-			memcpy(csums, x->xe_csums, n * 8);
-			kv_xmap_at(sp, i - first)->xe_csums = csums;
+			memcpy(csums, x->xe_csums, nc * 8);
+			kv_xmap_at(sp, i)->xe_csums = csums;
 		}
 	}
 	if (err) {
-		kv_xmap_clear(sp);
-		kv_obj_put(obj);
+		if (sp)
+			kv_xmap_clear(sp);
+		if (obj)
+			kv_obj_put(obj);
 		return err;
 	}
+	if (ino->ki_pinned) /* deleted while open: its records' buckets stay, as pin_records */
+		kv_xmap_pin(bs, sp, true);
 	*out = obj;
 	return 0;
 }
@@ -643,12 +659,13 @@ static int writable(struct kv_inode *ino, uint64_t keep, struct kv_obj **out)
 	/* Part of it is on the SSD, not yet durable: wait for it, unless it failed. */
 	if (cur && kv_spill_n(ino))
 		return ino->ki_offload_err ? ino->ki_offload_err : -EINPROGRESS;
-	if (cur)
+	if (cur && (!cur->ko_partial || keep == 0))
 		return kv_obj_clone(cur, keep, out);
 	if (keep == 0 || ino->ki_map.xm_size == 0)
 		return kv_obj_new(ino->ki_store->ks_pool, out);
-	if (!kv_xmap_whole(&ino->ki_map))
-		return borrow(ino, keep < ino->ki_map.xm_size ? keep : ino->ki_map.xm_size, out);
+	if (!kv_xmap_whole(&ino->ki_map)) /* partly in DRAM (cur), or not at all */
+		return borrow(ino, keep < ino->ki_map.xm_size ? keep : ino->ki_map.xm_size, cur,
+			      out);
 	return load_prefix(ino, keep < ino->ki_map.xm_size ? keep : ino->ki_map.xm_size, out);
 }
 
@@ -676,11 +693,18 @@ static void install(struct kv_inode *ino, struct kv_obj *obj, uint64_t old_size)
 	ino->ki_ctime = ino->ki_mtime;
 }
 
-/* Drops a version writable() made when the change to it failed. */
+/*
+ * Drops a version writable() made when the change to it failed, and the
+ * records it borrowed (ki_map still holds them: none dies).
+ */
 static void abandon(struct kv_inode *ino, struct kv_obj *obj)
 {
-	if (obj != ino->ki_obj)
+	if (obj != ino->ki_obj) {
 		kv_obj_put(obj);
+		if (ino->ki_pinned && ino->ki_spill)
+			kv_xmap_pin(kv_tier_buckets(ino->ki_store->ks_tier), ino->ki_spill, false);
+		kv_spill_free(ino);
+	}
 }
 
 /* Seals the open version (ki_lock held exclusive) and queues it for the SSD. */
@@ -1415,35 +1439,62 @@ void kv_store_release(struct kv_store *st, struct kv_inode *ino, int flags)
 	kv_inode_put(ino);
 }
 
-int kv_store_read(struct kv_store *st, struct kv_inode *ino, uint64_t off, uint64_t len,
-		  struct iovec *iov, int maxiov, uint64_t *bytes, struct kv_read_guard *guard)
+static int read_value(struct kv_store *st, struct kv_inode *ino, uint64_t off, uint64_t len,
+		      struct iovec *iov, int maxiov, uint64_t *bytes, struct kv_read_guard *guard)
 {
 	struct kv_obj *obj;
+	int n;
 
-	if (!S_ISREG(ino->ki_type))
-		return no_value(ino);
-	memset(guard, 0, sizeof(*guard));
 	touch(ino);
 	pthread_rwlock_rdlock(&ino->ki_lock);
 	obj = ino->ki_obj;
+	/* Partly in DRAM: the extents read come in first, when reads promote. */
+	if (obj && obj->ko_partial && st->ks_cfg->kc_promote) {
+		pthread_rwlock_unlock(&ino->ki_lock);
+		kv_tier_promote(st->ks_tier, ino, off, len);
+		pthread_rwlock_rdlock(&ino->ki_lock);
+		obj = ino->ki_obj;
+	}
 	if (!obj) {
 		pthread_rwlock_unlock(&ino->ki_lock);
 		return kv_tier_read(st->ks_tier, ino, off, len, iov, maxiov, bytes, guard);
 	}
 	kv_obj_get(obj);
 	atomic_store_explicit(&ino->ki_referenced, true, memory_order_relaxed);
-	if (st->ks_tier)
-		kv_tier_hit(st->ks_tier);
 	guard->krg_obj = obj;
-	if (obj->ko_sealed && !kv_spill_n(ino)) {
+	if (obj->ko_sealed && !kv_spill_n(ino) && !obj->ko_partial) {
 		pthread_rwlock_unlock(&ino->ki_lock);
-		return kv_obj_iov(obj, off, len, iov, maxiov, bytes);
+		n = kv_obj_iov(obj, off, len, iov, maxiov, bytes);
+	} else if (obj->ko_partial) {
+		/* Sealed: once read, the bytes stay put (memory held, SSD bytes copied). */
+		n = kv_tier_read_mixed(st->ks_tier, obj, &ino->ki_map, off, len, iov, maxiov,
+				       bytes, guard);
+		pthread_rwlock_unlock(&ino->ki_lock);
+	} else {
+		guard->krg_locked = ino;
+		n = kv_spill_n(ino) ? kv_tier_read_mixed(st->ks_tier, obj, ino->ki_spill, off, len,
+							 iov, maxiov, bytes, guard)
+				    : kv_obj_iov(obj, off, len, iov, maxiov, bytes);
 	}
-	guard->krg_locked = ino;
-	if (kv_spill_n(ino))
-		return kv_tier_read_spilled(st->ks_tier, ino, obj, off, len, iov, maxiov, bytes,
-					    guard);
-	return kv_obj_iov(obj, off, len, iov, maxiov, bytes);
+	if (st->ks_tier && n >= 0)
+		kv_tier_hit(st->ks_tier, guard->krg_buf[0] != NULL);
+	return n;
+}
+
+int kv_store_read(struct kv_store *st, struct kv_inode *ino, uint64_t off, uint64_t len,
+		  struct iovec *iov, int maxiov, uint64_t *bytes, struct kv_read_guard *guard)
+{
+	int n;
+
+	if (!S_ISREG(ino->ki_type))
+		return no_value(ino);
+	memset(guard, 0, sizeof(*guard));
+	n = read_value(st, ino, off, len, iov, maxiov, bytes, guard);
+	if (n < 0) { /* nothing to reply with: nothing held */
+		kv_read_done(guard);
+		memset(guard, 0, sizeof(*guard));
+	}
+	return n;
 }
 
 int kv_store_read_direct(struct kv_store *st, struct kv_inode *ino, const struct iovec *iov, int n,
@@ -1573,22 +1624,38 @@ int kv_store_fallocate(struct kv_store *st, struct kv_inode *ino, int mode, uint
 	return err;
 }
 
-/* The first extent at or after k with data, or UINT64_MAX (ki_lock held). */
-static uint64_t next_data(const struct kv_inode *ino, uint64_t k)
+/* The first extent at or after k with a record in m, or UINT64_MAX. */
+static uint64_t map_next(const struct kv_xmap *m, uint64_t k)
 {
-	const struct kv_xmap *m = &ino->ki_map;
 	uint32_t first, end;
 
-	if (ino->ki_obj) {
-		for (; k < ino->ki_obj->ko_nx; k++)
-			if (kv_obj_has_data(ino->ki_obj, k))
-				return k;
-		return UINT64_MAX;
-	}
 	kv_xmap_range(m, k << KV_EXTENT_SHIFT, UINT64_MAX, &first, &end);
 	if (first == end)
 		return UINT64_MAX;
 	return kv_xmap_whole(m) ? k : kv_xmap_cat(m, first)->xe_loc.kl_index;
+}
+
+/*
+ * The first extent at or after k with data, or UINT64_MAX (ki_lock held):
+ * in memory, spilled or borrowed (ki_spill), or only on the SSD.
+ */
+static uint64_t next_data(const struct kv_inode *ino, uint64_t k)
+{
+	const struct kv_obj *o = ino->ki_obj;
+	uint64_t in_mem = UINT64_MAX, other = UINT64_MAX;
+
+	if (!o)
+		return map_next(&ino->ki_map, k);
+	for (uint64_t i = k; i < o->ko_nx; i++)
+		if (kv_obj_has_data(o, i)) {
+			in_mem = i;
+			break;
+		}
+	if (kv_spill_n(ino))
+		other = map_next(ino->ki_spill, k);
+	else if (o->ko_partial)
+		other = map_next(&ino->ki_map, k);
+	return in_mem < other ? in_mem : other;
 }
 
 int kv_store_seek(struct kv_store *st, struct kv_inode *ino, uint64_t off, int whence,

@@ -77,6 +77,7 @@ enum kv_tier_kind {
 	KV_TIER_DRAM, /* only in DRAM: open, or not yet offloaded */
 	KV_TIER_SSD,  /* only on SSD */
 	KV_TIER_BOTH, /* durable on SSD, and a clean copy in DRAM */
+	KV_TIER_PART, /* durable on SSD, and a clean copy of some of its extents in DRAM */
 };
 
 /* What getattr reports. */

@@ -165,13 +165,23 @@ void kv_tier_spillable(struct kv_tier *t, struct kv_inode *ino);
 /* ino's last fd closed (ki_lock held, a reference of the caller's): off the spill list. */
 void kv_tier_unspillable(struct kv_tier *t, struct kv_inode *ino);
 /*
- * Reads [off, off + len) of ino's DRAM version obj, part of it spilled
- * (ki_lock held shared, kept until the reply is sent: the spilled
- * records' buffers go in guard). Fills iov like kv_store_read.
+ * Reads [off, off + len) of ino's DRAM version obj, whose extents that are
+ * holes in memory but have a record in map are read from the SSD: map is
+ * ki_spill (obj open, or sealed and not yet durable: part of it spilled or
+ * borrowed) or ki_map (obj partly in DRAM, ko_partial). ki_lock held
+ * shared, map's checksums loaded or not; the bytes read go in guard's
+ * buffers. Fills iov like kv_store_read.
  */
-int kv_tier_read_spilled(struct kv_tier *t, struct kv_inode *ino, const struct kv_obj *obj,
-			 uint64_t off, uint64_t len, struct iovec *iov, int maxiov, uint64_t *bytes,
-			 struct kv_read_guard *guard);
+int kv_tier_read_mixed(struct kv_tier *t, const struct kv_obj *obj, const struct kv_xmap *map,
+		       uint64_t off, uint64_t len, struct iovec *iov, int maxiov, uint64_t *bytes,
+		       struct kv_read_guard *guard);
+/*
+ * Brings the extents of [off, off + len) of ino's clean value that are
+ * only on the SSD into DRAM (ki_lock not held; core/tier.c, "Residency").
+ * Returns 0 when the range is in DRAM afterwards, else -errno (-EAGAIN:
+ * not a clean value, or another version arrived: read what is there).
+ */
+int kv_tier_promote(struct kv_tier *t, struct kv_inode *ino, uint64_t off, uint64_t len);
 /*
  * Reads [off, off + len) of a value that is only on SSD (ki_lock not held;
  * loc copied under it). Fills iov/guard like kv_store_read.
@@ -194,8 +204,8 @@ int kv_tier_drain(struct kv_tier *t);
 /* Waits until ino's version with sequence number seq is durable (or failed). */
 int kv_tier_wait_durable(struct kv_tier *t, struct kv_inode *ino, uint64_t seq);
 void kv_tier_usage(struct kv_tier *t, struct kv_store_usage *u);
-/* Counts a read served from DRAM. */
-void kv_tier_hit(struct kv_tier *t);
+/* Counts a read served from DRAM, or (ssd) one that read some of its bytes from the SSD. */
+void kv_tier_hit(struct kv_tier *t, bool ssd);
 /* Records how long recovery took, how many keys it brought back, how many it had to drop. */
 void kv_tier_recovered(struct kv_tier *t, uint64_t ns, uint64_t keys, uint64_t lost);
 

@@ -178,7 +178,31 @@ static bool is_clean(const struct kv_inode *ino)
 	return o && o->ko_sealed && ino->ki_map.xm_seq && o->ko_seq == ino->ki_map.xm_seq;
 }
 
-/* Evicts clean values until `bytes` are freed or the clock has gone round twice. */
+/*
+ * Lets the clean value's extents go from the last one down until `bytes`
+ * are freed (ki_lock held exclusive, the inode's the only reference): the
+ * value stays, partly in DRAM. Returns the bytes freed.
+ */
+static uint64_t evict_part(struct kv_inode *ino, uint64_t bytes)
+{
+	struct kv_obj *o = ino->ki_obj;
+	uint64_t freed = 0;
+
+	while (o->ko_nx && freed < bytes) {
+		uint64_t cap = o->ko_cap;
+
+		kv_obj_drop_extent(o, o->ko_nx - 1);
+		freed += cap - o->ko_cap;
+	}
+	o->ko_partial = true;
+	return freed;
+}
+
+/*
+ * Evicts clean values until `bytes` are freed or the clock has gone round
+ * twice: a value much larger than what is still wanted only in part (its
+ * last extents), so a large value leaves DRAM an extent at a time.
+ */
 static uint64_t evict(struct kv_tier *t, uint64_t bytes)
 {
 	uint64_t freed = 0, scanned = 0;
@@ -196,10 +220,17 @@ static uint64_t evict(struct kv_tier *t, uint64_t bytes)
 		if (!is_clean(ino)) {
 			clock_remove(t, ino);
 		} else if (atomic_load(&ino->ki_obj->ko_ref) == 1) {
-			freed += ino->ki_obj->ko_cap;
-			kv_obj_put(ino->ki_obj);
-			ino->ki_obj = NULL;
-			clock_remove(t, ino);
+			uint64_t want = bytes - freed; /* > 0: the loop's condition */
+
+					if (ino->ki_obj->ko_cap > 2 * want + KV_EXTENT &&
+			    !kv_xmap_whole(&ino->ki_map)) {
+				freed += evict_part(ino, want);
+			} else {
+				freed += ino->ki_obj->ko_cap;
+				kv_obj_put(ino->ki_obj);
+				ino->ki_obj = NULL;
+				clock_remove(t, ino);
+			}
 			atomic_fetch_add(&t->kt_evictions, 1);
 		}
 		pthread_rwlock_unlock(&ino->ki_lock);
@@ -667,14 +698,14 @@ static void item_finish(struct kv_tier *t, struct item *it)
 		for (uint32_t j = 0; j < it->it_nkeep; j++)
 			if (it->it_keep[j].kl_seq != it->it_obj->ko_seq)
 				atomic_fetch_add(&t->kt_shared, it->it_keep[j].kl_len);
-		if (it->it_spilled) {
-			/* Its records are the map's now; DRAM holds only part. */
+		if (it->it_spilled) /* its records are the map's now */
 			kv_spill_free(ino);
-			if (ino->ki_obj == it->it_obj) {
-				kv_obj_put(ino->ki_obj);
-				ino->ki_obj = NULL;
-			}
+		if (ino->ki_obj == it->it_obj && it->it_spilled && !it->it_obj->ko_nx) {
+			kv_obj_put(ino->ki_obj); /* nothing of it in DRAM */
+			ino->ki_obj = NULL;
 		} else if (ino->ki_obj == it->it_obj) {
+			/* Spilled or borrowed extents: in DRAM in part ("Residency"). */
+			it->it_obj->ko_partial = it->it_spilled;
 			kv_tier_clean(t, ino);
 		}
 	}
@@ -741,7 +772,7 @@ static void append_with_room(struct kv_tier *t, struct kv_bucket_put *puts, unsi
  * hole in memory and its record goes into ki_spill. A crash before the
  * seal leaves the records unnamed: dead space, never a visible half-file.
  * Reads of the version take their bytes from the records
- * (kv_tier_read_spilled); a change to a spilled extent reads it back
+ * (kv_tier_read_mixed); a change to a spilled extent reads it back
  * first (core/store.c, unspill). The seal writes the rest and the
  * manifest, and the version becomes a value on the SSD (item_finish).
  */
@@ -907,9 +938,9 @@ static uint64_t spill_round(struct kv_tier *t, uint64_t want)
 	return freed;
 }
 
-int kv_tier_read_spilled(struct kv_tier *t, struct kv_inode *ino, const struct kv_obj *obj,
-			 uint64_t off, uint64_t len, struct iovec *iov, int maxiov, uint64_t *bytes,
-			 struct kv_read_guard *guard)
+int kv_tier_read_mixed(struct kv_tier *t, const struct kv_obj *obj, const struct kv_xmap *map,
+		       uint64_t off, uint64_t len, struct iovec *iov, int maxiov, uint64_t *bytes,
+		       struct kv_read_guard *guard)
 {
 	uint64_t end = len < obj->ko_size - off ? off + len : obj->ko_size, pos = off;
 	int n = 0, nbuf = 0, err = 0;
@@ -920,10 +951,13 @@ int kv_tier_read_spilled(struct kv_tier *t, struct kv_inode *ino, const struct k
 	while (!err && pos < end && n < maxiov) {
 		uint64_t k = pos >> KV_EXTENT_SHIFT, base = k << KV_EXTENT_SHIFT, got;
 		uint64_t eend = base + KV_EXTENT < end ? base + KV_EXTENT : end;
-		int64_t at = kv_xmap_find(ino->ki_spill, (uint32_t)k);
+		int64_t at = kv_obj_has_data(obj, k) ? -1 : kv_xmap_find(map, (uint32_t)k);
+		const struct kv_xent *x;
+		uint64_t *csums = NULL;
+		uint32_t nchunks;
 		char *data;
 
-		if (at < 0) {
+		if (at < 0) { /* in memory, or a hole */
 			int c = kv_obj_iov(obj, pos, eend - pos, iov + n, maxiov - n, &got);
 
 			n += c;
@@ -934,9 +968,15 @@ int kv_tier_read_spilled(struct kv_tier *t, struct kv_inode *ino, const struct k
 		}
 		if (nbuf == KV_READ_EXTENTS)
 			break;
-		err = kv_bucket_read(t->kt_bs, &kv_xmap_at(ino->ki_spill, (uint32_t)at)->xe_loc,
-				     kv_xmap_at(ino->ki_spill, (uint32_t)at)->xe_csums, pos - base,
-				     eend - pos, &guard->krg_buf[nbuf++], &data, &got);
+		x = kv_xmap_cat(map, (uint32_t)at);
+		/* Checksums not loaded yet (a shared lock cannot keep them): read for this read. */
+		if (!x->xe_csums)
+			err = kv_bucket_load_csums(t->kt_bs, &x->xe_loc, &csums, &nchunks);
+		if (!err)
+			err = kv_bucket_read(t->kt_bs, &x->xe_loc, x->xe_csums ? x->xe_csums : csums,
+					     pos - base, eend - pos, &guard->krg_buf[nbuf++], &data,
+					     &got);
+		free(csums);
 		if (!err && !got)
 			err = -EIO;
 		if (!err) {
@@ -1198,12 +1238,18 @@ struct want {
 };
 
 
+/* True when ino's value is wholly in its durable map: only on the SSD, or partly in DRAM. */
+static bool on_ssd(const struct kv_inode *ino)
+{
+	return !ino->ki_obj || ino->ki_obj->ko_partial;
+}
+
 /* True when ino's map still holds w's records, checksums loaded (ki_lock held). */
 static bool still(const struct kv_inode *ino, const struct want *w)
 {
 	const struct kv_xmap *m = &ino->ki_map;
 
-	if (ino->ki_obj || m->xm_seq != w->w_seq || w->w_end > kv_xmap_nx(m))
+	if (!on_ssd(ino) || m->xm_seq != w->w_seq || w->w_end > kv_xmap_nx(m))
 		return false;
 	for (uint32_t i = w->w_first; i < w->w_end; i++) {
 		const struct kv_xent *x = kv_xmap_cat(m, i);
@@ -1230,8 +1276,8 @@ static int want_range(struct kv_tier *t, struct kv_inode *ino, uint64_t off, uin
 	int err = 0;
 
 	pthread_rwlock_rdlock(&ino->ki_lock);
-	if (ino->ki_obj || !m->xm_seq) {
-		err = ino->ki_obj ? -EAGAIN : -EIO; /* neither: nothing to read, never loop */
+	if (!on_ssd(ino) || !m->xm_seq) {
+		err = !on_ssd(ino) ? -EAGAIN : -EIO; /* neither: nothing to read, never loop */
 		pthread_rwlock_unlock(&ino->ki_lock);
 		return err;
 	}
@@ -1284,50 +1330,139 @@ static int want_range(struct kv_tier *t, struct kv_inode *ino, uint64_t off, uin
 }
 
 /*
- * Brings a whole SSD-only value into DRAM as a clean version. Returns 0
- * when the inode has a DRAM version afterwards, or -errno (the caller then
- * reads from the SSD directly).
+ * A new sealed object of the same version as `now` (partly in DRAM) with
+ * now's extents and those of locs[0..n) that obj has and now lacks; obj is
+ * let go. NULL when memory ran out.
  */
-static int promote(struct kv_tier *t, struct kv_inode *ino)
+static struct kv_obj *merge(struct kv_obj *now, struct kv_obj *obj, const struct kv_loc *locs,
+			    uint32_t n)
 {
-	struct kv_obj *obj;
-	struct want w;
-	int err;
+	struct kv_obj *m;
+	int err = kv_obj_clone(now, UINT64_MAX, &m);
 
-	err = want_range(t, ino, 0, UINT64_MAX, true, &w);
+	for (uint32_t i = 0; !err && i < n; i++)
+		if (!kv_obj_has_data(m, locs[i].kl_index))
+			err = kv_obj_adopt_extent(m, obj, locs[i].kl_index);
+	kv_obj_put(obj);
+	if (err && m)
+		kv_obj_put(m);
 	if (err)
-		return err;
-	/* A value that can never fit is read in place. */
-	if (w.w_size > kv_pool_size(t->kt_st->ks_pool))
-		return -EFBIG;
-	err = kv_obj_new(t->kt_st->ks_pool, &obj);
+		return NULL;
+	kv_obj_seal(m, now->ko_seq);
+	return m;
+}
+
+/* Extents one promotion of part of a value larger than the pool reads at most. */
+#define PROMOTE_EXTENTS 16
+
+/*
+ * Residency. A clean value (sealed and durable) may be in DRAM in part:
+ * its extents leave one at a time under pressure (evict_part), and come
+ * back when read (kv_tier_promote): all of them at the first read when
+ * the value fits in the pool, else only those read, so a file larger than
+ * the pool can be partly cached. Such a version is marked ko_partial: a hole in
+ * its memory where the durable map has a record is data on the SSD, read
+ * from there (kv_tier_read_mixed); user.kvfs.tier says partly-dram+ssd.
+ * A version made from it borrows the records of the extents not in DRAM
+ * (core/store.c, borrow), and a spilled version, once durable, stays in
+ * DRAM as far as it is. A promotion never changes the version it reads:
+ * it makes a new sealed object sharing the resident extents' blocks, adds
+ * the extents read, and swaps it in if the version is still the same.
+ */
+int kv_tier_promote(struct kv_tier *t, struct kv_inode *ino, uint64_t off, uint64_t len)
+{
+	struct kv_loc *locs = NULL;
+	uint64_t **csums = NULL;
+	struct kv_xmap need = {0};
+	struct kv_obj *cur, *now, *obj = NULL;
+	const struct kv_xmap *m = &ino->ki_map;
+	uint64_t seq, size;
+	uint32_t first = 0, end = 0, n = 0, nchunks;
+	bool whole, partial = false;
+	int err = 0;
+
+	pthread_rwlock_rdlock(&ino->ki_lock);
+	cur = ino->ki_obj;
+	seq = m->xm_seq;
+	size = m->xm_size;
+	whole = kv_xmap_whole(m);
+	if (!seq || (cur && (!cur->ko_partial || cur->ko_seq != seq)))
+		err = -EAGAIN; /* not a clean value on the SSD, not partly in DRAM */
+	/* A value the pool can hold comes in whole; a larger one, what is read. */
+	if (!err && (whole || size <= kv_pool_size(t->kt_st->ks_pool)))
+		kv_xmap_range(m, 0, UINT64_MAX, &first, &end);
+	else if (!err)
+		kv_xmap_range(m, off, len, &first, &end);
+	if (end - first > PROMOTE_EXTENTS && !(whole || size <= kv_pool_size(t->kt_st->ks_pool)))
+		end = first + PROMOTE_EXTENTS;
+	if (end > first) {
+		locs = malloc((end - first) * sizeof(*locs));
+		csums = calloc(end - first, sizeof(*csums));
+		if (!locs || !csums)
+			err = -ENOMEM;
+	}
+	for (uint32_t i = first; !err && i < end; i++) {
+		const struct kv_xent *x = kv_xmap_cat(m, i);
+		size_t bytes = ((x->xe_loc.kl_len + (1u << KV_CHUNK_SHIFT) - 1) >> KV_CHUNK_SHIFT) * 8;
+
+		if (cur && kv_obj_has_data(cur, x->xe_loc.kl_index))
+			continue;
+		locs[n] = x->xe_loc;
+		if (x->xe_csums && (csums[n] = malloc(bytes + 8)))
+			memcpy(csums[n], x->xe_csums, bytes);
+		n++;
+	}
 	if (err)
-		return err;
-	err = kv_obj_truncate(obj, w.w_size);
-	if (err)
-		goto out_put;
-	/* Room for it may be held by clean values: a read never waits, but evicts once. */
-	for (bool evicted = false;; evicted = true) {
-		pthread_rwlock_rdlock(&ino->ki_lock);
-		err = !ino->ki_obj && ino->ki_map.xm_seq == w.w_seq
-			  ? kv_xmap_read_obj(t->kt_bs, &ino->ki_map, 0, kv_xmap_nx(&ino->ki_map),
-					     obj)
-			  : -EAGAIN;
-		/* Each extent holds its record's bytes: a new version may share the record. */
-		for (uint32_t i = 0; !err && !kv_xmap_whole(&ino->ki_map) &&
-				     i < kv_xmap_nx(&ino->ki_map);
-		     i++)
-			kv_obj_tag_extent(obj, kv_xmap_cat(&ino->ki_map, i)->xe_loc.kl_index,
-					  kv_xmap_cat(&ino->ki_map, i)->xe_loc.kl_seq);
-		pthread_rwlock_unlock(&ino->ki_lock);
-		if (err != -ENOSPC || evicted || !evict(t, w.w_size))
+		cur = NULL; /* no reference taken */
+	else if (cur)
+		kv_obj_get(cur);
+	pthread_rwlock_unlock(&ino->ki_lock);
+	if (!err && !n)
+		err = cur ? 0 : -EAGAIN; /* all of it in DRAM already; or nothing to read */
+	if (err || !n)
+		goto out;
+	/* A WHOLE record larger than the pool can never come in: it is read in place. */
+	if (whole && size > kv_pool_size(t->kt_st->ks_pool)) {
+		err = -EFBIG;
+		goto out;
+	}
+	for (uint32_t i = 0; !err && i < n; i++)
+		if (!csums[i])
+			err = kv_bucket_load_csums(t->kt_bs, &locs[i], &csums[i], &nchunks);
+	if (!err)
+		err = kv_xmap_set(&need, seq, whole ? size : UINT64_MAX, locs, n);
+	for (uint32_t i = 0; !err && i < n; i++) {
+		kv_xmap_at(&need, i)->xe_csums = csums[i];
+		csums[i] = NULL;
+	}
+	if (!err)
+		err = cur ? kv_obj_clone(cur, UINT64_MAX, &obj) : kv_obj_new(t->kt_st->ks_pool, &obj);
+	if (!err && !cur)
+		err = kv_obj_truncate(obj, size);
+	/* Room may be held by clean values: a read never waits, but evicts once. */
+	for (bool evicted = false; !err || err == -ENOSPC; evicted = true) {
+		err = kv_xmap_read_obj(t->kt_bs, &need, 0, n, obj);
+		if (err != -ENOSPC || evicted || !evict(t, (uint64_t)n * KV_EXTENT))
 			break;
 	}
 	if (err)
-		goto out_put;
-	kv_obj_seal(obj, w.w_seq);
+		goto out;
+	for (uint32_t i = 0; !whole && i < n; i++)
+		kv_obj_tag_extent(obj, locs[i].kl_index, locs[i].kl_seq);
+	kv_obj_seal(obj, seq);
 	pthread_rwlock_wrlock(&ino->ki_lock);
-	if (!ino->ki_obj && ino->ki_map.xm_seq == w.w_seq) {
+	now = ino->ki_obj;
+	if (ino->ki_map.xm_seq != seq ||
+	    (now && now != cur && (!now->ko_partial || now->ko_seq != seq)))
+		err = -EAGAIN; /* another version meanwhile */
+	else if (now && now != cur && !(obj = merge(now, obj, locs, n)))
+		err = -ENOMEM; /* another promotion came first: ours join its extents */
+	if (!err) {
+		for (uint32_t i = 0; !whole && i < kv_xmap_nx(m); i++)
+			partial |= !kv_obj_has_data(obj, kv_xmap_cat(m, i)->xe_loc.kl_index);
+		obj->ko_partial = partial;
+		if (now)
+			kv_obj_put(now);
 		ino->ki_obj = obj;
 		obj = NULL;
 		/* Just read: the clock hand passes it over once. */
@@ -1336,9 +1471,16 @@ static int promote(struct kv_tier *t, struct kv_inode *ino)
 		atomic_fetch_add(&t->kt_promotions, 1);
 	}
 	pthread_rwlock_unlock(&ino->ki_lock);
-out_put:
+out:
 	if (obj)
 		kv_obj_put(obj);
+	if (cur)
+		kv_obj_put(cur);
+	kv_xmap_clear(&need);
+	for (uint32_t i = 0; csums && i < n; i++)
+		free(csums[i]);
+	free(csums);
+	free(locs);
 	return err;
 }
 
@@ -1351,7 +1493,7 @@ int kv_tier_read(struct kv_tier *t, struct kv_inode *ino, uint64_t off, uint64_t
 	int err, n = 0, nbuf = 0;
 
 	*bytes = 0;
-	if (st->ks_cfg->kc_promote && promote(t, ino) == 0)
+	if (st->ks_cfg->kc_promote && kv_tier_promote(t, ino, off, len) == 0)
 		return kv_store_read(st, ino, off, len, iov, maxiov, bytes, guard);
 	err = want_range(t, ino, off, len, false, &w);
 	if (err == -EAGAIN) /* a newer version arrived meanwhile: read that */
@@ -1424,7 +1566,7 @@ int kv_tier_read_direct(struct kv_tier *t, struct kv_inode *ino, const struct io
 	 * where they were (the same version, and not moved by compaction).
 	 */
 	pthread_rwlock_rdlock(&ino->ki_lock);
-	if (ino->ki_obj || ino->ki_map.xm_seq != w.w_seq || w.w_size != len)
+	if (!on_ssd(ino) || ino->ki_map.xm_seq != w.w_seq || w.w_size != len)
 		err = -EAGAIN;
 	for (uint32_t i = 0; !err && i < kv_xmap_nx(&ino->ki_map); i++)
 		if (!kv_xmap_cat(&ino->ki_map, i)->xe_csums)
@@ -1517,9 +1659,10 @@ void kv_tier_destroy(struct kv_tier *t)
 	free(t);
 }
 
-void kv_tier_hit(struct kv_tier *t)
+void kv_tier_hit(struct kv_tier *t, bool ssd)
 {
-	atomic_fetch_add_explicit(&t->kt_dram_hits, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(ssd ? &t->kt_ssd_hits : &t->kt_dram_hits, 1,
+				  memory_order_relaxed);
 }
 
 void kv_tier_usage(struct kv_tier *t, struct kv_store_usage *u)

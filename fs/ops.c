@@ -808,13 +808,14 @@ static void kv_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
 
 /*
  * The value of one of kvfs's attributes of a regular file: user.kvfs.seq
- * (its sealed value's sequence number) or user.kvfs.tier (dram, ssd or
- * dram+ssd). Returns its length, or -ENODATA.
+ * (its sealed value's sequence number) or user.kvfs.tier (dram, ssd,
+ * dram+ssd or partly-dram+ssd). Returns its length, or -ENODATA.
  */
 static int xattr_value(struct kv_fs *fs, fuse_ino_t ino, const char *name, char *buf, size_t len)
 {
 	static const char *const tiers[] = {
-	    [KV_TIER_DRAM] = "dram", [KV_TIER_SSD] = "ssd", [KV_TIER_BOTH] = "dram+ssd"};
+	    [KV_TIER_DRAM] = "dram", [KV_TIER_SSD] = "ssd", [KV_TIER_BOTH] = "dram+ssd",
+	    [KV_TIER_PART] = "partly-dram+ssd"};
 	struct kv_attr a;
 
 	if (kv_ctl_is(ino))

@@ -759,6 +759,101 @@ class SharedExtentsTest(SsdTestCase):
         m.stop()
 
 
+class ResidencyTest(SsdTestCase):
+    """A clean value may be in DRAM in part (user.kvfs.tier
+    partly-dram+ssd): a spilled file stays as far as it is in DRAM once
+    sealed, a large value leaves DRAM an extent at a time under pressure,
+    and (--promote=on) a read of a value larger than the pool brings in only
+    the extents it reads; bytes, st_blocks, SEEK_DATA and changes stay
+    right throughout."""
+
+    OPTS = ("--mem-size=32M", "--bucket-size=16M", "--promote=on")
+
+    def stats(self, m):
+        st = m.stats()
+        return st["tier"], st["pool"]
+
+    def test_large_value_partly_in_dram(self):
+        m = self.start("first")
+        size = 96 << 20  # 3x the pool
+        data = bytearray(pattern("resident", size))
+        p = m.path("big")
+        write_file(p, bytes(data))
+        fsync_path(p)
+        # Sealed after spilling: durable, part of it still in DRAM.
+        self.assertEqual(tier_of(p), "partly-dram+ssd")
+        self.assertEqual(os.stat(p).st_blocks * 512, size)
+        tier0, pool0 = self.stats(m)
+        # A small read of an extent only on the SSD brings in that extent, not the value.
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            ext = next(k for k in range(size // EXTENT)
+                       if os.lseek(fd, k * EXTENT, os.SEEK_DATA) == k * EXTENT)
+            self.assertEqual(ext, 0)
+            self.assertEqual(os.lseek(fd, 0, os.SEEK_HOLE), size)
+        finally:
+            os.close(fd)
+        off = 5 * EXTENT + 1000
+        self.assertEqual(read_direct(p, 5 * EXTENT, 8192)[1000:1000 + 4096],
+                         bytes(data[off:off + 4096]))
+        tier1, pool1 = self.stats(m)
+        self.assertGreater(tier1["promotions"], tier0["promotions"])
+        self.assertLessEqual(tier1["promotions"] - tier0["promotions"], 1)
+        self.assertLessEqual(pool1["used"] - pool0["used"], EXTENT)
+        self.assertEqual(tier_of(p), "partly-dram+ssd")
+        # Read again: from DRAM.
+        self.assertEqual(read_direct(p, 5 * EXTENT, 8192)[1000:1000 + 4096],
+                         bytes(data[off:off + 4096]))
+        tier2, _ = self.stats(m)
+        self.assertEqual(tier2["ssd_hits"], tier1["ssd_hits"])
+        self.assertGreater(tier2["dram_hits"], tier1["dram_hits"])
+        # The whole value reads right, part from DRAM, part from the SSD.
+        self.assertEqual(hashlib.sha256(read_file(p)).hexdigest(),
+                         hashlib.sha256(data).hexdigest())
+        # A change to a version partly in DRAM: only the extents touched are written.
+        w0 = m.stats()["ssd"]["bytes_written"]
+        fd = os.open(p, os.O_WRONLY)
+        try:
+            for at in (5 * EXTENT + 10, 40 * EXTENT + 7):  # one in DRAM, one likely not
+                self.assertEqual(os.pwrite(fd, b"W" * 5000, at), 5000)
+                data[at:at + 5000] = b"W" * 5000
+        finally:
+            os.close(fd)
+        fsync_path(p)
+        self.assertLessEqual(m.stats()["ssd"]["bytes_written"] - w0, 2 * EXTENT + (64 << 10))
+        self.assertEqual(hashlib.sha256(read_file(p)).hexdigest(),
+                         hashlib.sha256(data).hexdigest())
+        m.stop()
+        rc, out = run_kvfs("--fsck", self.data)
+        self.assertEqual(rc, 0, out)
+        m = self.start("second")
+        self.assertEqual(tier_of(m.path("big")), "ssd")
+        self.assertEqual(hashlib.sha256(read_direct(m.path("big"))).hexdigest(),
+                         hashlib.sha256(data).hexdigest())
+        m.stop()
+
+    def test_eviction_by_extent(self):
+        """Pressure takes the last extents of a large clean value, not all
+        of it; a read (it fits the pool) brings the rest back."""
+        m = self.start("first", opts=("--mem-size=32M", "--bucket-size=16M", "--promote=on"))
+        big = pattern("evict-part", 20 << 20)
+        write_file(m.path("big"), big)
+        fsync_path(m.path("big"))
+        self.assertEqual(tier_of(m.path("big")), "dram+ssd")
+        ev0 = m.stats()["tier"]["evictions"]
+        write_file(m.path("other"), pattern("evict-other", 10 << 20))
+        fsync_path(m.path("other"))
+        kvfstest.wait_until(lambda: m.stats()["tier"]["evictions"] > ev0, timeout=10,
+                            what="an eviction")
+        self.assertEqual(tier_of(m.path("big")), "partly-dram+ssd")
+        _, pool = self.stats(m)
+        self.assertEqual(hashlib.sha256(read_direct(m.path("big"))).hexdigest(),
+                         hashlib.sha256(big).hexdigest())
+        self.assertEqual(tier_of(m.path("big")), "dram+ssd")
+        self.assertEqual(read_file(m.path("other")), pattern("evict-other", 10 << 20))
+        m.stop()
+
+
 class RandomOpsTest(SsdTestCase):
     """fsx-style: random writes, reads, truncates, punches, fsyncs and
     reopens of one file up to three times the pool, every read checked
