@@ -203,7 +203,7 @@ static uint64_t evict_part(struct kv_inode *ino, uint64_t bytes)
  * twice: a value much larger than what is still wanted only in part (its
  * last extents), so a large value leaves DRAM an extent at a time.
  */
-static uint64_t evict(struct kv_tier *t, uint64_t bytes)
+static uint64_t evict(struct kv_tier *t, uint64_t bytes, const struct kv_inode *spare)
 {
 	uint64_t freed = 0, scanned = 0;
 
@@ -213,7 +213,8 @@ static uint64_t evict(struct kv_tier *t, uint64_t bytes)
 
 		t->kt_hand = ino->ki_cnext;
 		scanned++;
-		if (atomic_exchange_explicit(&ino->ki_referenced, false, memory_order_relaxed))
+		if (ino == spare ||
+		    atomic_exchange_explicit(&ino->ki_referenced, false, memory_order_relaxed))
 			continue;
 		if (pthread_rwlock_trywrlock(&ino->ki_lock))
 			continue;
@@ -239,6 +240,27 @@ static uint64_t evict(struct kv_tier *t, uint64_t bytes)
 	return freed;
 }
 
+/*
+ * When there are clean values (busy: being read, or their inode locked)
+ * and the deadline has not passed, sleeps a millisecond and returns true:
+ * try evicting again.
+ */
+static bool clock_busy(struct kv_tier *t, const struct timespec *until)
+{
+	struct timespec now, ms = {.tv_nsec = 1000 * 1000};
+	uint64_t n;
+
+	pthread_mutex_lock(&t->kt_clock_lock);
+	n = t->kt_clock_n;
+	pthread_mutex_unlock(&t->kt_clock_lock);
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	if (!n || now.tv_sec > until->tv_sec ||
+	    (now.tv_sec == until->tv_sec && now.tv_nsec >= until->tv_nsec))
+		return false;
+	nanosleep(&ms, NULL);
+	return true;
+}
+
 int kv_tier_make_room(struct kv_tier *t, uint64_t bytes)
 {
 	const struct kv_config *cfg = t->kt_st->ks_cfg;
@@ -250,12 +272,19 @@ int kv_tier_make_room(struct kv_tier *t, uint64_t bytes)
 		uint64_t gen, round, freed;
 		bool spilled, barren, stop;
 
-		if (evict(t, bytes ? bytes : KV_PAGE_SIZE))
+		if (evict(t, bytes ? bytes : KV_PAGE_SIZE, NULL))
+			return 0;
+		/* Freed meanwhile (a read or an older version let go): room for the change. */
+		if (kv_pool_size(t->kt_st->ks_pool) - kv_pool_used(t->kt_st->ks_pool) >=
+		    bytes + 2 * KV_EXTENT)
 			return 0;
 		pthread_mutex_lock(&t->kt_lock);
 		if (!t->kt_qhead && !t->kt_busy && !t->kt_nspill) {
 			pthread_mutex_unlock(&t->kt_lock);
-			return -ENOSPC; /* nothing on its way to becoming clean or spilled */
+			/* Clean values being read cannot go this instant, but will. */
+			if (!clock_busy(t, &until))
+				return -ENOSPC; /* nothing on its way to becoming clean or spilled */
+			continue;
 		}
 		t->kt_waiters++;
 		pthread_cond_signal(&t->kt_wake);
@@ -272,10 +301,12 @@ int kv_tier_make_room(struct kv_tier *t, uint64_t bytes)
 			 !t->kt_qhead && !t->kt_busy;
 		stop = t->kt_stop;
 		pthread_mutex_unlock(&t->kt_lock);
-			if (rc || barren || stop)
-			return -ENOSPC; /* the back-pressure bound, or nothing could be spilled */
+			if (rc || stop)
+			return -ENOSPC; /* the back-pressure bound */
 		if (spilled)
 			return 0;
+		if (barren && !clock_busy(t, &until))
+			return -ENOSPC; /* nothing could be spilled, nothing is clean */
 	}
 }
 
@@ -1068,7 +1099,7 @@ static uint64_t keep_free(struct kv_tier *t)
 	bool waiters, spillable;
 
 	if (want)
-		freed = evict(t, want);
+		freed = evict(t, want, NULL);
 	pthread_mutex_lock(&t->kt_lock);
 	waiters = t->kt_waiters;
 	spillable = t->kt_shead;
@@ -1352,6 +1383,20 @@ static struct kv_obj *merge(struct kv_obj *now, struct kv_obj *obj, const struct
 	return m;
 }
 
+/*
+ * True when `bytes` more fit with a quarter of the pool free, after
+ * evicting values other than `spare` (may be NULL) if need be.
+ */
+static bool room_for(struct kv_tier *t, const struct kv_inode *spare, uint64_t bytes)
+{
+	struct kv_pool *pool = t->kt_st->ks_pool;
+	uint64_t size = kv_pool_size(pool), want = bytes + size / 4, free = size - kv_pool_used(pool);
+
+	if (free < want)
+		evict(t, want - free, spare);
+	return size - kv_pool_used(pool) >= want;
+}
+
 /* Extents one promotion of part of a value larger than the pool reads at most. */
 #define PROMOTE_EXTENTS 16
 
@@ -1359,15 +1404,20 @@ static struct kv_obj *merge(struct kv_obj *now, struct kv_obj *obj, const struct
  * Residency. A clean value (sealed and durable) may be in DRAM in part:
  * its extents leave one at a time under pressure (evict_part), and come
  * back when read (kv_tier_promote): all of them at the first read when
- * the value fits in the pool, else only those read, so a file larger than
- * the pool can be partly cached. Such a version is marked ko_partial: a hole in
+ * the value fits in three quarters of the pool, else only those read, so a
+ * file larger than the pool can be partly cached. A promotion takes
+ * memory only while a quarter of the pool stays free, evicting other
+ * values for it (and, for a value larger than the pool, its own other
+ * extents). Such a version is marked ko_partial: a hole in
  * its memory where the durable map has a record is data on the SSD, read
  * from there (kv_tier_read_mixed); user.kvfs.tier says partly-dram+ssd.
  * A version made from it borrows the records of the extents not in DRAM
  * (core/store.c, borrow), and a spilled version, once durable, stays in
- * DRAM as far as it is. A promotion never changes the version it reads:
- * it makes a new sealed object sharing the resident extents' blocks, adds
- * the extents read, and swaps it in if the version is still the same.
+ * DRAM as far as it is. A promotion never changes an object readers may
+ * hold, nor holds one while it reads: it reads the missing extents into an
+ * object of their own, then, if the value is still the same version, swaps
+ * in a new sealed object sharing the blocks in DRAM at that moment and the
+ * extents read (merge).
  */
 int kv_tier_promote(struct kv_tier *t, struct kv_inode *ino, uint64_t off, uint64_t len)
 {
@@ -1378,7 +1428,7 @@ int kv_tier_promote(struct kv_tier *t, struct kv_inode *ino, uint64_t off, uint6
 	const struct kv_xmap *m = &ino->ki_map;
 	uint64_t seq, size;
 	uint32_t first = 0, end = 0, n = 0, nchunks;
-	bool whole, partial = false;
+	bool whole, fits, partial = false;
 	int err = 0;
 
 	pthread_rwlock_rdlock(&ino->ki_lock);
@@ -1388,12 +1438,11 @@ int kv_tier_promote(struct kv_tier *t, struct kv_inode *ino, uint64_t off, uint6
 	whole = kv_xmap_whole(m);
 	if (!seq || (cur && (!cur->ko_partial || cur->ko_seq != seq)))
 		err = -EAGAIN; /* not a clean value on the SSD, not partly in DRAM */
-	/* A value the pool can hold comes in whole; a larger one, what is read. */
-	if (!err && (whole || size <= kv_pool_size(t->kt_st->ks_pool)))
-		kv_xmap_range(m, 0, UINT64_MAX, &first, &end);
-	else if (!err)
-		kv_xmap_range(m, off, len, &first, &end);
-	if (end - first > PROMOTE_EXTENTS && !(whole || size <= kv_pool_size(t->kt_st->ks_pool)))
+	/* A value the pool can hold (a quarter free) comes in whole; a larger one, what is read. */
+	fits = whole || size <= kv_pool_size(t->kt_st->ks_pool) / 4 * 3;
+	if (!err)
+		kv_xmap_range(m, fits ? 0 : off, fits ? UINT64_MAX : len, &first, &end);
+	if (end - first > PROMOTE_EXTENTS && !fits)
 		end = first + PROMOTE_EXTENTS;
 	if (end > first) {
 		locs = malloc((end - first) * sizeof(*locs));
@@ -1412,10 +1461,6 @@ int kv_tier_promote(struct kv_tier *t, struct kv_inode *ino, uint64_t off, uint6
 			memcpy(csums[n], x->xe_csums, bytes);
 		n++;
 	}
-	if (err)
-		cur = NULL; /* no reference taken */
-	else if (cur)
-		kv_obj_get(cur);
 	pthread_rwlock_unlock(&ino->ki_lock);
 	if (!err && !n)
 		err = cur ? 0 : -EAGAIN; /* all of it in DRAM already; or nothing to read */
@@ -1435,16 +1480,20 @@ int kv_tier_promote(struct kv_tier *t, struct kv_inode *ino, uint64_t off, uint6
 		kv_xmap_at(&need, i)->xe_csums = csums[i];
 		csums[i] = NULL;
 	}
+	/*
+	 * A promotion is a bonus: it takes memory only while a quarter of the
+	 * pool stays free (evicting clean values for it), so reads never crowd
+	 * out writers; else the read is served in place.
+	 */
+	if (!err && !room_for(t, fits ? ino : NULL, (uint64_t)n * KV_EXTENT))
+		err = -ENOSPC;
+	/* The extents read, alone: no hold on the version in DRAM while reading. */
 	if (!err)
-		err = cur ? kv_obj_clone(cur, UINT64_MAX, &obj) : kv_obj_new(t->kt_st->ks_pool, &obj);
-	if (!err && !cur)
+		err = kv_obj_new(t->kt_st->ks_pool, &obj);
+	if (!err)
 		err = kv_obj_truncate(obj, size);
-	/* Room may be held by clean values: a read never waits, but evicts once. */
-	for (bool evicted = false; !err || err == -ENOSPC; evicted = true) {
+	if (!err)
 		err = kv_xmap_read_obj(t->kt_bs, &need, 0, n, obj);
-		if (err != -ENOSPC || evicted || !evict(t, (uint64_t)n * KV_EXTENT))
-			break;
-	}
 	if (err)
 		goto out;
 	for (uint32_t i = 0; !whole && i < n; i++)
@@ -1452,11 +1501,10 @@ int kv_tier_promote(struct kv_tier *t, struct kv_inode *ino, uint64_t off, uint6
 	kv_obj_seal(obj, seq);
 	pthread_rwlock_wrlock(&ino->ki_lock);
 	now = ino->ki_obj;
-	if (ino->ki_map.xm_seq != seq ||
-	    (now && now != cur && (!now->ko_partial || now->ko_seq != seq)))
+	if (ino->ki_map.xm_seq != seq || (now && (!now->ko_partial || now->ko_seq != seq)))
 		err = -EAGAIN; /* another version meanwhile */
-	else if (now && now != cur && !(obj = merge(now, obj, locs, n)))
-		err = -ENOMEM; /* another promotion came first: ours join its extents */
+	else if (now && !(obj = merge(now, obj, locs, n)))
+		err = -ENOMEM; /* the extents read join those in DRAM now */
 	if (!err) {
 		for (uint32_t i = 0; !whole && i < kv_xmap_nx(m); i++)
 			partial |= !kv_obj_has_data(obj, kv_xmap_cat(m, i)->xe_loc.kl_index);
@@ -1474,8 +1522,6 @@ int kv_tier_promote(struct kv_tier *t, struct kv_inode *ino, uint64_t off, uint6
 out:
 	if (obj)
 		kv_obj_put(obj);
-	if (cur)
-		kv_obj_put(cur);
 	kv_xmap_clear(&need);
 	for (uint32_t i = 0; csums && i < n; i++)
 		free(csums[i]);

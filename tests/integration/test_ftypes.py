@@ -368,6 +368,9 @@ class IoctlTest(kvfstest.KvfsTestCase):
         c, m, kvfs = self.c, self.m, self.kvfs
         os.makedirs(m.path("v3"))
         write_file(m.path("v3", "blk"), b"block")
+        # The kernel sends the release (the seal) after close returns: wait for it.
+        kvfstest.wait_until(lambda: "user.kvfs.seq" in os.listxattr(m.path("v3", "blk")),
+                            timeout=10, what="v3/blk sealed")
         os.symlink("v3", m.path("current"))
         os.symlink("v3/blk", m.path("ln"))
         os.mkfifo(m.path("fifo"))

@@ -1511,7 +1511,8 @@ static void test_eviction(void **state)
 	assert_int_equal(u.ku_bytes, (uint64_t)N * MIB);
 	assert_int_equal(u.ku_csum_errors, 0);
 	assert_int_equal(u.ku_offload_errors, 0);
-	assert_true(u.ku_ssd_written >= (uint64_t)N * MIB);
+	assert_int_equal(fsync_path(st, ""), 0); /* the last ones may still be on their way */
+	assert_true(usage(st).ku_ssd_written >= (uint64_t)N * MIB);
 	kv_store_destroy(st);
 
 	st = store_open(f, dfd);
@@ -1673,6 +1674,181 @@ static void test_threads(void **state)
 	close(dfd);
 }
 
+/*
+ * Values larger than the pool under concurrency (run under TSan): two
+ * readers check random ranges of a value 2.5x the pool that is partly in
+ * DRAM (reads promote the extents they touch, pressure evicts extents),
+ * while a writer makes new versions of another such value by small writes
+ * (copy-on-write of a version partly in DRAM: borrowed records, shared
+ * records) and a third thread churns small files for pressure. Every byte
+ * read is checked, and both values after the run and after a restart.
+ */
+#define BIG_LEN	  (40u * MIB)
+#define BIG_ITERS 60
+
+struct bctx {
+	struct kv_store *b_st;
+	unsigned b_id;
+	char *b_want; /* the value the thread checks or changes (its model) */
+	unsigned b_fail;
+	char b_why[160];
+};
+
+/* Writes buf[0, len) into ino in 1 MiB pieces, as FUSE would. */
+static int write_mib(struct kv_store *st, struct kv_inode *ino, uint64_t off, const char *buf,
+		     uint64_t len)
+{
+	int err = 0;
+
+	for (uint64_t at = 0; !err && at < len; at += MIB)
+		err = kv_store_write(st, ino, off + at, buf + at, len - at < MIB ? len - at : MIB);
+	return err;
+}
+
+/* Reads [off, off + len) of ino into buf. Returns 0, -errno or -EBADMSG (short). */
+static int read_range(struct kv_store *st, struct kv_inode *ino, uint64_t off, uint64_t len,
+		      char *buf)
+{
+	uint64_t done = 0;
+
+	while (done < len) {
+		struct iovec iov[MAXIOV];
+		struct kv_read_guard g;
+		uint64_t bytes = 0, got = 0;
+		int n = kv_store_read(st, ino, off + done, len - done, iov, MAXIOV, &bytes, &g);
+
+		if (n < 0)
+			return n;
+		for (int i = 0; i < n; i++) {
+			memcpy(buf + done + got, iov[i].iov_base, iov[i].iov_len);
+			got += iov[i].iov_len;
+		}
+		kv_read_done(&g);
+		if (!bytes || got != bytes)
+			return -EBADMSG;
+		done += bytes;
+	}
+	return 0;
+}
+
+static void *big_main(void *arg)
+{
+	struct bctx *b = arg;
+	struct kv_store *st = b->b_st;
+	uint64_t rng = 0x9e3779b97f4a7c15ull * (b->b_id + 1);
+	char *buf = malloc(MIB + 4 * KIB), name[32];
+	struct kv_inode *ino = NULL;
+	int err = 0;
+
+	if (b->b_id < 3)
+		err = resolve(st, b->b_id < 2 ? "big/ro" : "big/rw", &ino);
+	for (unsigned i = 0; buf && !err && i < BIG_ITERS; i++) {
+		uint64_t off, len;
+
+		rng = mix(rng + i);
+		off = rng % (BIG_LEN - 4 * KIB);
+		len = 1 + (rng >> 40) % (MIB - 1);
+		if (len > BIG_LEN - off)
+			len = BIG_LEN - off;
+		if (b->b_id < 2) { /* a reader of the value nobody changes */
+			err = read_range(st, ino, off, len, buf);
+			if (!err && memcmp(buf, b->b_want + off, len))
+				err = -EBADMSG;
+		} else if (b->b_id == 2) { /* a writer: 4 KiB, one new version each */
+			len = 4 * KIB;
+			memset(buf, 'a' + i % 26, len);
+			err = kv_store_open(st, ino, O_WRONLY);
+			if (!err) {
+				err = kv_store_write(st, ino, off, buf, len);
+				if (!err)
+					memcpy(b->b_want + off, buf, len);
+				if (!err && i % 8 == 0)
+					err = kv_store_fsync(st, ino);
+				kv_store_release(st, ino, O_WRONLY);
+			}
+		} else { /* pressure: small files come and go */
+			char *v = pattern(rng, 3 * MIB);
+
+			snprintf(name, sizeof(name), "big/p%u", i % 4);
+			err = v ? create_file(st, name, 0644, v, 3 * MIB, false) : -ENOMEM;
+			if (err == -EEXIST)
+				err = unlink_path(st, name, false);
+			free(v);
+		}
+		if (err)
+			snprintf(b->b_why, sizeof(b->b_why), "thread %u, iteration %u: off %" PRIu64
+				 " len %" PRIu64 ": %d", b->b_id, i, off, len, err);
+	}
+	b->b_fail = err != 0;
+	if (ino)
+		kv_store_forget(st, ino, 1);
+	free(buf);
+	return NULL;
+}
+
+/* Creates path holding v (BIG_LEN bytes) in 1 MiB writes, fsyncs and closes it. */
+static void big_file(struct kv_store *st, const char *path, const char *v)
+{
+	struct kv_inode *dir, *ino;
+	struct kv_attr a;
+	const char *name;
+
+	assert_int_equal(parent(st, path, &dir, &name), 0);
+	assert_int_equal(kv_store_create_open(st, dir, name, 0644, &cred, &ino, &a), 0);
+	kv_store_forget(st, dir, 1);
+	assert_int_equal(write_mib(st, ino, 0, v, BIG_LEN), 0);
+	assert_int_equal(kv_store_fsync(st, ino), 0);
+	kv_store_release(st, ino, O_WRONLY);
+	kv_store_forget(st, ino, 1);
+}
+
+static void test_large_threads(void **state)
+{
+	struct fix *f = fix_of(state);
+	int dfd = ddir(f, "data");
+	char *ro = pattern(500, BIG_LEN), *rw = pattern(501, BIG_LEN);
+	struct bctx b[4] = {{0}};
+	pthread_t th[4];
+	struct kv_store_usage u;
+	struct kv_store *st;
+
+	assert_non_null(ro);
+	assert_non_null(rw);
+	f->f_cfg.kc_mem_size = 16 * MIB;
+	f->f_cfg.kc_promote = true;
+	st = store_open(f, dfd);
+	assert_int_equal(mkdir_path(st, "big", 0755), 0);
+	big_file(st, "big/ro", ro);
+	big_file(st, "big/rw", rw);
+	for (unsigned k = 0; k < 4; k++) {
+		b[k] = (struct bctx){.b_st = st, .b_id = k, .b_want = k == 2 ? rw : ro};
+		assert_int_equal(pthread_create(&th[k], NULL, big_main, &b[k]), 0);
+	}
+	for (unsigned k = 0; k < 4; k++)
+		assert_int_equal(pthread_join(th[k], NULL), 0);
+	for (unsigned k = 0; k < 4; k++)
+		if (b[k].b_fail)
+			fail_msg("%s", b[k].b_why);
+	assert_int_equal(check_file(st, "big/ro", ro, BIG_LEN), 0);
+	assert_int_equal(check_file(st, "big/rw", rw, BIG_LEN), 0);
+	u = usage(st);
+	print_message("large threads: %" PRIu64 " evictions, %" PRIu64 " promotions, %" PRIu64
+		      " SSD reads, %" PRIu64 " bytes shared\n",
+		      u.ku_evictions, u.ku_promotions, u.ku_ssd_hits, u.ku_shared);
+	assert_true(u.ku_promotions > 0);
+	assert_true(u.ku_shared > 0);
+	assert_int_equal(u.ku_offload_errors, 0);
+	assert_int_equal(u.ku_csum_errors, 0);
+	assert_int_equal(kv_store_destroy(st), 0);
+	st = store_open(f, dfd);
+	assert_int_equal(check_file(st, "big/ro", ro, BIG_LEN), 0);
+	assert_int_equal(check_file(st, "big/rw", rw, BIG_LEN), 0);
+	kv_store_destroy(st);
+	free(ro);
+	free(rw);
+	close(dfd);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fix_setup, fix_teardown)
 
 int main(void)
@@ -1681,6 +1857,7 @@ int main(void)
 	    T(test_clean_restart),   T(test_restart_then_write), T(test_pre_epoch_times),
 	    T(test_root_attrs),	     T(test_replay_equals_live), T(test_crash_image),
 	    T(test_nodes_recovered), T(test_eviction), T(test_spill), T(test_threads),
+	    T(test_large_threads),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
