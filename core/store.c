@@ -617,8 +617,8 @@ static int borrow(struct kv_inode *ino, uint64_t keep, struct kv_obj *base, stru
 	free(locs);
 	/* Each keeps its own copy of the checksums. */
 	for (uint32_t i = 0; !err && i < n; i++) {
-		const struct kv_xent *x = kv_xmap_at(m, (uint32_t)kv_xmap_find(
-							 m, kv_xmap_at(sp, i)->xe_loc.kl_index));
+		const struct kv_xent *x =
+		    kv_xmap_at(m, (uint32_t)kv_xmap_find(m, kv_xmap_at(sp, i)->xe_loc.kl_index));
 		size_t nc = (x->xe_loc.kl_len + (1u << KV_CHUNK_SHIFT) - 1) >> KV_CHUNK_SHIFT;
 		uint64_t *csums = malloc(nc * 8 + 8);
 
@@ -1467,8 +1467,8 @@ static int read_value(struct kv_store *st, struct kv_inode *ino, uint64_t off, u
 		n = kv_obj_iov(obj, off, len, iov, maxiov, bytes);
 	} else if (obj->ko_partial) {
 		/* Sealed: once read, the bytes stay put (memory held, SSD bytes copied). */
-		n = kv_tier_read_mixed(st->ks_tier, obj, &ino->ki_map, off, len, iov, maxiov,
-				       bytes, guard);
+		n = kv_tier_read_mixed(st->ks_tier, obj, &ino->ki_map, off, len, iov, maxiov, bytes,
+				       guard);
 		pthread_rwlock_unlock(&ino->ki_lock);
 	} else {
 		guard->krg_locked = ino;

@@ -223,7 +223,7 @@ static uint64_t evict(struct kv_tier *t, uint64_t bytes, const struct kv_inode *
 		} else if (atomic_load(&ino->ki_obj->ko_ref) == 1) {
 			uint64_t want = bytes - freed; /* > 0: the loop's condition */
 
-					if (ino->ki_obj->ko_cap > 2 * want + KV_EXTENT &&
+			if (ino->ki_obj->ko_cap > 2 * want + KV_EXTENT &&
 			    !kv_xmap_whole(&ino->ki_map)) {
 				freed += evict_part(ino, want);
 			} else {
@@ -283,7 +283,7 @@ int kv_tier_make_room(struct kv_tier *t, uint64_t bytes)
 			pthread_mutex_unlock(&t->kt_lock);
 			/* Clean values being read cannot go this instant, but will. */
 			if (!clock_busy(t, &until))
-				return -ENOSPC; /* nothing on its way to becoming clean or spilled */
+				return -ENOSPC; /* nothing on its way to clean or spilled */
 			continue;
 		}
 		t->kt_waiters++;
@@ -301,7 +301,7 @@ int kv_tier_make_room(struct kv_tier *t, uint64_t bytes)
 			 !t->kt_qhead && !t->kt_busy;
 		stop = t->kt_stop;
 		pthread_mutex_unlock(&t->kt_lock);
-			if (rc || stop)
+		if (rc || stop)
 			return -ENOSPC; /* the back-pressure bound */
 		if (spilled)
 			return 0;
@@ -652,7 +652,7 @@ static int item_map(const struct item *it, struct kv_inode *ino, struct kv_xmap 
 	for (j = 0; !err && j < ns; j++) {
 		kept[j] = kept_where(ino, &it->it_keep[j]);
 		if (!kept[j])
-			err = -EIO; /* cannot happen: a version's kept records stay while it is written */
+			err = -EIO; /* cannot happen: kept records stay while written */
 	}
 	for (j = 0; !err && (i < nd || j < ns);) {
 		if (j == ns || (i < nd && it->it_puts[i].bp_index < it->it_keep[j].kl_index))
@@ -842,8 +842,7 @@ static uint64_t spill(struct kv_tier *t, struct kv_inode *ino, uint64_t want)
 		ino->ki_spill->xm_size = UINT64_MAX; /* a spill is no whole value */
 	}
 	seq = ino->ki_spill->xm_seq;
-	for (uint64_t k = 0; k < last && n < SPILL_EXTENTS && (uint64_t)n * KV_EXTENT < want;
-	     k++) {
+	for (uint64_t k = 0; k < last && n < SPILL_EXTENTS && (uint64_t)n * KV_EXTENT < want; k++) {
 		uint64_t bytes;
 		int c;
 
@@ -1004,9 +1003,9 @@ int kv_tier_read_mixed(struct kv_tier *t, const struct kv_obj *obj, const struct
 		if (!x->xe_csums)
 			err = kv_bucket_load_csums(t->kt_bs, &x->xe_loc, &csums, &nchunks);
 		if (!err)
-			err = kv_bucket_read(t->kt_bs, &x->xe_loc, x->xe_csums ? x->xe_csums : csums,
-					     pos - base, eend - pos, &guard->krg_buf[nbuf++], &data,
-					     &got);
+			err = kv_bucket_read(t->kt_bs, &x->xe_loc,
+					     x->xe_csums ? x->xe_csums : csums, pos - base,
+					     eend - pos, &guard->krg_buf[nbuf++], &data, &got);
 		free(csums);
 		if (!err && !got)
 			err = -EIO;
@@ -1268,7 +1267,6 @@ struct want {
 	struct kv_loc w_loc[KV_READ_EXTENTS];
 };
 
-
 /* True when ino's value is wholly in its durable map: only on the SSD, or partly in DRAM. */
 static bool on_ssd(const struct kv_inode *ino)
 {
@@ -1390,7 +1388,8 @@ static struct kv_obj *merge(struct kv_obj *now, struct kv_obj *obj, const struct
 static bool room_for(struct kv_tier *t, const struct kv_inode *spare, uint64_t bytes)
 {
 	struct kv_pool *pool = t->kt_st->ks_pool;
-	uint64_t size = kv_pool_size(pool), want = bytes + size / 4, free = size - kv_pool_used(pool);
+	uint64_t size = kv_pool_size(pool), want = bytes + size / 4,
+		 free = size - kv_pool_used(pool);
 
 	if (free < want)
 		evict(t, want - free, spare);
@@ -1452,7 +1451,8 @@ int kv_tier_promote(struct kv_tier *t, struct kv_inode *ino, uint64_t off, uint6
 	}
 	for (uint32_t i = first; !err && i < end; i++) {
 		const struct kv_xent *x = kv_xmap_cat(m, i);
-		size_t bytes = ((x->xe_loc.kl_len + (1u << KV_CHUNK_SHIFT) - 1) >> KV_CHUNK_SHIFT) * 8;
+		size_t bytes =
+		    ((x->xe_loc.kl_len + (1u << KV_CHUNK_SHIFT) - 1) >> KV_CHUNK_SHIFT) * 8;
 
 		if (cur && kv_obj_has_data(cur, x->xe_loc.kl_index))
 			continue;

@@ -107,8 +107,8 @@ static int render_stats(struct kv_fs *fs, char **buf, size_t *len)
 		     u.ku_ssd_used, u.ku_ssd_cap, u.ku_ssd_dead, u.ku_buckets, u.ku_ssd_written,
 		     u.ku_ssd_read, u.ku_csum_errors, u.ku_backlog_keys, u.ku_backlog_bytes,
 		     u.ku_offload_errors, u.ku_dram_hits, u.ku_ssd_hits, u.ku_evictions,
-		     u.ku_promotions, u.ku_spilled, u.ku_shared, u.ku_recovery_ns / 1e9, u.ku_recovered_keys,
-		     u.ku_torn_buckets, u.ku_lost_keys) < 0)
+		     u.ku_promotions, u.ku_spilled, u.ku_shared, u.ku_recovery_ns / 1e9,
+		     u.ku_recovered_keys, u.ku_torn_buckets, u.ku_lost_keys) < 0)
 		return -ENOMEM;
 	err = add_gc_stats(fs, &u, &extra);
 	if (err) {

@@ -813,9 +813,10 @@ static void kv_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
  */
 static int xattr_value(struct kv_fs *fs, fuse_ino_t ino, const char *name, char *buf, size_t len)
 {
-	static const char *const tiers[] = {
-	    [KV_TIER_DRAM] = "dram", [KV_TIER_SSD] = "ssd", [KV_TIER_BOTH] = "dram+ssd",
-	    [KV_TIER_PART] = "partly-dram+ssd"};
+	static const char *const tiers[] = {[KV_TIER_DRAM] = "dram",
+					    [KV_TIER_SSD] = "ssd",
+					    [KV_TIER_BOTH] = "dram+ssd",
+					    [KV_TIER_PART] = "partly-dram+ssd"};
 	struct kv_attr a;
 
 	if (kv_ctl_is(ino))

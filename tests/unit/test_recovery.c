@@ -1776,8 +1776,9 @@ static void *big_main(void *arg)
 			free(v);
 		}
 		if (err)
-			snprintf(b->b_why, sizeof(b->b_why), "thread %u, iteration %u: off %" PRIu64
-				 " len %" PRIu64 ": %d", b->b_id, i, off, len, err);
+			snprintf(b->b_why, sizeof(b->b_why),
+				 "thread %u, iteration %u: off %" PRIu64 " len %" PRIu64 ": %d",
+				 b->b_id, i, off, len, err);
 	}
 	b->b_fail = err != 0;
 	if (ino)
@@ -1856,8 +1857,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    T(test_clean_restart),   T(test_restart_then_write), T(test_pre_epoch_times),
 	    T(test_root_attrs),	     T(test_replay_equals_live), T(test_crash_image),
-	    T(test_nodes_recovered), T(test_eviction), T(test_spill), T(test_threads),
-	    T(test_large_threads),
+	    T(test_nodes_recovered), T(test_eviction),		 T(test_spill),
+	    T(test_threads),	     T(test_large_threads),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
