@@ -229,8 +229,9 @@ int kv_bucket_seal_active(struct kv_bucket_set *bs);
  * -ENOENT (a source bucket is gone), -EIO (writing the output failed),
  * -ENOMEM. Records are written through an 8 MiB staging buffer (a larger
  * one straight through, in pieces). With `yield`, foreground I/O keeps
- * priority: the copy has at most 256 KiB in flight; without, it moves 8 MiB
- * at a time (for a pass that writers wait on).
+ * priority: while kv_bucket_fg_active, the copy has at most 64 KiB in
+ * flight; without, it moves 8 MiB at a time (for a pass that writers wait
+ * on).
  * kv_compact_commit seals the output (index block, trailer, fdatasync): its
  * records are durable when it returns 0; it frees c. kv_compact_abort
  * removes the output and frees c. The output counts against the quota from
@@ -238,6 +239,12 @@ int kv_bucket_seal_active(struct kv_bucket_set *bs);
  * One struct kv_compact is used by one thread at a time.
  */
 struct kv_compact;
+
+/*
+ * True while foreground I/O uses the disk: a read or an append began in the
+ * last 20 ms. Compaction makes way for it (smaller I/Os, later removals).
+ */
+bool kv_bucket_fg_active(struct kv_bucket_set *bs);
 
 int kv_compact_begin(struct kv_bucket_set *bs, bool yield, struct kv_compact **out);
 int kv_compact_copy_many(struct kv_compact *c, const struct kv_loc *from, struct kv_loc *to,
