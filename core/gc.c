@@ -24,6 +24,8 @@
 #define AUTO_RATE (256ull << 20)
 /* Journal bytes after which the thread writes a checkpoint. */
 #define CHECKPOINT_BYTES (64ull << 20)
+/* Periodic passes leave dying buckets for at most this many intervals in a row (core/gc.h). */
+#define SETTLE_PASSES 30
 
 static const char *const point_names[KV_GC__POINTS] = {
     [KV_GC_AFTER_COPY] = "gc_after_copy",	[KV_GC_AFTER_DURABLE] = "gc_after_durable",
@@ -46,6 +48,7 @@ struct kv_gc {
 	pthread_mutex_t kg_pass_lock;			/* one pass at a time; before ks_ns_lock */
 	void (*kg_hook)(enum kv_gc_point p, void *arg); /* kg_pass_lock */
 	void *kg_hook_arg;
+	uint64_t kg_settle_since; /* kg_pass_lock: periodic passes found buckets dying since */
 
 	pthread_mutex_t kg_lock; /* guards kg_stop */
 	pthread_cond_t kg_wake;
@@ -77,7 +80,7 @@ static int by_cold(const void *a, const void *b)
 	return x->bi_id < y->bi_id ? -1 : x->bi_id > y->bi_id;
 }
 
-uint32_t kv_gc_select(struct kv_bucket_info *info, uint32_t n, const struct kv_gc_policy *p,
+uint32_t kv_gc_select(struct kv_bucket_info *info, uint32_t n, struct kv_gc_policy *p,
 		      uint64_t *ids)
 {
 	bool urgent = p->gp_urgent || (double)p->gp_used > p->gp_high_watermark * (double)p->gp_cap;
@@ -93,6 +96,12 @@ uint32_t kv_gc_select(struct kv_bucket_info *info, uint32_t n, const struct kv_g
 		    (double)b->bi_dead <
 			p->gp_dead_ratio * (double)(b->bi_records ? b->bi_records : 1))
 			continue;
+		if (!p->gp_all && !urgent && b->bi_dead < b->bi_records &&
+		    b->bi_dead_ns + p->gp_settle_ns > p->gp_now) {
+			p->gp_dying++;
+			if (p->gp_settle)
+				continue;
+		}
 		ids[k++] = b->bi_id;
 	}
 	return k;
@@ -547,6 +556,21 @@ static void evict_lru(struct kv_gc *gc)
 
 /* --- a pass --- */
 
+/*
+ * Whether a periodic pass leaves dying buckets for later (core/gc.h): for at
+ * most SETTLE_PASSES intervals since passes began to find some (kg_pass_lock).
+ */
+static void settle(struct kv_gc *gc, const struct pass *p, struct kv_gc_policy *pol)
+{
+	uint64_t interval = gc->kg_st->ks_cfg->kc_gc_interval_ns;
+
+	pol->gp_now = kv_now_ns();
+	pol->gp_settle_ns = interval;
+	pol->gp_settle = p->p_kind == PASS_PERIODIC &&
+			 (!gc->kg_settle_since ||
+			  pol->gp_now - gc->kg_settle_since < SETTLE_PASSES * interval);
+}
+
 /* Chooses the victims of a pass into p->p_vic. */
 static int choose(struct pass *p)
 {
@@ -596,7 +620,12 @@ static int choose(struct pass *p)
 		p->p_rate = 0; /* above the watermark: unpaced, large I/Os */
 		p->p_yield = false;
 	}
+	settle(gc, p, &pol);
 	k = kv_gc_select(info, n, &pol, ids);
+	if (p->p_kind == PASS_PERIODIC && !pol.gp_dying)
+		gc->kg_settle_since = 0; /* nothing dying: the next wait may be long again */
+	else if (p->p_kind == PASS_PERIODIC && !gc->kg_settle_since)
+		gc->kg_settle_since = pol.gp_now;
 	for (uint32_t i = 0; i < k; i++) {
 		p->p_vic[i].v_id = ids[i];
 		for (uint32_t j = 0; j < n; j++)

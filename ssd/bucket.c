@@ -47,6 +47,7 @@ struct kv_bucket {
 	uint32_t kb_pins;	/* deleted keys still open with their record here: never dropped */
 	uint32_t kb_unsettled;	/* appended records whose loc no key holds yet (kv_bucket_settle) */
 	uint64_t kb_access_ns;	/* last read or append (CLOCK_MONOTONIC): how cold it is */
+	uint64_t kb_dead_ns;	/* last kv_bucket_dead (CLOCK_MONOTONIC): still dying? */
 	struct idx_rec *kb_idx; /* active bucket only */
 	uint64_t kb_nidx, kb_maxidx;
 	uint64_t kb_idx_bytes; /* active bucket: bytes its index block will take */
@@ -1355,8 +1356,10 @@ void kv_bucket_dead(struct kv_bucket_set *bs, const struct kv_loc *loc)
 
 	pthread_mutex_lock(&bs->bs_lock);
 	b = find(bs, loc->kl_bucket);
-	if (b)
+	if (b) {
 		b->kb_dead += kv_loc_size(loc);
+		b->kb_dead_ns = mono_ns();
+	}
 	pthread_mutex_unlock(&bs->bs_lock);
 }
 
@@ -1460,6 +1463,7 @@ int kv_bucket_list(struct kv_bucket_set *bs, struct kv_bucket_info **out, uint32
 		    .bi_records = (b->kb_sealed ? b->kb_rec_end : b->kb_end) - KV_BLOCK,
 		    .bi_dead = b->kb_dead,
 		    .bi_access_ns = b->kb_access_ns,
+		    .bi_dead_ns = b->kb_dead_ns,
 		    .bi_count = b->kb_count,
 		    .bi_busy = !b->kb_sealed || b->kb_broken || b->kb_pins || b->kb_unsettled ||
 			       b->kb_compacting || b == bs->bs_active,

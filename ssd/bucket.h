@@ -204,6 +204,7 @@ struct kv_bucket_info {
 	uint64_t bi_records;   /* bytes of its records */
 	uint64_t bi_dead;      /* bytes of its dead records */
 	uint64_t bi_access_ns; /* last read or append, CLOCK_MONOTONIC (0: not since start) */
+	uint64_t bi_dead_ns;   /* last time one of its records died, the same clock (0: none) */
 	uint64_t bi_count;     /* records */
 	bool bi_busy;	       /* not a candidate: open, active, pinned, broken or being written */
 	bool bi_active;	       /* the bucket appends go to */
