@@ -37,7 +37,13 @@
  *   remove   the journal is synced up to its last entry — the moves and
  *            every tombstone of the victims' keys — and only then each
  *            victim is dropped; its file goes when the reads in flight on
- *            it are done (kv_bucket_drop waits for their references).
+ *            it are done (kv_bucket_drop waits for their references). A
+ *            pass that yields (not urgent, below the high watermark)
+ *            leaves its ready victims in place while foreground I/O uses
+ *            the disk (kv_bucket_fg_active), and drops them when it pauses
+ *            or at the end of the pass: removing a file makes a filesystem
+ *            mounted with `discard` trim it, which a disk serving one
+ *            request at a time makes every queued read wait for.
  *   A victim with no live record is dropped without any copying.
  *
  * Replay applies a MOVE only while the key's value has the move's sequence
@@ -57,7 +63,8 @@
  * Pacing: below the high watermark a periodic pass copies at most
  * --gc-rate bytes/s (0: 256 MiB/s), in the idle I/O class; urgent and
  * forced passes are unpaced. Reads of the victims go 32 at a time
- * (libaio) and the output is written 8 MiB at a time.
+ * (libaio) and the output is written 8 MiB at a time; while foreground I/O
+ * uses the disk, a pass that is not urgent moves 64 KiB at a time.
  *
  * Calls. The collector reads the index (struct kv_inode, core/store_int.h)
  * under its locks, writes buckets and journal entries (ssd/), and calls
