@@ -40,10 +40,11 @@
  *            it are done (kv_bucket_drop waits for their references). A
  *            pass that yields (not urgent, below the high watermark)
  *            leaves its ready victims in place while foreground I/O uses
- *            the disk (kv_bucket_fg_active), and drops them when it pauses
- *            or at the end of the pass: removing a file makes a filesystem
- *            mounted with `discard` trim it, which a disk serving one
- *            request at a time makes every queued read wait for.
+ *            the disk (kv_bucket_fg_active), and drops them when it pauses,
+ *            at the end of the pass, or together once 64 MiB wait:
+ *            removing a file makes a filesystem mounted with `discard` trim
+ *            it, which a disk serving one request at a time makes every
+ *            queued read wait for; so reads pause seldom, not per bucket.
  *   A victim with no live record is dropped without any copying.
  *
  * Replay applies a MOVE only while the key's value has the move's sequence
