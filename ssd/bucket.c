@@ -501,7 +501,13 @@ static int read_value(struct kv_bucket_set *bs, struct kv_bucket *b, const struc
 /*
  * Creates a new bucket file (header written and synced, directory synced).
  * Call without bs_lock: it takes it only for the id, so readers are not
- * held up by the syncs.
+ * held up by the syncs. prealloc 0 makes a compaction output: no
+ * preallocation and no sync here (kv_compact_commit syncs the file and the
+ * directory). Its file only grows by its own writes, header first, so a
+ * crash leaves it empty (recovery removes it) or with its header, never a
+ * large file without one; and written with plain synchronous writes, it
+ * has no use for preallocation. So an output costs one journal commit of
+ * the filesystem, not three, and no trim of an unused tail at its seal.
  */
 static int bucket_create(struct kv_bucket_set *bs, uint64_t prealloc, struct kv_bucket **out)
 {
@@ -541,9 +547,10 @@ static int bucket_create(struct kv_bucket_set *bs, uint64_t prealloc, struct kv_
 	 * and damage to --fsck).
 	 */
 	err = rw(b->kb_fd, true, h, KV_BLOCK, 0);
-	if (!err && fallocate(b->kb_fd, 0, 0, (off_t)prealloc) < 0 && errno != EOPNOTSUPP)
+	if (!err && prealloc && fallocate(b->kb_fd, 0, 0, (off_t)prealloc) < 0 &&
+	    errno != EOPNOTSUPP)
 		err = -errno;
-	if (!err && (fdatasync(b->kb_fd) < 0 || fsync(bs->bs_dirfd) < 0))
+	if (!err && prealloc && (fdatasync(b->kb_fd) < 0 || fsync(bs->bs_dirfd) < 0))
 		err = -errno;
 	if (err)
 		goto out_unlink;
@@ -1625,7 +1632,7 @@ int kv_compact_begin(struct kv_bucket_set *bs, bool yield, struct kv_compact **o
 		c->kc_buf = aligned_buf(STAGE, false);
 	if (!c->kc_buf)
 		goto out_free;
-	err = bucket_create(bs, bs->bs_opts.bo_bucket_size, &b);
+	err = bucket_create(bs, 0, &b);
 	pthread_mutex_lock(&bs->bs_lock);
 	if (!err) {
 		b->kb_compacting = true;
@@ -1920,6 +1927,8 @@ int kv_compact_commit(struct kv_compact *c)
 
 	if (!err)
 		err = bucket_seal(bs, c->kc_b);
+	if (!err && fsync(bs->bs_dirfd) < 0) /* its name: bucket_create did not sync it */
+		err = -errno;
 	if (err)
 		return err;
 	pthread_mutex_lock(&bs->bs_lock);

@@ -233,7 +233,8 @@ int kv_bucket_seal_active(struct kv_bucket_set *bs);
  * priority: while kv_bucket_fg_active, the copy has at most 64 KiB in
  * flight; without, it moves 8 MiB at a time (for a pass that writers wait
  * on).
- * kv_compact_commit seals the output (index block, trailer, fdatasync): its
+ * kv_compact_commit seals the output (index block, trailer, fdatasync; the
+ * directory synced too, since the output is not synced when begun): its
  * records are durable when it returns 0; it frees c. kv_compact_abort
  * removes the output and frees c. The output counts against the quota from
  * the start, and may take it over the cap by up to one bucket.
