@@ -9,7 +9,14 @@
  *
  *   victims  every --gc-interval the thread lists the buckets and takes,
  *            coldest first (least recently read or appended), those whose
- *            dead ratio is at least --gc-dead-ratio; when the buckets use
+ *            dead ratio is at least --gc-dead-ratio, leaving for later
+ *            those still dying (a record died since the last pass: a tree
+ *            being removed, a cache being dropped), since copying records
+ *            about to die is wasted work and an `rm -rf` would pay for it;
+ *            that waiting ends once nothing has been dying for a pass, and
+ *            lasts 30 intervals at most, so a steady stream of overwrites
+ *            still gets compacted, and a fully dead bucket never waits (it
+ *            costs no copy). When the buckets use
  *            more than --gc-high-watermark of the quota it takes the
  *            deadest ones whatever their ratio; at most --gc-max-buckets
  *            per pass. Busy buckets (the active one, a compaction output, a
@@ -30,7 +37,14 @@
  *   remove   the journal is synced up to its last entry — the moves and
  *            every tombstone of the victims' keys — and only then each
  *            victim is dropped; its file goes when the reads in flight on
- *            it are done (kv_bucket_drop waits for their references).
+ *            it are done (kv_bucket_drop waits for their references). A
+ *            pass that yields (not urgent, below the high watermark)
+ *            leaves its ready victims in place while foreground I/O uses
+ *            the disk (kv_bucket_fg_active), and drops them when it pauses,
+ *            at the end of the pass, or together once 64 MiB wait:
+ *            removing a file makes a filesystem mounted with `discard` trim
+ *            it, which a disk serving one request at a time makes every
+ *            queued read wait for; so reads pause seldom, not per bucket.
  *   A victim with no live record is dropped without any copying.
  *
  * Replay applies a MOVE only while the key's value has the move's sequence
@@ -50,7 +64,8 @@
  * Pacing: below the high watermark a periodic pass copies at most
  * --gc-rate bytes/s (0: 256 MiB/s), in the idle I/O class; urgent and
  * forced passes are unpaced. Reads of the victims go 32 at a time
- * (libaio) and the output is written 8 MiB at a time.
+ * (libaio) and the output is written 8 MiB at a time; while foreground I/O
+ * uses the disk, a pass that is not urgent moves 64 KiB at a time.
  *
  * Calls. The collector reads the index (struct kv_inode, core/store_int.h)
  * under its locks, writes buckets and journal entries (ssd/), and calls
@@ -101,6 +116,10 @@ struct kv_gc_policy {
 	uint64_t gp_cap;  /* the quota */
 	bool gp_all;	  /* a forced pass: every bucket with a dead byte */
 	bool gp_urgent;	  /* deadest first whatever the ratio (also when gp_used is high) */
+	uint64_t gp_now;	/* CLOCK_MONOTONIC ns, for gp_settle_ns */
+	uint64_t gp_settle_ns;	/* a record of the bucket died less than this ago: it is dying */
+	bool gp_settle;		/* pass dying buckets over (by ratio only) */
+	uint32_t gp_dying;	/* out: candidates by ratio found dying, passed over or not */
 };
 
 /*
@@ -108,9 +127,11 @@ struct kv_gc_policy {
  * ids to ids[] (room for n). Busy buckets and buckets without a dead byte
  * never are. gp_all: all the rest, deadest first. Urgent (gp_urgent, or
  * gp_used above gp_high_watermark * gp_cap): the gp_max deadest. Else the
- * gp_max coldest of those at least gp_dead_ratio dead. Returns how many.
+ * gp_max coldest of those at least gp_dead_ratio dead, passing over, with
+ * gp_settle, those still dying (a record died in the last gp_settle_ns)
+ * that have a live record left: counted in gp_dying. Returns how many.
  */
-uint32_t kv_gc_select(struct kv_bucket_info *info, uint32_t n, const struct kv_gc_policy *p,
+uint32_t kv_gc_select(struct kv_bucket_info *info, uint32_t n, struct kv_gc_policy *p,
 		      uint64_t *ids);
 
 /* What the store lends the collector: its only calls back into the store. */

@@ -47,6 +47,7 @@ struct kv_bucket {
 	uint32_t kb_pins;	/* deleted keys still open with their record here: never dropped */
 	uint32_t kb_unsettled;	/* appended records whose loc no key holds yet (kv_bucket_settle) */
 	uint64_t kb_access_ns;	/* last read or append (CLOCK_MONOTONIC): how cold it is */
+	uint64_t kb_dead_ns;	/* last kv_bucket_dead (CLOCK_MONOTONIC): still dying? */
 	struct idx_rec *kb_idx; /* active bucket only */
 	uint64_t kb_nidx, kb_maxidx;
 	uint64_t kb_idx_bytes; /* active bucket: bytes its index block will take */
@@ -500,7 +501,13 @@ static int read_value(struct kv_bucket_set *bs, struct kv_bucket *b, const struc
 /*
  * Creates a new bucket file (header written and synced, directory synced).
  * Call without bs_lock: it takes it only for the id, so readers are not
- * held up by the syncs.
+ * held up by the syncs. prealloc 0 makes a compaction output: no
+ * preallocation and no sync here (kv_compact_commit syncs the file and the
+ * directory). Its file only grows by its own writes, header first, so a
+ * crash leaves it empty (recovery removes it) or with its header, never a
+ * large file without one; and written with plain synchronous writes, it
+ * has no use for preallocation. So an output costs one journal commit of
+ * the filesystem, not three, and no trim of an unused tail at its seal.
  */
 static int bucket_create(struct kv_bucket_set *bs, uint64_t prealloc, struct kv_bucket **out)
 {
@@ -540,9 +547,10 @@ static int bucket_create(struct kv_bucket_set *bs, uint64_t prealloc, struct kv_
 	 * and damage to --fsck).
 	 */
 	err = rw(b->kb_fd, true, h, KV_BLOCK, 0);
-	if (!err && fallocate(b->kb_fd, 0, 0, (off_t)prealloc) < 0 && errno != EOPNOTSUPP)
+	if (!err && prealloc && fallocate(b->kb_fd, 0, 0, (off_t)prealloc) < 0 &&
+	    errno != EOPNOTSUPP)
 		err = -errno;
-	if (!err && (fdatasync(b->kb_fd) < 0 || fsync(bs->bs_dirfd) < 0))
+	if (!err && prealloc && (fdatasync(b->kb_fd) < 0 || fsync(bs->bs_dirfd) < 0))
 		err = -errno;
 	if (err)
 		goto out_unlink;
@@ -1357,8 +1365,10 @@ void kv_bucket_dead(struct kv_bucket_set *bs, const struct kv_loc *loc)
 
 	pthread_mutex_lock(&bs->bs_lock);
 	b = find(bs, loc->kl_bucket);
-	if (b)
+	if (b) {
 		b->kb_dead += kv_loc_size(loc);
+		b->kb_dead_ns = mono_ns();
+	}
 	pthread_mutex_unlock(&bs->bs_lock);
 }
 
@@ -1462,6 +1472,7 @@ int kv_bucket_list(struct kv_bucket_set *bs, struct kv_bucket_info **out, uint32
 		    .bi_records = (b->kb_sealed ? b->kb_rec_end : b->kb_end) - KV_BLOCK,
 		    .bi_dead = b->kb_dead,
 		    .bi_access_ns = b->kb_access_ns,
+		    .bi_dead_ns = b->kb_dead_ns,
 		    .bi_count = b->kb_count,
 		    .bi_busy = !b->kb_sealed || b->kb_broken || b->kb_pins || b->kb_unsettled ||
 			       b->kb_compacting || b == bs->bs_active,
@@ -1581,13 +1592,16 @@ int kv_bucket_scan(struct kv_bucket_set *bs, bool check_values,
 /*
  * A compaction that yields to foreground I/O, while a foreground read or
  * append began in the last FG_QUIET_NS, has at most GC_IO bytes in flight
- * (one I/O of at most GC_IO, or a batch of record reads adding up to it):
+ * (one I/O of at most GC_IO, a record larger than that read in pieces):
  * a read that arrives meanwhile waits behind one small transfer, not
- * behind megabytes already queued in the device. Otherwise (nothing else
- * uses the disk, or writers wait for the pass) it moves STAGE bytes at a
- * time.
+ * behind megabytes already queued in the device. Disks that serve one
+ * request at a time (virtual disks often do) make that wait the whole
+ * transfer: 64 KiB is about what a 4 KiB read costs itself, so a read's
+ * latency at most doubles while one is in the way, where a 256 KiB
+ * transfer tripled it. Otherwise (nothing else uses the disk, or writers
+ * wait for the pass) it moves STAGE bytes at a time.
  */
-#define GC_IO	    (256u << 10)
+#define GC_IO	    (64u << 10)
 #define FG_QUIET_NS (20ull * 1000 * 1000)
 
 struct kv_compact {
@@ -1620,7 +1634,7 @@ int kv_compact_begin(struct kv_bucket_set *bs, bool yield, struct kv_compact **o
 		c->kc_buf = aligned_buf(STAGE, false);
 	if (!c->kc_buf)
 		goto out_free;
-	err = bucket_create(bs, bs->bs_opts.bo_bucket_size, &b);
+	err = bucket_create(bs, 0, &b);
 	pthread_mutex_lock(&bs->bs_lock);
 	if (!err) {
 		b->kb_compacting = true;
@@ -1643,12 +1657,15 @@ out_free:
 	return err;
 }
 
+bool kv_bucket_fg_active(struct kv_bucket_set *bs)
+{
+	return mono_ns() - atomic_load_explicit(&bs->bs_fg_ns, memory_order_relaxed) < FG_QUIET_NS;
+}
+
 /* The most bytes compaction may have in flight now (see GC_IO). */
 static uint64_t gc_io(const struct kv_compact *c)
 {
-	uint64_t fg = atomic_load_explicit(&c->kc_bs->bs_fg_ns, memory_order_relaxed);
-
-	return c->kc_yield && mono_ns() - fg < FG_QUIET_NS ? GC_IO : STAGE;
+	return c->kc_yield && kv_bucket_fg_active(c->kc_bs) ? GC_IO : STAGE;
 }
 
 /* rw() in pieces of at most gc_io() bytes, one at a time. */
@@ -1860,8 +1877,15 @@ int kv_compact_copy_many(struct kv_compact *c, const struct kv_loc *from, struct
 		count++;
 		k++;
 	}
-	if (k && !err)
+	if (k == 1 && !err && iov[0].iov_len > io) {
+		/* Yielding: a record larger than an I/O is read in pieces, one at a time. */
+		ops[0].kao_res = gc_rw(c, ops[0].kao_fd, false, iov[0].iov_base, iov[0].iov_len,
+				       ops[0].kao_off)
+				     ? -EIO
+				     : (ssize_t)iov[0].iov_len;
+	} else if (k && !err) {
 		err = kv_aio_run(bs->bs_aio, ops, k) == -ENOMEM ? -ENOMEM : 0;
+	}
 	for (unsigned i = 0; i < k; i++)
 		bucket_release(bs, src[i]);
 	if (err)
@@ -1905,6 +1929,8 @@ int kv_compact_commit(struct kv_compact *c)
 
 	if (!err)
 		err = bucket_seal(bs, c->kc_b);
+	if (!err && fsync(bs->bs_dirfd) < 0) /* its name: bucket_create did not sync it */
+		err = -errno;
 	if (err)
 		return err;
 	pthread_mutex_lock(&bs->bs_lock);

@@ -206,6 +206,7 @@ struct kv_bucket_info {
 	uint64_t bi_records;   /* bytes of its records */
 	uint64_t bi_dead;      /* bytes of its dead records */
 	uint64_t bi_access_ns; /* last read or append, CLOCK_MONOTONIC (0: not since start) */
+	uint64_t bi_dead_ns;   /* last time one of its records died, the same clock (0: none) */
 	uint64_t bi_count;     /* records */
 	bool bi_busy;	       /* not a candidate: open, active, pinned, broken or being written */
 	bool bi_active;	       /* the bucket appends go to */
@@ -231,15 +232,23 @@ int kv_bucket_seal_active(struct kv_bucket_set *bs);
  * -ENOENT (a source bucket is gone), -EIO (writing the output failed),
  * -ENOMEM. Records are written through an 8 MiB staging buffer (a larger
  * one straight through, in pieces). With `yield`, foreground I/O keeps
- * priority: the copy has at most 256 KiB in flight; without, it moves 8 MiB
- * at a time (for a pass that writers wait on).
- * kv_compact_commit seals the output (index block, trailer, fdatasync): its
+ * priority: while kv_bucket_fg_active, the copy has at most 64 KiB in
+ * flight; without, it moves 8 MiB at a time (for a pass that writers wait
+ * on).
+ * kv_compact_commit seals the output (index block, trailer, fdatasync; the
+ * directory synced too, since the output is not synced when begun): its
  * records are durable when it returns 0; it frees c. kv_compact_abort
  * removes the output and frees c. The output counts against the quota from
  * the start, and may take it over the cap by up to one bucket.
  * One struct kv_compact is used by one thread at a time.
  */
 struct kv_compact;
+
+/*
+ * True while foreground I/O uses the disk: a read or an append began in the
+ * last 20 ms. Compaction makes way for it (smaller I/Os, later removals).
+ */
+bool kv_bucket_fg_active(struct kv_bucket_set *bs);
 
 int kv_compact_begin(struct kv_bucket_set *bs, bool yield, struct kv_compact **out);
 int kv_compact_copy_many(struct kv_compact *c, const struct kv_loc *from, struct kv_loc *to,

@@ -116,6 +116,55 @@ static void test_select(void **state)
 	assert_int_equal(kv_gc_select(info, 0, &p, ids), 0);
 }
 
+/* Dying buckets (a record died less than gp_settle_ns ago) wait, by ratio only. */
+static void test_select_dying(void **state)
+{
+	struct kv_bucket_info info[4];
+	uint64_t ids[4];
+	struct kv_gc_policy p = {.gp_dead_ratio = 0.25,
+				 .gp_high_watermark = 0.9,
+				 .gp_max = 4,
+				 .gp_used = 50,
+				 .gp_cap = 100,
+				 .gp_now = 10000,
+				 .gp_settle_ns = 1000,
+				 .gp_settle = true};
+	uint32_t n;
+
+	(void)state;
+	info[0] = bi(1, 1000, 500, 10);
+	info[0].bi_dead_ns = 9500; /* dying */
+	info[1] = bi(2, 1000, 500, 20);
+	info[1].bi_dead_ns = 8000; /* settled */
+	info[2] = bi(3, 1000, 1000, 30);
+	info[2].bi_dead_ns = 9900; /* dying, but nothing left to copy */
+	info[3] = bi(4, 1000, 100, 40);
+	info[3].bi_dead_ns = 9900; /* dying, below the ratio anyway */
+	n = kv_gc_select(info, 4, &p, ids);
+	assert_int_equal(n, 2);
+	assert_int_equal(ids[0], 2);
+	assert_int_equal(ids[1], 3);
+	assert_int_equal(p.gp_dying, 1);
+
+	/* Waited long enough: taken, still counted. */
+	p.gp_settle = false;
+	p.gp_dying = 0;
+	n = kv_gc_select(info, 4, &p, ids);
+	assert_int_equal(n, 3);
+	assert_int_equal(ids[0], 1);
+	assert_int_equal(p.gp_dying, 1);
+
+	/* Urgent and forced passes never wait. */
+	p.gp_settle = true;
+	p.gp_urgent = true;
+	n = kv_gc_select(info, 4, &p, ids);
+	assert_int_equal(n, 4);
+	p.gp_urgent = false;
+	p.gp_all = true;
+	n = kv_gc_select(info, 4, &p, ids);
+	assert_int_equal(n, 4);
+}
+
 /* ---- a store on a temporary data directory ---- */
 
 struct fix {
@@ -723,6 +772,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_select),
+	    cmocka_unit_test(test_select_dying),
 	    cmocka_unit_test_setup_teardown(test_revalidation, fix_setup, fix_teardown),
 	    cmocka_unit_test_setup_teardown(test_replay_void_move, fix_setup, fix_teardown),
 	    cmocka_unit_test_setup_teardown(test_drop_waits_for_reads, fix_setup, fix_teardown),
