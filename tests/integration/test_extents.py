@@ -667,6 +667,16 @@ class SharedExtentsTest(SsdTestCase):
     OPTS = ("--mem-size=32M", "--bucket-size=16M")
     SIZE = 64 << 20  # twice the pool
 
+    def change(self, m, data, i, off):
+        """Writes 4 KiB of change i at off into v (and the model), closes, fsyncs."""
+        fd = os.open(m.path("v"), os.O_WRONLY)
+        try:
+            self.assertEqual(os.pwrite(fd, b"%04d" % i * 1024, off), 4096)
+        finally:
+            os.close(fd)
+        data[off:off + 4096] = b"%04d" % i * 1024
+        fsync_path(m.path("v"))
+
     def test_small_writes_into_a_sealed_value_twice_the_pool(self):
         m = self.start("first")
         data = bytearray(pattern("shared", self.SIZE))
@@ -679,13 +689,7 @@ class SharedExtentsTest(SsdTestCase):
         for i in range(12):
             off = rng.randrange(0, self.SIZE - 4096)
             w0 = m.stats()["ssd"]["bytes_written"]
-            fd = os.open(m.path("v"), os.O_WRONLY)
-            try:
-                self.assertEqual(os.pwrite(fd, b"%04d" % i * 1024, off), 4096)
-            finally:
-                os.close(fd)
-            data[off:off + 4096] = b"%04d" % i * 1024
-            fsync_path(m.path("v"))
+            self.change(m, data, i, off)
             # Written: the one or two extents touched, their heads and the manifest.
             self.assertLessEqual(m.stats()["ssd"]["bytes_written"] - w0, 2 * EXTENT + (64 << 10))
         self.assertEqual(hashlib.sha256(read_file(m.path("v"))).hexdigest(),
@@ -726,14 +730,8 @@ class SharedExtentsTest(SsdTestCase):
         for i in range(8):
             off = rng.randrange(0, self.SIZE - 4096)
             w0, s0 = m.stats()["ssd"]["bytes_written"], m.stats()["tier"]["shared_bytes"]
-            fd = os.open(m.path("v"), os.O_WRONLY)
-            try:
-                self.assertEqual(os.pwrite(fd, b"%04d" % i * 1024, off), 4096)
-            finally:
-                os.close(fd)
-            data[off:off + 4096] = b"%04d" % i * 1024
+            self.change(m, data, i, off)
             touched |= {off // EXTENT, (off + 4095) // EXTENT}
-            fsync_path(m.path("v"))
             st = m.stats()
             self.assertLessEqual(st["ssd"]["bytes_written"] - w0, 2 * EXTENT + (64 << 10))
             self.assertGreaterEqual(st["tier"]["shared_bytes"] - s0, self.SIZE - 2 * EXTENT)
@@ -750,13 +748,19 @@ class SharedExtentsTest(SsdTestCase):
         with open(m.path(".kvfs", "ctl"), "w") as f:
             f.write("gc\n")
         m.stop()
-        rc, out = run_kvfs("--fsck", self.data)
-        self.assertEqual(rc, 0, out)
-        m = self.start("second")
-        self.assertEqual(tier_of(m.path("v")), "ssd")
-        self.assertEqual(hashlib.sha256(read_direct(m.path("v"))).hexdigest(),
-                         hashlib.sha256(data).hexdigest())
-        m.stop()
+        fsck_restart_check(self, "v", data)
+
+
+def fsck_restart_check(test, name, data):
+    """--fsck clean on the stopped store; after a restart the key is only on
+    the SSD and reads back byte-exact."""
+    rc, out = run_kvfs("--fsck", test.data)
+    test.assertEqual(rc, 0, out)
+    m = test.start("restarted")
+    test.assertEqual(tier_of(m.path(name)), "ssd")
+    test.assertEqual(hashlib.sha256(read_direct(m.path(name))).hexdigest(),
+                     hashlib.sha256(data).hexdigest())
+    m.stop()
 
 
 class ResidencyTest(SsdTestCase):
@@ -824,13 +828,7 @@ class ResidencyTest(SsdTestCase):
         self.assertEqual(hashlib.sha256(read_file(p)).hexdigest(),
                          hashlib.sha256(data).hexdigest())
         m.stop()
-        rc, out = run_kvfs("--fsck", self.data)
-        self.assertEqual(rc, 0, out)
-        m = self.start("second")
-        self.assertEqual(tier_of(m.path("big")), "ssd")
-        self.assertEqual(hashlib.sha256(read_direct(m.path("big"))).hexdigest(),
-                         hashlib.sha256(data).hexdigest())
-        m.stop()
+        fsck_restart_check(self, "big", data)
 
     def test_eviction_by_extent(self):
         """Pressure takes the last extents of a large clean value, not all
