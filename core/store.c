@@ -629,8 +629,7 @@ static int borrow(struct kv_inode *ino, uint64_t keep, struct kv_obj *base, stru
 		}
 	}
 	if (err) {
-		if (sp)
-			kv_xmap_clear(sp);
+		kv_spill_free(ino); /* held nothing before (writable): no map of sequence 0 stays */
 		if (obj)
 			kv_obj_put(obj);
 		return err;
@@ -658,7 +657,9 @@ static int writable(struct kv_inode *ino, uint64_t keep, struct kv_obj **out)
 	}
 	/* Part of it is on the SSD, not yet durable: wait for it, unless it failed. */
 	if (cur && kv_spill_n(ino))
-		return ino->ki_offload_err ? ino->ki_offload_err : -EINPROGRESS;
+		return ino->ki_offload_err == -ENOSPC ? -EDQUOT
+		       : ino->ki_offload_err	      ? ino->ki_offload_err
+						      : -EINPROGRESS;
 	if (cur && (!cur->ko_partial || keep == 0))
 		return kv_obj_clone(cur, keep, out);
 	if (keep == 0 || ino->ki_map.xm_size == 0)
@@ -806,15 +807,22 @@ static int set_size(struct kv_inode *ino, uint64_t size)
 }
 
 /*
- * True when a change that failed with err should be tried again: the pool
- * was full and the tier made room (evicted clean values, or waited for
+ * True when a change that failed with *errp should be tried again: the
+ * pool was full and the tier made room (evicted clean values, or waited for
  * the offloader to make some clean or to spill files being written). Call
- * without ki_lock.
+ * without ki_lock. -EDQUOT, inside this file, is a refusal for lack of room
+ * on the SSD (or in the whole store), not in the pool: never retried, it
+ * reaches the caller as -ENOSPC.
  */
-static bool retry_for_room(struct kv_store *st, struct kv_inode *ino, int err, uint64_t bytes)
+static bool retry_for_room(struct kv_store *st, struct kv_inode *ino, int *errp, uint64_t bytes)
 {
 	uint64_t pool = kv_pool_size(st->ks_pool), seq = 0;
+	int err = *errp;
 
+	if (err == -EDQUOT) { /* no room on the SSD, not the pool's: nothing to wait for */
+		*errp = -ENOSPC;
+		return false;
+	}
 	if (err == -EINPROGRESS) { /* a spilled version on its way to the SSD: wait for it */
 		pthread_rwlock_rdlock(&ino->ki_lock);
 		if (ino->ki_obj)
@@ -868,7 +876,7 @@ int kv_store_setattr(struct kv_store *st, struct kv_inode *ino, const struct kv_
 		pthread_rwlock_wrlock(&ino->ki_lock);
 		err = setattr_locked(ino, sa);
 		pthread_rwlock_unlock(&ino->ki_lock);
-	} while (retry_for_room(st, ino, err, sa->ksa_size));
+	} while (retry_for_room(st, ino, &err, sa->ksa_size));
 	if (err)
 		return err;
 	if (st->ks_journal && (sa->ksa_valid & ~KV_SET_SIZE)) {
@@ -1335,7 +1343,7 @@ int kv_store_value_new(struct kv_store *st, uint64_t len, struct kv_obj **out)
 		return err;
 	do
 		err = kv_obj_alloc(obj, len);
-	while (retry_for_room(st, NULL, err, len));
+	while (retry_for_room(st, NULL, &err, len));
 	if (err) {
 		kv_obj_put(obj);
 		return err;
@@ -1419,7 +1427,7 @@ int kv_store_open(struct kv_store *st, struct kv_inode *ino, int flags)
 			atomic_fetch_add(&st->ks_open, 1);
 		}
 		pthread_rwlock_unlock(&ino->ki_lock);
-	} while (retry_for_room(st, ino, err, KV_PAGE_SIZE));
+	} while (retry_for_room(st, ino, &err, KV_PAGE_SIZE));
 	return err;
 }
 
@@ -1555,7 +1563,7 @@ int kv_store_write(struct kv_store *st, struct kv_inode *ino, uint64_t off, cons
 		    ino->ki_obj->ko_size > KV_EXTENT)
 			kv_tier_spillable(st->ks_tier, ino);
 		pthread_rwlock_unlock(&ino->ki_lock);
-	} while (retry_for_room(st, ino, err, len));
+	} while (retry_for_room(st, ino, &err, len));
 	return err;
 }
 
@@ -1586,7 +1594,7 @@ static int fallocate_locked(struct kv_inode *ino, int mode, uint64_t off, uint64
 		return 0;
 	/* Unwritten bytes are not reserved, but never more than there is room for. */
 	if (!punch && end - old > room(ino->ki_store))
-		return -ENOSPC;
+		return -EDQUOT;
 	err = writable(ino, old, &obj);
 	if (err)
 		return err;
@@ -1620,7 +1628,7 @@ int kv_store_fallocate(struct kv_store *st, struct kv_inode *ino, int mode, uint
 		pthread_rwlock_wrlock(&ino->ki_lock);
 		err = fallocate_locked(ino, mode, off, off + len);
 		pthread_rwlock_unlock(&ino->ki_lock);
-	} while (retry_for_room(st, ino, err, len));
+	} while (retry_for_room(st, ino, &err, len));
 	return err;
 }
 

@@ -72,6 +72,7 @@ struct kv_inode {
 	struct kv_inode *ki_qnext;
 	_Atomic bool ki_spillable; /* on the spill list (written under kt_lock, read anywhere) */
 	struct kv_inode *ki_snext; /* next on the spill list (core/tier.c, "Spill") */
+	bool ki_sdrop;		   /* last close while a spill round had the list: drop it */
 
 	/* kt_clock_lock */
 	struct kv_inode *ki_cprev, *ki_cnext; /* the clock of clean values (NULL: not on it) */

@@ -315,6 +315,7 @@ void kv_tier_spillable(struct kv_tier *t, struct kv_inode *ino)
 	if (atomic_load_explicit(&ino->ki_spillable, memory_order_relaxed))
 		return;
 	pthread_mutex_lock(&t->kt_lock);
+	ino->ki_sdrop = false;
 	if (!atomic_load_explicit(&ino->ki_spillable, memory_order_relaxed)) {
 		atomic_store_explicit(&ino->ki_spillable, true, memory_order_relaxed);
 		kv_inode_get(ino);
@@ -332,7 +333,6 @@ void kv_tier_unspillable(struct kv_tier *t, struct kv_inode *ino)
 	if (!atomic_load_explicit(&ino->ki_spillable, memory_order_relaxed))
 		return;
 	pthread_mutex_lock(&t->kt_lock);
-	/* Not found: a spill round has the list, and takes it off when done. */
 	for (struct kv_inode **pp = &t->kt_shead; *pp; pp = &(*pp)->ki_snext)
 		if (*pp == ino) {
 			*pp = ino->ki_snext;
@@ -341,6 +341,8 @@ void kv_tier_unspillable(struct kv_tier *t, struct kv_inode *ino)
 			found = true;
 			break;
 		}
+	/* Not found: a spill round has the list; it takes the file off when done. */
+	ino->ki_sdrop = !found;
 	pthread_mutex_unlock(&t->kt_lock);
 	if (found)
 		kv_inode_put(ino); /* never the last: the caller holds one */
@@ -829,6 +831,8 @@ static uint64_t spill(struct kv_tier *t, struct kv_inode *ino, uint64_t want)
 	if (obj && !obj->ko_sealed && obj->ko_size > KV_EXTENT)
 		len = ino->ki_parent ? kv_store_path(ino, path, sizeof(path)) : 0;
 	pthread_rwlock_unlock(&st->ks_ns_lock);
+	if (len >= 0) /* the writer may close, seal and replace it while it is written */
+		kv_obj_get(obj);
 	if (len >= 0)
 		iov = malloc(SPILL_EXTENTS * (KV_EXTENT / KV_PAGE_SIZE) * sizeof(*iov));
 	if (len < 0 || !iov)
@@ -838,6 +842,8 @@ static uint64_t spill(struct kv_tier *t, struct kv_inode *ino, uint64_t want)
 		ino->ki_spill = calloc(1, sizeof(*ino->ki_spill));
 		if (!ino->ki_spill)
 			goto out_unlock;
+	}
+	if (!ino->ki_spill->xm_seq) { /* the version's sequence number, at its first spill */
 		ino->ki_spill->xm_seq = atomic_fetch_add(&st->ks_seq, 1) + 1;
 		ino->ki_spill->xm_size = UINT64_MAX; /* a spill is no whole value */
 	}
@@ -915,6 +921,8 @@ static uint64_t spill(struct kv_tier *t, struct kv_inode *ino, uint64_t want)
 out_unlock:
 	pthread_rwlock_unlock(&ino->ki_lock);
 out:
+	if (len >= 0)
+		kv_obj_put(obj);
 	free(iov);
 	return freed;
 }
@@ -949,6 +957,11 @@ static uint64_t spill_round(struct kv_tier *t, uint64_t want)
 	pthread_mutex_lock(&t->kt_lock);
 	for (ino = keep; ino; ino = next) {
 		next = ino->ki_snext;
+		if (ino->ki_sdrop) { /* closed for good while the round ran */
+			ino->ki_snext = gone;
+			gone = ino;
+			continue;
+		}
 		ino->ki_snext = t->kt_shead;
 		t->kt_shead = ino;
 	}
@@ -961,6 +974,7 @@ static uint64_t spill_round(struct kv_tier *t, uint64_t want)
 		next = ino->ki_snext;
 		pthread_mutex_lock(&t->kt_lock);
 		atomic_store_explicit(&ino->ki_spillable, false, memory_order_relaxed);
+		ino->ki_sdrop = false;
 		t->kt_nspill--;
 		pthread_mutex_unlock(&t->kt_lock);
 		kv_inode_put(ino);
@@ -1366,7 +1380,7 @@ static int want_range(struct kv_tier *t, struct kv_inode *ino, uint64_t off, uin
 static struct kv_obj *merge(struct kv_obj *now, struct kv_obj *obj, const struct kv_loc *locs,
 			    uint32_t n)
 {
-	struct kv_obj *m;
+	struct kv_obj *m = NULL;
 	int err = kv_obj_clone(now, UINT64_MAX, &m);
 
 	for (uint32_t i = 0; !err && i < n; i++)

@@ -431,6 +431,22 @@ class HolesTest(SsdTestCase):
         full = read_file(m.path("punch"))
         self.assertEqual(full, files["punch"][1][0])
 
+    def test_fallocate_beyond_the_ssd_quota(self):
+        """A fallocate the pool could hold but the SSD quota cannot: ENOSPC
+        at once (not the pool's room: nothing to wait for, never a loop of
+        retries), the file unchanged."""
+        m = self.start("quota", opts=("--mem-size=64M", "--ssd-size=16M", "--bucket-size=1M"))
+        p = m.path("q")
+        fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, b"head")
+            self.assertErrno(errno.ENOSPC, kvfstest.fallocate, fd, 0, 0, 32 << 20)
+            self.assertEqual(os.fstat(fd).st_size, 4)
+        finally:
+            os.close(fd)
+        self.assertEqual(read_file(p), b"head")
+        m.stop()
+
     def test_sparse_files_in_dram_and_on_the_ssd(self):
         m = self.start("first")
         files = self.make(m)
