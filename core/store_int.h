@@ -67,12 +67,12 @@ struct kv_inode {
 	_Atomic uint64_t ki_used; /* last read or write (CLOCK_MONOTONIC_COARSE ns): cache mode */
 
 	/* kt_lock */
-	bool ki_queued;	    /* on the offload queue */
-	uint64_t ki_qbytes; /* what it counts in the backlog */
-	struct kv_inode *ki_qnext;
+	bool ki_queued;		   /* on the offload queue */
 	_Atomic bool ki_spillable; /* on the spill list (written under kt_lock, read anywhere) */
-	struct kv_inode *ki_snext; /* next on the spill list (core/tier.c, "Spill") */
 	bool ki_sdrop;		   /* last close while a spill round had the list: drop it */
+	uint64_t ki_qbytes;	   /* what it counts in the backlog */
+	struct kv_inode *ki_qnext;
+	struct kv_inode *ki_snext; /* next on the spill list (core/tier.c, "Spill") */
 
 	/* kt_clock_lock */
 	struct kv_inode *ki_cprev, *ki_cnext; /* the clock of clean values (NULL: not on it) */
