@@ -590,6 +590,7 @@ static int borrow(struct kv_inode *ino, uint64_t keep, struct kv_obj *base, stru
 	struct kv_bucket_set *bs = kv_tier_buckets(st->ks_tier);
 	struct kv_xmap *m = &ino->ki_map, *sp;
 	struct kv_loc *locs = NULL;
+	uint64_t **csums = NULL;
 	uint32_t first, end, n = 0;
 	struct kv_obj *obj = NULL;
 	int err = 0;
@@ -607,27 +608,30 @@ static int borrow(struct kv_inode *ino, uint64_t keep, struct kv_obj *base, stru
 	if (!err && !base)
 		err = kv_obj_truncate(obj, keep); /* holes: no memory */
 	sp = ino->ki_spill;
-	if (!err && !(locs = malloc((end - first + 1) * sizeof(*locs))))
-		err = -ENOMEM;
-	for (uint32_t i = first; !err && i < end; i++)
-		if (!base || !kv_obj_has_data(base, kv_xmap_cat(m, i)->xe_loc.kl_index))
-			locs[n++] = kv_xmap_cat(m, i)->xe_loc;
-	if (!err)
-		err = kv_xmap_set(sp, atomic_fetch_add(&st->ks_seq, 1) + 1, UINT64_MAX, locs, n);
-	free(locs);
-	/* Each keeps its own copy of the checksums. */
-	for (uint32_t i = 0; !err && i < n; i++) {
-		const struct kv_xent *x =
-		    kv_xmap_at(m, (uint32_t)kv_xmap_find(m, kv_xmap_at(sp, i)->xe_loc.kl_index));
-		size_t nc = (x->xe_loc.kl_len + (1u << KV_CHUNK_SHIFT) - 1) >> KV_CHUNK_SHIFT;
-		uint64_t *csums = malloc(nc * 8 + 8);
-
-		err = csums ? 0 : -ENOMEM;
-		if (!err) {
-			memcpy(csums, x->xe_csums, nc * 8);
-			kv_xmap_at(sp, i)->xe_csums = csums;
-		}
+	if (!err) {
+		locs = malloc((end - first + 1) * sizeof(*locs));
+		csums = calloc(end - first + 1, sizeof(*csums));
+		err = locs && csums ? 0 : -ENOMEM;
 	}
+	/* The records of the extents not in memory, each with its own copy of the checksums. */
+	for (uint32_t i = first; !err && i < end; i++) {
+		const struct kv_xent *x = kv_xmap_cat(m, i);
+
+		if (base && kv_obj_has_data(base, x->xe_loc.kl_index))
+			continue;
+		locs[n] = x->xe_loc;
+		csums[n] = kv_csums_dup(&x->xe_loc, x->xe_csums);
+		err = csums[n++] ? 0 : -ENOMEM;
+	}
+	if (!err) {
+		sp->xm_seq = atomic_fetch_add(&st->ks_seq, 1) + 1;
+		sp->xm_size = UINT64_MAX;
+		err = kv_xmap_add(sp, locs, csums, n);
+	}
+	for (uint32_t i = 0; err && csums && i < n; i++)
+		free(csums[i]); /* not taken by the map */
+	free(locs);
+	free(csums);
 	if (err) {
 		kv_spill_free(ino); /* held nothing before (writable): no map of sequence 0 stays */
 		if (obj)

@@ -388,12 +388,6 @@ struct item {
 	uint64_t it_bytes;	/* what it counted in the backlog */
 };
 
-/* Room for the chunk checksums of a record of len bytes (kv_bucket_put.bp_csums). */
-static uint64_t *csums_new(uint64_t len)
-{
-	return malloc(((len + (1u << KV_CHUNK_SHIFT) - 1) >> KV_CHUNK_SHIFT) * 8 + 8);
-}
-
 static void item_free(struct item *it)
 {
 	if (it->it_obj)
@@ -582,7 +576,7 @@ static void item_prepare(struct kv_store *st, struct item *it)
 		    .bp_len = elen,
 		    .bp_iov = iov,
 		    .bp_iovcnt = n,
-		    .bp_csums = csums_new(elen), /* the map keeps them: no read of the head */
+		    .bp_csums = kv_csums_new(elen), /* the map keeps them: no read of the head */
 		};
 	}
 	if (!whole) {
@@ -866,7 +860,7 @@ static uint64_t spill(struct kv_tier *t, struct kv_inode *ino, uint64_t want)
 		    .bp_len = KV_EXTENT,
 		    .bp_iov = iov + used,
 		    .bp_iovcnt = c,
-		    .bp_csums = csums_new(KV_EXTENT),
+		    .bp_csums = kv_csums_new(KV_EXTENT),
 		};
 		used += (uint32_t)c;
 		n++;
@@ -1465,15 +1459,11 @@ int kv_tier_promote(struct kv_tier *t, struct kv_inode *ino, uint64_t off, uint6
 	}
 	for (uint32_t i = first; !err && i < end; i++) {
 		const struct kv_xent *x = kv_xmap_cat(m, i);
-		size_t bytes =
-		    ((x->xe_loc.kl_len + (1u << KV_CHUNK_SHIFT) - 1) >> KV_CHUNK_SHIFT) * 8;
 
 		if (cur && kv_obj_has_data(cur, x->xe_loc.kl_index))
 			continue;
 		locs[n] = x->xe_loc;
-		if (x->xe_csums && (csums[n] = malloc(bytes + 8)))
-			memcpy(csums[n], x->xe_csums, bytes);
-		n++;
+		csums[n++] = kv_csums_dup(&x->xe_loc, x->xe_csums); /* NULL: loaded below */
 	}
 	pthread_rwlock_unlock(&ino->ki_lock);
 	if (!err && !n)

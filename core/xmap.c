@@ -24,6 +24,26 @@ bool kv_xmap_whole(const struct kv_xmap *m)
 	       m->xm_one.xe_loc.kl_len == m->xm_size;
 }
 
+/* Chunk checksums of a record of len bytes. */
+static size_t nchunks(uint64_t len)
+{
+	return (len + (1u << KV_CHUNK_SHIFT) - 1) >> KV_CHUNK_SHIFT;
+}
+
+uint64_t *kv_csums_new(uint64_t len)
+{
+	return malloc(nchunks(len) * 8 + 8);
+}
+
+uint64_t *kv_csums_dup(const struct kv_loc *l, const uint64_t *csums)
+{
+	uint64_t *c = csums ? kv_csums_new(l->kl_len) : NULL;
+
+	if (c)
+		memcpy(c, csums, nchunks(l->kl_len) * 8);
+	return c;
+}
+
 int kv_xmap_add(struct kv_xmap *m, const struct kv_loc *locs, uint64_t *const *csums, uint32_t n)
 {
 	uint32_t old = m->xm_n, i = 0, j = 0, k = 0;

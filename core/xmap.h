@@ -127,6 +127,15 @@ bool kv_xmap_whole(const struct kv_xmap *m);
  */
 int kv_xmap_add(struct kv_xmap *m, const struct kv_loc *locs, uint64_t *const *csums, uint32_t n);
 
+/*
+ * Room for the chunk checksums of a record of len bytes (malloc'ed, what
+ * kv_bucket_put.bp_csums and xe_csums hold), or NULL.
+ */
+uint64_t *kv_csums_new(uint64_t len);
+
+/* A copy of the checksums csums of record l (kv_csums_new), or NULL: none, or no memory. */
+uint64_t *kv_csums_dup(const struct kv_loc *l, const uint64_t *csums);
+
 /* Removes entries [first, end), freeing their checksums. */
 void kv_xmap_cut(struct kv_xmap *m, uint32_t first, uint32_t end);
 
