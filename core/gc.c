@@ -309,7 +309,8 @@ static bool drops_wait(struct pass *p, uint64_t ready)
 	if (!p->p_yield || ready >= DROPS_WAIT_MAX || !kv_bucket_fg_active(p->p_gc->kg_bs))
 		return false;
 	kv_bucket_stats(p->p_gc->kg_bs, &bst);
-	return (double)bst.bst_used <= cfg->kc_gc_high_watermark * (double)bst.bst_cap;
+	return (double)(bst.bst_used + bst.bst_reserved) <=
+	       cfg->kc_gc_high_watermark * (double)bst.bst_cap;
 }
 
 /*
@@ -537,6 +538,8 @@ static void evict_lru(struct kv_gc *gc)
 	uint64_t live, target;
 
 	kv_bucket_stats(gc->kg_bs, &bst);
+	/* Quota reserved for unwritten extents counts as used: it is promised. */
+	bst.bst_used += bst.bst_reserved;
 	live = bst.bst_used > bst.bst_dead ? bst.bst_used - bst.bst_dead : 0;
 	target = (uint64_t)(cfg->kc_gc_low_watermark * (double)bst.bst_cap);
 	if ((double)bst.bst_used <= cfg->kc_gc_high_watermark * (double)bst.bst_cap ||
@@ -594,7 +597,7 @@ static int choose(struct pass *p)
 	    .gp_dead_ratio = cfg->kc_gc_dead_ratio,
 	    .gp_high_watermark = cfg->kc_gc_high_watermark,
 	    .gp_max = cfg->kc_gc_max_buckets,
-	    .gp_used = bst.bst_used,
+	    .gp_used = bst.bst_used + bst.bst_reserved, /* reserved: promised, so used */
 	    .gp_cap = bst.bst_cap,
 	    .gp_all = p->p_kind == PASS_FULL,
 	    .gp_urgent = p->p_kind == PASS_URGENT,

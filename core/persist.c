@@ -212,11 +212,15 @@ static struct kv_jext jext_of(const struct kv_loc *l)
 /*
  * A PUT entry for ino's durable value (ks_ns_lock and ki_lock held): a
  * WHOLE value as in format version 1, any other with its map packed at
- * je_ext (malloc'ed: the caller frees it). Returns 0, -ENOENT or -ENOMEM.
+ * je_ext (malloc'ed: the caller frees it), then its reserved extents
+ * (core/resv.h) as KV_JX_UNWRITTEN ranges — a WHOLE value that has some is
+ * written as a map of its one record. Returns 0, -ENOENT or -ENOMEM.
  */
 static int put_entry(const struct kv_inode *ino, char *path, size_t size, struct kv_jent *e)
 {
 	const struct kv_xmap *m = &ino->ki_map;
+	const struct kv_resv *rv = ino->ki_resv;
+	uint32_t nr = rv ? rv->rv_n : 0;
 	int len = kv_store_path(ino, path, size);
 
 	if (len <= 0)
@@ -228,12 +232,15 @@ static int put_entry(const struct kv_inode *ino, char *path, size_t size, struct
 	e->je_len = m->xm_size;
 	e->je_path = path;
 	e->je_path_len = (uint32_t)len;
-	if (kv_xmap_whole(m)) {
+	/* A version 1 WHOLE record past 4 GiB has no jext: its reservations are not kept. */
+	if ((uint64_t)m->xm_n + nr > KV_JEXT_MAX || (kv_xmap_whole(m) && m->xm_size > UINT32_MAX))
+		nr = 0;
+	if (kv_xmap_whole(m) && !nr) {
 		e->je_bucket = m->xm_one.xe_loc.kl_bucket;
 		e->je_off = m->xm_one.xe_loc.kl_off;
 		e->je_head_len = m->xm_one.xe_loc.kl_head_len;
 	} else {
-		char *x = malloc((size_t)m->xm_n * sizeof(struct kv_jext));
+		char *x = malloc(((size_t)m->xm_n + nr) * sizeof(struct kv_jext));
 
 		if (!x)
 			return -ENOMEM;
@@ -242,8 +249,17 @@ static int put_entry(const struct kv_inode *ino, char *path, size_t size, struct
 
 			memcpy(x + i * sizeof(jx), &jx, sizeof(jx));
 		}
+		for (uint32_t i = 0; i < nr; i++) {
+			struct kv_jext jx = {
+			    .jx_off = rv->rv_r[i].xr_end - rv->rv_r[i].xr_first,
+			    .jx_index = rv->rv_r[i].xr_first,
+			    .jx_flags = KV_JX_UNWRITTEN,
+			};
+
+			memcpy(x + (m->xm_n + i) * sizeof(jx), &jx, sizeof(jx));
+		}
 		e->je_flags = KV_JPUT_EXTENTS;
-		e->je_next = m->xm_n;
+		e->je_next = m->xm_n + nr;
 		e->je_ext = x;
 	}
 	return 0;
@@ -299,11 +315,43 @@ static struct kv_inode *walk_to_parent(struct kv_store *st, const char *path, ui
 }
 
 /*
- * The map a PUT entry names, checked: extents sorted by index, each at
- * most one extent long and inside the size, the manifest (if any) last.
- * Returns 0, -EINVAL (the entry is ignored) or -ENOMEM.
+ * The reserved extents of a PUT entry's jext entries [from, je_next), checked:
+ * KV_JX_UNWRITTEN ranges (jx_index the first extent, jx_off how many), sorted,
+ * apart, below the largest value's extent count. Returns 0, -EINVAL or
+ * -ENOMEM; *out is NULL when there are none.
  */
-static int map_of(const struct kv_jent *e, struct kv_xmap *m)
+static int resv_of(const struct kv_jent *e, uint32_t from, struct kv_resv **out)
+{
+	uint64_t last = 0;
+	int err = 0;
+
+	*out = NULL;
+	for (uint32_t i = from; !err && i < e->je_next; i++) {
+		struct kv_jext jx;
+
+		memcpy(&jx, (const char *)e->je_ext + (size_t)i * sizeof(jx), sizeof(jx));
+		if (jx.jx_bucket || jx.jx_flags != KV_JX_UNWRITTEN || !jx.jx_off ||
+		    jx.jx_index < last ||
+		    jx.jx_off > (KV_MAX_VALUE >> KV_EXTENT_SHIFT) - jx.jx_index)
+			err = -EINVAL;
+		else
+			err = kv_resv_add(out, jx.jx_index, jx.jx_index + (uint32_t)jx.jx_off);
+		last = (uint64_t)jx.jx_index + jx.jx_off + 1;
+	}
+	if (err) {
+		kv_resv_free(*out);
+		*out = NULL;
+	}
+	return err;
+}
+
+/*
+ * The map a PUT entry names, checked: extents sorted by index, each at
+ * most one extent long and inside the size, the manifest (if any) last —
+ * or the one WHOLE record — then its reserved extents (resv_of, into
+ * *resv). Returns 0, -EINVAL (the entry is ignored) or -ENOMEM.
+ */
+static int map_of(const struct kv_jent *e, struct kv_xmap *m, struct kv_resv **resv)
 {
 	struct kv_loc one = {
 	    .kl_bucket = e->je_bucket,
@@ -313,26 +361,41 @@ static int map_of(const struct kv_jent *e, struct kv_xmap *m)
 	    .kl_head_len = e->je_head_len,
 	};
 	struct kv_loc *locs;
+	uint32_t n = 0;
+	bool whole;
 	int err = 0;
 
+	*resv = NULL;
 	if (!(e->je_flags & KV_JPUT_EXTENTS))
 		return e->je_len <= KV_MAX_VALUE ? kv_xmap_set(m, e->je_seq, e->je_len, &one, 1)
 						 : -EINVAL;
 	if (!e->je_next || !e->je_ext || e->je_len > KV_MAX_VALUE)
 		return -EINVAL;
-	locs = malloc((size_t)e->je_next * sizeof(*locs));
+	while (n < e->je_next) { /* the records; the reserved extents follow */
+		struct kv_jext jx;
+
+		memcpy(&jx, (const char *)e->je_ext + (size_t)n * sizeof(jx), sizeof(jx));
+		if (jx.jx_flags & KV_JX_UNWRITTEN)
+			break;
+		n++;
+	}
+	if (!n)
+		return -EINVAL;
+	locs = malloc((size_t)n * sizeof(*locs));
 	if (!locs)
 		return -ENOMEM;
-	for (uint32_t i = 0; !err && i < e->je_next; i++) {
+	for (uint32_t i = 0; !err && i < n; i++) {
 		struct kv_jext jx;
 		bool manifest;
 
 		memcpy(&jx, (const char *)e->je_ext + (size_t)i * sizeof(jx), sizeof(jx));
 		manifest = jx.jx_index == KV_MANIFEST_INDEX;
+		whole = n == 1 && !jx.jx_index && jx.jx_len == e->je_len;
 		if (!jx.jx_bucket || jx.jx_flags || (i && jx.jx_index <= locs[i - 1].kl_index) ||
-		    manifest != (i + 1 == e->je_next) ||
-		    (!manifest && (jx.jx_len > KV_EXTENT ||
-				   ((uint64_t)jx.jx_index << KV_EXTENT_SHIFT) + jx.jx_len > e->je_len)))
+		    (manifest != (i + 1 == n) && !whole) ||
+		    (!manifest && !whole &&
+		     (jx.jx_len > KV_EXTENT ||
+		      ((uint64_t)jx.jx_index << KV_EXTENT_SHIFT) + jx.jx_len > e->je_len)))
 			err = -EINVAL;
 		locs[i] = (struct kv_loc){
 		    .kl_bucket = jx.jx_bucket,
@@ -344,18 +407,48 @@ static int map_of(const struct kv_jent *e, struct kv_xmap *m)
 		}; /* jext_of's inverse */
 	}
 	if (!err)
-		err = kv_xmap_set(m, e->je_seq, e->je_len, locs, e->je_next);
+		err = resv_of(e, n, resv);
+	if (!err) {
+		err = kv_xmap_set(m, e->je_seq, e->je_len, locs, n);
+		if (err) {
+			kv_resv_free(*resv);
+			*resv = NULL;
+		}
+	}
 	free(locs);
 	return err;
 }
 
-/* Sets where a replayed key's value lives, if newer than what it has. */
+/* Sets a replayed key's reserved extents, and what the bucket set holds for them. */
+static void set_resv(struct kv_store *st, struct kv_inode *f, struct kv_resv *rv)
+{
+	struct kv_bucket_set *bs = kv_tier_buckets(st->ks_tier);
+
+	if (f->ki_resv)
+		kv_bucket_unreserve(bs, kv_resv_count(f->ki_resv) * KV_RESV_BYTES);
+	kv_resv_free(f->ki_resv);
+	f->ki_resv = rv;
+	if (rv)
+		kv_bucket_reserve(bs, kv_resv_count(rv) * KV_RESV_BYTES, true);
+}
+
+/*
+ * Sets where a replayed key's value lives and its reserved extents, if
+ * newer than what it has; the same version again brings newer
+ * reservations only (a fallocate of a durable value).
+ */
 static void apply_put(struct kv_store *st, struct kv_inode *f, const struct kv_jent *e)
 {
+	struct kv_resv *rv;
 	struct kv_xmap m;
 
-	if (e->je_seq <= f->ki_map.xm_seq || map_of(e, &m))
+	if (e->je_seq < f->ki_map.xm_seq || map_of(e, &m, &rv))
 		return;
+	set_resv(st, f, rv);
+	if (e->je_seq == f->ki_map.xm_seq) {
+		kv_xmap_clear(&m);
+		return;
+	}
 	atomic_fetch_sub(&st->ks_bytes, f->ki_map.xm_size);
 	atomic_fetch_add(&st->ks_bytes, e->je_len);
 	kv_xmap_clear(&f->ki_map);

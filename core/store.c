@@ -166,10 +166,17 @@ static void inode_free(struct kv_inode *ino)
 		kv_obj_put(ino->ki_obj);
 	kv_xmap_clear(&ino->ki_map);
 	kv_spill_free(ino);
+	if (S_ISREG(ino->ki_type)) {
+		if (st->ks_tier && ino->ki_resv) /* what it still holds reserved */
+			kv_bucket_unreserve(kv_tier_buckets(st->ks_tier),
+					    kv_resv_count(ino->ki_resv) * KV_RESV_BYTES);
+		kv_resv_free(ino->ki_resv);
+	} else {
+		free(ino->ki_link);
+	}
 	atomic_fetch_sub(&st->ks_inodes, 1);
 	pthread_rwlock_destroy(&ino->ki_lock);
 	free(ino->kd_table);
-	free(ino->ki_link);
 	free(ino->ki_name);
 	free(ino);
 }
@@ -463,6 +470,112 @@ static uint64_t map_alloc(const struct kv_xmap *m)
 	return n;
 }
 
+/* --- reserved extents (core/resv.h; ki_lock held) --- */
+
+/* True when m has a record with bytes of extent k. */
+static bool map_has(const struct kv_xmap *m, uint64_t k)
+{
+	int64_t at;
+
+	if (!m->xm_seq && !m->xm_n)
+		return false;
+	if (kv_xmap_whole(m)) /* one record, however long (version 1) */
+		return k << KV_EXTENT_SHIFT < m->xm_one.xe_loc.kl_len;
+	at = kv_xmap_find(m, (uint32_t)k);
+	return at >= 0 && kv_xmap_cat(m, (uint32_t)at)->xe_loc.kl_len > 0;
+}
+
+/* True when extent k of ino's newest version has data: in memory, spilled or borrowed, or on the SSD. */
+static bool has_data(const struct kv_inode *ino, uint64_t k)
+{
+	const struct kv_obj *o = ino->ki_obj;
+
+	if (!o)
+		return map_has(&ino->ki_map, k);
+	if (kv_obj_has_data(o, k))
+		return true;
+	if (kv_spill_n(ino))
+		return map_has(ino->ki_spill, k);
+	return o->ko_partial && map_has(&ino->ki_map, k);
+}
+
+/* Bytes of ino's reserved extents that hold no data yet: unwritten, allocated all the same. */
+static uint64_t unwritten_bytes(const struct kv_inode *ino)
+{
+	const struct kv_resv *rv = S_ISREG(ino->ki_type) ? ino->ki_resv : NULL;
+	uint64_t n = 0;
+
+	for (uint32_t i = 0; rv && i < rv->rv_n; i++)
+		for (uint64_t k = rv->rv_r[i].xr_first; k < rv->rv_r[i].xr_end; k++)
+			n += !has_data(ino, k);
+	return n << KV_EXTENT_SHIFT;
+}
+
+/* True when extent k of ino could be reserved: no data, not reserved. */
+static bool reservable(const struct kv_inode *ino, uint64_t k)
+{
+	return !has_data(ino, k) && !kv_resv_has(ino->ki_resv, (uint32_t)k);
+}
+
+/*
+ * Reserves the extents of [k0, k1) that hold no data and are not reserved
+ * yet (ki_lock held exclusive): their quota first, then the set. Returns
+ * 0, -EDQUOT (the SSD cannot promise the room) or -ENOMEM (nothing
+ * reserved that was not before, or the ranges added before it ran out).
+ */
+static int resv_take(struct kv_inode *ino, uint64_t k0, uint64_t k1)
+{
+	struct kv_bucket_set *bs = kv_tier_buckets(ino->ki_store->ks_tier);
+	uint64_t n = 0, k, e;
+	int err = 0;
+
+	for (k = k0; k < k1; k++)
+		n += reservable(ino, k);
+	if (!n)
+		return 0;
+	if (kv_bucket_reserve(bs, n * KV_RESV_BYTES, false))
+		return -EDQUOT;
+	for (k = k0; k < k1 && !err; k = e) {
+		for (e = k; e < k1 && reservable(ino, e); e++)
+			;
+		err = kv_resv_add(&ino->ki_resv, (uint32_t)k, (uint32_t)e);
+		if (!err)
+			n -= e - k;
+		e += e == k; /* past one that has data or a reservation */
+	}
+	if (n)
+		kv_bucket_unreserve(bs, n * KV_RESV_BYTES); /* what could not be added */
+	return err;
+}
+
+/* Takes back the reservations of extents [k0, k1). Returns 0 or -ENOMEM (nothing taken). */
+static int resv_drop(struct kv_inode *ino, uint64_t k0, uint64_t k1)
+{
+	struct kv_store *st = ino->ki_store;
+	uint32_t hi = k1 < UINT32_MAX ? (uint32_t)k1 : UINT32_MAX;
+	int64_t n;
+
+	if (!ino->ki_resv || k0 >= hi)
+		return 0;
+	n = kv_resv_cut(&ino->ki_resv, (uint32_t)k0, hi);
+	if (n > 0)
+		kv_bucket_unreserve(kv_tier_buckets(st->ks_tier), (uint64_t)n * KV_RESV_BYTES);
+	return n < 0 ? (int)n : 0;
+}
+
+/*
+ * ino's reservations changed without a new version: journals them with the
+ * durable version now, unless a newer version's offload will (ks_ns_lock
+ * and ki_lock held).
+ */
+static void resv_persist(struct kv_inode *ino)
+{
+	const struct kv_obj *o = ino->ki_obj;
+
+	if (ino->ki_map.xm_seq && (!o || (o->ko_sealed && o->ko_seq == ino->ki_map.xm_seq)))
+		kv_persist_put(ino->ki_store, ino);
+}
+
 static void fill_attr(struct kv_inode *ino, struct kv_attr *a)
 {
 	pthread_rwlock_rdlock(&ino->ki_lock);
@@ -499,6 +612,7 @@ static void fill_attr(struct kv_inode *ino, struct kv_attr *a)
 		a->ka_seq = ino->ki_map.xm_seq;
 		a->ka_tier = ino->ki_obj ? KV_TIER_PART : KV_TIER_SSD;
 	}
+	a->ka_alloc += unwritten_bytes(ino);
 	pthread_rwlock_unlock(&ino->ki_lock);
 }
 
@@ -789,12 +903,22 @@ static int unspill(struct kv_inode *ino, struct kv_obj *obj, uint64_t from, uint
 /* Sets the size of a regular file (ki_lock held exclusive). */
 static int set_size(struct kv_inode *ino, uint64_t size)
 {
-	uint64_t old = cur_size(ino);
+	uint64_t old = cur_size(ino), resv = kv_resv_count(ino->ki_resv);
 	struct kv_obj *obj;
 	int err;
 
-	if (size == old && (!ino->ki_obj || ino->ki_obj->ko_sealed))
+	/*
+	 * Reserved extents past the end go, as ext4 frees the blocks past it
+	 * (truncating to the size drops a KEEP_SIZE fallocate); never fails:
+	 * no range splits.
+	 */
+	if (size <= old && ino->ki_store->ks_tier)
+		resv_drop(ino, (size + KV_EXTENT - 1) >> KV_EXTENT_SHIFT, UINT64_MAX);
+	if (size == old && (!ino->ki_obj || ino->ki_obj->ko_sealed)) {
+		if (kv_resv_count(ino->ki_resv) != resv)
+			resv_persist(ino);
 		return 0;
+	}
 	err = writable(ino, size, &obj);
 	if (err)
 		return err;
@@ -877,9 +1001,11 @@ int kv_store_setattr(struct kv_store *st, struct kv_inode *ino, const struct kv_
 	if ((sa->ksa_valid & KV_SET_SIZE) && sa->ksa_size > KV_MAX_VALUE)
 		return -EFBIG;
 	do {
+		pthread_rwlock_rdlock(&st->ks_ns_lock); /* a journaled reservation names the key */
 		pthread_rwlock_wrlock(&ino->ki_lock);
 		err = setattr_locked(ino, sa);
 		pthread_rwlock_unlock(&ino->ki_lock);
+		pthread_rwlock_unlock(&st->ks_ns_lock);
 	} while (retry_for_room(st, ino, &err, sa->ksa_size));
 	if (err)
 		return err;
@@ -1076,6 +1202,8 @@ static void name_gone(struct kv_store *st, struct kv_inode *ino)
 		pin_records(ino, true);
 		ino->ki_pinned = true;
 	}
+	if (!ino->ki_nopen) /* open, it keeps them until it is freed */
+		resv_drop(ino, 0, UINT64_MAX);
 	pthread_rwlock_unlock(&ino->ki_lock);
 }
 
@@ -1423,6 +1551,8 @@ int kv_store_open(struct kv_store *st, struct kv_inode *ino, int flags)
 	if (!S_ISREG(ino->ki_type))
 		return no_value(ino);
 	do {
+		if (flags & O_TRUNC) /* a journaled reservation names the key */
+			pthread_rwlock_rdlock(&st->ks_ns_lock);
 		pthread_rwlock_wrlock(&ino->ki_lock);
 		err = (flags & O_TRUNC) ? set_size(ino, 0) : 0;
 		if (!err) {
@@ -1431,6 +1561,8 @@ int kv_store_open(struct kv_store *st, struct kv_inode *ino, int flags)
 			atomic_fetch_add(&st->ks_open, 1);
 		}
 		pthread_rwlock_unlock(&ino->ki_lock);
+		if (flags & O_TRUNC)
+			pthread_rwlock_unlock(&st->ks_ns_lock);
 	} while (retry_for_room(st, ino, &err, KV_PAGE_SIZE));
 	return err;
 }
@@ -1571,41 +1703,126 @@ int kv_store_write(struct kv_store *st, struct kv_inode *ino, uint64_t off, cons
 	return err;
 }
 
-/* Bytes a value could still grow by: the free pool, or the SSD quota with an SSD tier. */
-static uint64_t room(struct kv_store *st)
+/*
+ * Without an SSD tier, fallocate reserves by allocating: the holes of
+ * [off, end) below obj's size get zeroed memory.
+ */
+static int zero_holes(struct kv_obj *obj, uint64_t off, uint64_t end)
 {
-	struct kv_pool *pool = st->ks_pool;
+	uint64_t stop = end < obj->ko_size ? end : obj->ko_size;
 
-	if (st->ks_tier)
-		return st->ks_cfg->kc_ssd_size;
-	return kv_pool_size(pool) - kv_pool_used(pool);
+	for (uint64_t k = off >> KV_EXTENT_SHIFT; k << KV_EXTENT_SHIFT < stop; k++) {
+		uint64_t pos = k << KV_EXTENT_SHIFT, last = pos + KV_EXTENT < stop ? pos + KV_EXTENT
+										  : stop;
+		int err;
+
+		if (kv_obj_has_data(obj, k))
+			continue;
+		err = kv_obj_materialize(obj, k);
+		if (err)
+			return err;
+		while (pos < last) {
+			struct iovec iov[16];
+			uint64_t bytes;
+			int n = kv_obj_iov(obj, pos, last - pos, iov, 16, &bytes);
+
+			for (int i = 0; i < n; i++)
+				memset(iov[i].iov_base, 0, iov[i].iov_len);
+			if (!bytes)
+				break;
+			pos += bytes;
+		}
+	}
+	return 0;
+}
+
+/* True when [off, end) below ino's size has a hole (DRAM only: the object is the value). */
+static bool has_holes(const struct kv_inode *ino, uint64_t off, uint64_t end)
+{
+	uint64_t stop = end < cur_size(ino) ? end : cur_size(ino);
+
+	for (uint64_t k = off >> KV_EXTENT_SHIFT; k << KV_EXTENT_SHIFT < stop; k++)
+		if (!ino->ki_obj || !kv_obj_has_data(ino->ki_obj, k))
+			return true;
+	return false;
 }
 
 /*
- * fallocate under ki_lock (exclusive): mode 0 makes [old end, end) part of
- * the value as unwritten bytes (zeros, no memory: core/obj.h); KEEP_SIZE
- * past the end changes nothing; PUNCH_HOLE (with KEEP_SIZE) makes
- * [off, end) read as zeros, whole extents of it holes.
+ * fallocate(PUNCH_HOLE | KEEP_SIZE) under ki_lock (exclusive): [off, end)
+ * reads as zeros, whole extents of it become holes and give back their
+ * reservations, as ext4 deallocates them.
  */
-static int fallocate_locked(struct kv_inode *ino, int mode, uint64_t off, uint64_t end)
+static int punch_locked(struct kv_inode *ino, uint64_t off, uint64_t end)
 {
-	uint64_t old = cur_size(ino);
-	bool punch = mode & FALLOC_FL_PUNCH_HOLE;
+	uint64_t old = cur_size(ino), resv = kv_resv_count(ino->ki_resv);
 	struct kv_obj *obj;
-	int err;
+	int err = 0;
 
-	if (punch ? off >= old : (mode & FALLOC_FL_KEEP_SIZE) || end <= old)
+	if (ino->ki_store->ks_tier)
+		err = resv_drop(ino, (off + KV_EXTENT - 1) >> KV_EXTENT_SHIFT,
+				end >> KV_EXTENT_SHIFT);
+	if (err)
+		return err;
+	if (off >= old) {
+		if (kv_resv_count(ino->ki_resv) != resv)
+			resv_persist(ino);
 		return 0;
-	/* Unwritten bytes are not reserved, but never more than there is room for. */
-	if (!punch && end - old > room(ino->ki_store))
-		return -EDQUOT;
+	}
 	err = writable(ino, old, &obj);
 	if (err)
 		return err;
-	err = punch ? unspill(ino, obj, off, end, UINT64_MAX)
-		    : unspill(ino, obj, old & ~(KV_EXTENT - 1), UINT64_MAX, UINT64_MAX);
+	err = unspill(ino, obj, off, end, UINT64_MAX);
 	if (!err)
-		err = punch ? kv_obj_punch(obj, off, end - off) : kv_obj_reserve(obj, end, false);
+		err = kv_obj_punch(obj, off, end - off);
+	if (err) {
+		abandon(ino, obj);
+		return err;
+	}
+	install(ino, obj, old);
+	settle(ino);
+	return 0;
+}
+
+/*
+ * fallocate mode 0 or KEEP_SIZE under ks_ns_lock (shared) and ki_lock
+ * (exclusive). With an SSD tier the holes of [off, end) become unwritten:
+ * reserved (their quota promised: core/resv.h), zeros, no memory; without
+ * one they get zeroed memory. Mode 0 past the end makes [old end, end)
+ * part of the value. Returns 0, -EDQUOT (no room to promise), -ENOSPC,
+ * -EFBIG or -ENOMEM.
+ */
+static int fallocate_locked(struct kv_inode *ino, int mode, uint64_t off, uint64_t end)
+{
+	struct kv_store *st = ino->ki_store;
+	uint64_t old = cur_size(ino), resv = kv_resv_count(ino->ki_resv);
+	uint64_t size = (mode & FALLOC_FL_KEEP_SIZE) || end <= old ? old : end;
+	struct kv_obj *obj;
+	int err;
+
+	if (mode & FALLOC_FL_PUNCH_HOLE)
+		return punch_locked(ino, off, end);
+	if (st->ks_tier) {
+		err = resv_take(ino, off >> KV_EXTENT_SHIFT,
+				(end + KV_EXTENT - 1) >> KV_EXTENT_SHIFT);
+		if (err)
+			return err;
+		if (size == old) {
+			if (kv_resv_count(ino->ki_resv) != resv)
+				resv_persist(ino);
+			return 0;
+		}
+	} else if (size == old && !has_holes(ino, off, end)) {
+		return 0;
+	}
+	err = writable(ino, old, &obj);
+	if (err)
+		return err;
+	if (size > old)
+		err = unspill(ino, obj, old & ~(KV_EXTENT - 1), UINT64_MAX, UINT64_MAX);
+	if (!err && size > old)
+		err = kv_obj_reserve(obj, size, false);
+	if (!err && !st->ks_tier)
+		err = zero_holes(obj, off, end);
 	if (err) {
 		abandon(ino, obj);
 		return err;
@@ -1629,9 +1846,11 @@ int kv_store_fallocate(struct kv_store *st, struct kv_inode *ino, int mode, uint
 	if (off > KV_MAX_VALUE || len > KV_MAX_VALUE - off)
 		return -EFBIG;
 	do {
+		pthread_rwlock_rdlock(&st->ks_ns_lock); /* a journaled reservation names the key */
 		pthread_rwlock_wrlock(&ino->ki_lock);
 		err = fallocate_locked(ino, mode, off, off + len);
 		pthread_rwlock_unlock(&ino->ki_lock);
+		pthread_rwlock_unlock(&st->ks_ns_lock);
 	} while (retry_for_room(st, ino, &err, len));
 	return err;
 }

@@ -159,6 +159,7 @@ struct kv_store_usage {
 	/* the SSD tier (all 0 without one) */
 	bool ku_ssd;
 	uint64_t ku_ssd_used, ku_ssd_cap, ku_ssd_dead, ku_buckets;
+	uint64_t ku_ssd_reserved; /* quota promised to unwritten extents (fallocate) */
 	uint64_t ku_ssd_written, ku_ssd_read, ku_csum_errors;
 	uint64_t ku_backlog_keys, ku_backlog_bytes;
 	uint64_t ku_dram_hits, ku_ssd_hits, ku_evictions, ku_promotions;

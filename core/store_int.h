@@ -21,6 +21,7 @@
 
 #include <stdlib.h>
 
+#include "core/resv.h"
 #include "core/store.h"
 #include "core/xmap.h"
 #include "ssd/bucket.h"
@@ -35,7 +36,11 @@ struct kv_inode {
 	uint64_t ki_ino;
 	mode_t ki_type; /* S_IFDIR, S_IFREG, or a metadata-only S_IFLNK, S_IFIFO, S_IFSOCK */
 	struct kv_store *ki_store;
-	char *ki_link; /* S_IFLNK: the target, NUL-terminated; NULL for every other type */
+	union {
+		char *ki_link;		 /* S_IFLNK: the target, NUL-terminated (immutable) */
+		struct kv_resv *ki_resv; /* S_IFREG, under ki_lock: the reserved extents of
+					    its newest version, NULL: none (core/resv.h) */
+	};			 /* NULL for every other type */
 
 	/* ks_ns_lock */
 	struct kv_inode *ki_parent; /* NULL for the root and once unlinked */

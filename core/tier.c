@@ -510,6 +510,31 @@ static int item_keep(struct item *it, const struct kv_inode *ino, const struct k
 }
 
 /*
+ * Puts of reserved extents fill their reservations (ki_lock held
+ * exclusive): each such extent leaves ino's set and its put takes the quota
+ * promised (bp_fill), so its record cannot be refused for room that
+ * others took. What a put does not use is given back (fills_return).
+ */
+static void fills_take(struct kv_inode *ino, struct kv_bucket_put *puts, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		if (puts[i].bp_flags != KV_REC_MANIFEST && puts[i].bp_len && /* bytes of it */
+		    kv_resv_has(ino->ki_resv, puts[i].bp_index) &&
+		    kv_resv_cut(&ino->ki_resv, puts[i].bp_index, puts[i].bp_index + 1) == 1)
+			puts[i].bp_fill = KV_RESV_BYTES;
+}
+
+/* Gives back the reservations puts[0..n) did not use (not placed). */
+static void fills_return(struct kv_tier *t, struct kv_bucket_put *puts, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		if (puts[i].bp_fill)
+			kv_bucket_unreserve(t->kt_bs, puts[i].bp_fill);
+		puts[i].bp_fill = 0;
+	}
+}
+
+/*
  * Takes a reference to the version to write, with its current path, and
  * describes its records: one WHOLE record for a value of at most one
  * extent (a hole in it written as zeros), else one EXTENT record per
@@ -599,6 +624,9 @@ static void item_prepare(struct kv_store *st, struct item *it)
 		};
 	}
 	it->it_nput = nput;
+	pthread_rwlock_wrlock(&ino->ki_lock);
+	fills_take(ino, it->it_puts, nput);
+	pthread_rwlock_unlock(&ino->ki_lock);
 }
 
 /* Counts the records an item placed as dead: no key will hold them. */
@@ -691,6 +719,7 @@ static void item_finish(struct kv_tier *t, struct item *it)
 
 	if (!it->it_obj)
 		return;
+	fills_return(t, it->it_puts, it->it_nput);
 	for (uint32_t i = 0; !err && i < it->it_nput; i++)
 		err = it->it_puts[i].bp_err;
 	pthread_rwlock_rdlock(&st->ks_ns_lock);
@@ -865,10 +894,12 @@ static uint64_t spill(struct kv_tier *t, struct kv_inode *ino, uint64_t want)
 		used += (uint32_t)c;
 		n++;
 	}
+	fills_take(ino, puts, n);
 	pthread_rwlock_unlock(&ino->ki_lock);
 	if (!n)
 		goto out;
 	append_with_room(t, puts, n);
+	fills_return(t, puts, n);
 	for (uint32_t i = 0; i < n; i++) {
 		csums[i] = puts[i].bp_csums;
 		if (!csums[i] && !puts[i].bp_err)
@@ -1724,6 +1755,7 @@ void kv_tier_usage(struct kv_tier *t, struct kv_store_usage *u)
 	u->ku_ssd_used = b.bst_used;
 	u->ku_ssd_cap = b.bst_cap;
 	u->ku_ssd_dead = b.bst_dead;
+	u->ku_ssd_reserved = b.bst_reserved;
 	u->ku_buckets = b.bst_buckets;
 	u->ku_ssd_written = b.bst_written;
 	u->ku_ssd_read = b.bst_read;

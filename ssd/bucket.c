@@ -59,13 +59,17 @@ struct kv_bucket_set {
 	struct kv_aio *bs_aio;		/* immutable */
 	pthread_mutex_t bs_append_lock; /* one appender: guards bs_active's writing; bs_active
 					   changes under both locks, so either reads it */
-	pthread_mutex_t bs_lock;	/* guards bs_tab, bs_n, bs_next_id, bs_used, kb_* */
+	pthread_mutex_t bs_lock;	/* guards bs_tab, bs_n, bs_next_id, bs_used, bs_reserved,
+					   bs_pending, kb_* */
 	pthread_cond_t bs_drained;	/* with bs_lock: a dropped bucket's last reader is done */
 	struct kv_bucket **bs_tab;	/* sorted by id */
 	uint32_t bs_n, bs_max;
 	struct kv_bucket *bs_active;
 	uint64_t bs_next_id;
 	uint64_t bs_used;
+	uint64_t bs_reserved; /* quota promised to unwritten extents (kv_bucket_reserve) */
+	uint64_t bs_pending;  /* what the append between its quota check and its placing will
+				 take (so a reservation never promises it twice) */
 	_Atomic uint64_t bs_written, bs_read, bs_csum_errors, bs_truncated;
 	_Atomic uint64_t bs_fg_ns; /* a foreground read or append last began (mono_ns) */
 	/* A compaction's staging buffer, kept between outputs (faulting 8 MiB in each time
@@ -1113,10 +1117,11 @@ static uint64_t idx_bytes(uint32_t key_len)
  * the old one's seal and the new one's header. So the buckets stay within
  * bo_cap once sealed, not just while open.
  */
-static bool within_quota(struct kv_bucket_set *bs, uint64_t size, uint32_t key_len)
+static bool within_quota(struct kv_bucket_set *bs, uint64_t size, uint32_t key_len,
+			 uint64_t *fill)
 {
 	const struct kv_bucket *a = bs->bs_active;
-	uint64_t need;
+	uint64_t need, cap = bs->bs_opts.bo_cap;
 	bool ok;
 
 	pthread_mutex_lock(&bs->bs_lock);
@@ -1126,9 +1131,39 @@ static bool within_quota(struct kv_bucket_set *bs, uint64_t size, uint32_t key_l
 		need = (a ? ROUND_UP(a->kb_idx_bytes) + KV_BLOCK : 0) + KV_BLOCK + size +
 		       ROUND_UP(idx_bytes(key_len)) + KV_BLOCK;
 	}
-	ok = bs->bs_used <= bs->bs_opts.bo_cap && need <= bs->bs_opts.bo_cap - bs->bs_used;
+	/* What others reserved is not ours to take; what this record fills is. */
+	if (*fill > bs->bs_reserved)
+		*fill = bs->bs_reserved; /* cannot happen: a fill is a reservation's */
+	cap -= bs->bs_reserved - *fill < cap ? bs->bs_reserved - *fill : cap;
+	ok = bs->bs_used <= cap && need <= cap - bs->bs_used;
+	bs->bs_pending = ok ? need : 0;
 	pthread_mutex_unlock(&bs->bs_lock);
 	return ok;
+}
+
+int kv_bucket_reserve(struct kv_bucket_set *bs, uint64_t bytes, bool force)
+{
+	uint64_t live, dead = 0;
+	int err = 0;
+
+	pthread_mutex_lock(&bs->bs_lock);
+	for (uint32_t i = 0; i < bs->bs_n; i++)
+		dead += bs->bs_tab[i]->kb_dead;
+	live = bs->bs_used - (dead < bs->bs_used ? dead : bs->bs_used) + bs->bs_pending;
+	if (!force && (live + bs->bs_reserved > bs->bs_opts.bo_cap ||
+		       bytes > bs->bs_opts.bo_cap - live - bs->bs_reserved))
+		err = -ENOSPC;
+	else
+		bs->bs_reserved += bytes;
+	pthread_mutex_unlock(&bs->bs_lock);
+	return err;
+}
+
+void kv_bucket_unreserve(struct kv_bucket_set *bs, uint64_t bytes)
+{
+	pthread_mutex_lock(&bs->bs_lock);
+	bs->bs_reserved -= bytes < bs->bs_reserved ? bytes : bs->bs_reserved;
+	pthread_mutex_unlock(&bs->bs_lock);
 }
 
 int kv_bucket_append(struct kv_bucket_set *bs, struct kv_bucket_put *puts, unsigned n)
@@ -1157,7 +1192,7 @@ int kv_bucket_append(struct kv_bucket_set *bs, struct kv_bucket_put *puts, unsig
 			p->bp_err = -EINVAL;
 			continue;
 		}
-		if (!within_quota(bs, size, p->bp_key_len)) {
+		if (!within_quota(bs, size, p->bp_key_len, &p->bp_fill)) {
 			p->bp_err = -ENOSPC;
 			continue;
 		}
@@ -1203,11 +1238,17 @@ int kv_bucket_append(struct kv_bucket_set *bs, struct kv_bucket_put *puts, unsig
 		b->kb_access_ns = mono_ns();
 		b->kb_unsettled++;
 		bs->bs_used += size;
+		bs->bs_pending = 0;
+		bs->bs_reserved -= p->bp_fill; /* the quota it was promised is its now */
+		p->bp_fill = 0;
 		pthread_mutex_unlock(&bs->bs_lock);
 		if (idx_add(b, &p->bp_loc, p->bp_flags, p->bp_key, p->bp_key_len))
 			p->bp_err = -ENOMEM;
 	}
 	flush(bs, puts, pd, seg, n, ops, seg_op, nops);
+	pthread_mutex_lock(&bs->bs_lock);
+	bs->bs_pending = 0; /* a put that failed between its check and its placing */
+	pthread_mutex_unlock(&bs->bs_lock);
 	for (unsigned i = 0; i < n; i++) {
 		if (puts[i].bp_err && !first)
 			first = puts[i].bp_err;
@@ -1524,6 +1565,7 @@ void kv_bucket_stats(struct kv_bucket_set *bs, struct kv_bucket_stats *st)
 	pthread_mutex_lock(&bs->bs_lock);
 	st->bst_buckets = bs->bs_n;
 	st->bst_used = bs->bs_used;
+	st->bst_reserved = bs->bs_reserved;
 	st->bst_dead = 0;
 	for (uint32_t i = 0; i < bs->bs_n; i++)
 		st->bst_dead += bs->bs_tab[i]->kb_dead;

@@ -13,10 +13,11 @@
  *
  * Space: every record's bytes count against bo_cap (the quota) from the
  * moment it is appended until its bucket is removed; kv_bucket_append fails
- * a put with -ENOSPC that would cross it, touching nothing stored. Records
- * that die (deleted, overwritten) are counted as dead bytes per bucket for
- * compaction; kv_bucket_drop removes a bucket file (the caller makes sure
- * no live entry points into it).
+ * a put with -ENOSPC that would cross it, touching nothing stored. Quota
+ * reserved for unwritten extents (kv_bucket_reserve) is kept for the puts
+ * that fill them. Records that die (deleted, overwritten) are counted as
+ * dead bytes per bucket for compaction; kv_bucket_drop removes a bucket
+ * file (the caller makes sure no live entry points into it).
  *
  * Reads come from the record's bytes with O_DIRECT, in whole 64 KiB
  * checksum chunks, and every chunk read is checked against the checksums in
@@ -76,6 +77,9 @@ struct kv_bucket_put {
 	int bp_iovcnt;
 	uint64_t *bp_csums;   /* NULL, or room for the record's chunk checksums (one per
 				 1 << KV_CHUNK_SHIFT bytes of bp_len): filled when bp_err == 0 */
+	uint64_t bp_fill;     /* in: quota reserved for this record (kv_bucket_reserve) that it
+				 may take; out: 0 once placed (the reservation is used up),
+				 unchanged when not placed (the caller still holds it) */
 	struct kv_loc bp_loc; /* out, when bp_err == 0 */
 	int bp_err;	      /* out: 0, -ENOSPC (quota), or an I/O error */
 };
@@ -95,6 +99,7 @@ struct kv_bucket_stats {
 	uint64_t bst_used;    /* bytes of all bucket files (what counts against the cap) */
 	uint64_t bst_dead;    /* bytes of dead records */
 	uint64_t bst_cap;
+	uint64_t bst_reserved;	  /* quota promised to unwritten extents */
 	uint64_t bst_written;	  /* bytes written since start */
 	uint64_t bst_read;	  /* bytes read since start */
 	uint64_t bst_csum_errors; /* chunks that failed their checksum */
@@ -164,6 +169,19 @@ void kv_bucket_read_free(void *buf);
  */
 int kv_bucket_read_iov(struct kv_bucket_set *bs, const struct kv_loc *loc, const uint64_t *csums,
 		       const struct iovec *iov, int iovcnt);
+
+/*
+ * Reservations: quota promised to the unwritten extents of values
+ * (fallocate), so their first write cannot fail for lack of room. A put
+ * takes the quota only from what nobody reserved, unless it fills a
+ * reservation (bp_fill). kv_bucket_reserve promises `bytes` more when the
+ * live bytes (all but dead records, which compaction gives back) plus
+ * every reservation stay within the quota, else -ENOSPC; with force it
+ * always does (recovery: what was promised before stays promised).
+ * kv_bucket_unreserve takes back a promise nobody will fill.
+ */
+int kv_bucket_reserve(struct kv_bucket_set *bs, uint64_t bytes, bool force);
+void kv_bucket_unreserve(struct kv_bucket_set *bs, uint64_t bytes);
 
 /* Counts a record as dead (its key was deleted or got a newer durable value). */
 void kv_bucket_dead(struct kv_bucket_set *bs, const struct kv_loc *loc);

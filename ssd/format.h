@@ -221,8 +221,14 @@ struct kv_jrec_body {
  * A PUT entry's value is either WHOLE — one record, named by jb_bucket,
  * jb_off, jb_len (the value's size), jb_head_len, jb_seq, as in version 1
  * — or, with KV_JPUT_EXTENTS in jb_flags, a map: jb_len the size, jb_seq
- * the version's sequence number, and jb_next struct kv_jext after the path,
- * sorted by jx_index, the MANIFEST record last (jx_index KV_MANIFEST_INDEX).
+ * the version's sequence number, and jb_next struct kv_jext after the path:
+ * the records sorted by jx_index, the MANIFEST record last (jx_index
+ * KV_MANIFEST_INDEX) — or the one WHOLE record (index 0, jx_len the size)
+ * — then the key's reserved extents (core/resv.h), sorted ranges flagged
+ * KV_JX_UNWRITTEN: jx_index the first extent, jx_off how many, every other
+ * field 0.
+ *
+ *   | rec 0 | rec 3 | ... | MANIFEST | UNWRITTEN 5 (+10) | UNWRITTEN 20 (+4) |
  */
 #define KV_JPUT_EXTENTS 0x1
 #define KV_JX_UNWRITTEN 0x1 /* reserved, no record (jx_bucket 0) */
