@@ -1705,35 +1705,50 @@ int kv_store_write(struct kv_store *st, struct kv_inode *ino, uint64_t off, cons
 
 /*
  * Without an SSD tier, fallocate reserves by allocating: the holes of
- * [off, end) below obj's size get zeroed memory.
+ * [off, end) below obj's size get zeroed memory. Returns 0, or -ENOSPC or
+ * -ENOMEM with every hole as it was.
  */
 static int zero_holes(struct kv_obj *obj, uint64_t off, uint64_t end)
 {
 	uint64_t stop = end < obj->ko_size ? end : obj->ko_size;
+	uint64_t *made = NULL, n = 0, max = 0;
+	int err = 0;
 
-	for (uint64_t k = off >> KV_EXTENT_SHIFT; k << KV_EXTENT_SHIFT < stop; k++) {
-		uint64_t pos = k << KV_EXTENT_SHIFT, last = pos + KV_EXTENT < stop ? pos + KV_EXTENT
-										  : stop;
-		int err;
+	for (uint64_t k = off >> KV_EXTENT_SHIFT; !err && k << KV_EXTENT_SHIFT < stop; k++) {
+		uint64_t pos = k << KV_EXTENT_SHIFT;
+		uint64_t last = pos + KV_EXTENT < stop ? pos + KV_EXTENT : stop;
 
 		if (kv_obj_has_data(obj, k))
 			continue;
+		if (n == max) {
+			uint64_t *m = realloc(made, (max = max ? 2 * max : 16) * sizeof(*m));
+
+			if (!m) {
+				err = -ENOMEM;
+				break;
+			}
+			made = m;
+		}
 		err = kv_obj_materialize(obj, k);
 		if (err)
-			return err;
+			break;
+		made[n++] = k;
 		while (pos < last) {
 			struct iovec iov[16];
 			uint64_t bytes;
-			int n = kv_obj_iov(obj, pos, last - pos, iov, 16, &bytes);
+			int c = kv_obj_iov(obj, pos, last - pos, iov, 16, &bytes);
 
-			for (int i = 0; i < n; i++)
+			for (int i = 0; i < c; i++)
 				memset(iov[i].iov_base, 0, iov[i].iov_len);
 			if (!bytes)
 				break;
 			pos += bytes;
 		}
 	}
-	return 0;
+	for (uint64_t i = 0; err && i < n; i++) /* the holes made memory are holes again */
+		kv_obj_drop_extent(obj, made[i]);
+	free(made);
+	return err;
 }
 
 /* True when [off, end) below ino's size has a hole (DRAM only: the object is the value). */
@@ -1821,8 +1836,11 @@ static int fallocate_locked(struct kv_inode *ino, int mode, uint64_t off, uint64
 		err = unspill(ino, obj, old & ~(KV_EXTENT - 1), UINT64_MAX, UINT64_MAX);
 	if (!err && size > old)
 		err = kv_obj_reserve(obj, size, false);
-	if (!err && !st->ks_tier)
+	if (!err && !st->ks_tier) {
 		err = zero_holes(obj, off, end);
+		if (err && size > old)
+			kv_obj_truncate(obj, old); /* an open version is changed in place: undo */
+	}
 	if (err) {
 		abandon(ino, obj);
 		return err;

@@ -370,6 +370,7 @@ class HolesTest(SsdTestCase):
         self.assertEqual(os.pwrite(fd, data, 10 << 20), len(data))
         os.close(fd)
         files["alloc"] = (64 << 20, {10 << 20: data})
+        self.reserved = {"alloc": 128 << 20}  # allocated, unwritten (its extent 5 written)
         # 8 MiB of data, [1 MiB, 7 MiB) punched.
         data = bytearray(pattern("punch", 8 << 20))
         write_file(m.path("punch"), bytes(data))
@@ -391,8 +392,10 @@ class HolesTest(SsdTestCase):
             with self.subTest(what=what, key=name):
                 st = os.stat(p)
                 self.assertEqual(st.st_size, size)
-                # Allocated: the extents written, never the holes.
-                self.assertLessEqual(st.st_blocks * 512, 3 * EXTENT * max(1, len(writes)))
+                # Allocated: the extents written and those reserved, never the holes.
+                resv = getattr(self, "reserved", {}).get(name, 0)
+                self.assertGreaterEqual(st.st_blocks * 512, resv)
+                self.assertLessEqual(st.st_blocks * 512, resv + 3 * EXTENT * max(1, len(writes)))
                 for off, data in writes.items():
                     self.assertEqual(read_direct(p, off // 4096 * 4096, 4096 + len(data)
                                                  // 4096 * 4096 + 4096)[off % 4096:][:len(data)],
@@ -777,6 +780,117 @@ def fsck_restart_check(test, name, data):
     test.assertEqual(hashlib.sha256(read_direct(m.path(name))).hexdigest(),
                      hashlib.sha256(data).hexdigest())
     m.stop()
+
+
+class ReservationTest(SsdTestCase):
+    """fallocate mode 0 and KEEP_SIZE reserve the SSD quota of the holes they
+    cover (unwritten extents: zeros, no memory, no record): other files
+    cannot take it, a write into them cannot fail for lack of it, st_blocks
+    and ssd.reserved count it; punch, truncate and unlink give it back; it
+    survives a restart and a kill -9 once synced."""
+
+    OPTS = ("--mem-size=32M", "--ssd-size=96M", "--bucket-size=8M")
+    MIB = 1 << 20
+
+    def reserved(self, m):
+        return m.stats()["ssd"]["reserved"]
+
+    def assert_reserved(self, m, nbytes, what):
+        """ssd.reserved promises nbytes of extents, with at most 2% for record heads."""
+        got = self.reserved(m)
+        self.assertGreaterEqual(got, nbytes, what)
+        self.assertLessEqual(got, nbytes * 1.02, what)
+
+    def test_reserved_room_is_kept_for_the_file(self):
+        m = self.start("first")
+        a = m.path("a")
+        fd = os.open(a, os.O_CREAT | os.O_RDWR, 0o644)
+        os.posix_fallocate(fd, 0, 48 * self.MIB)
+        os.close(fd)  # sealed: fio's layout step
+        self.assertEqual(os.stat(a).st_size, 48 * self.MIB)
+        self.assertEqual(os.stat(a).st_blocks * 512, 48 * self.MIB)
+        self.assert_reserved(m, 48 * self.MIB, "after fallocate")
+        fd = os.open(a, os.O_RDONLY)
+        self.assertErrno(errno.ENXIO, os.lseek, fd, 0, os.SEEK_DATA)  # unwritten: a hole
+        self.assertEqual(os.pread(fd, 4096, 47 * self.MIB), bytes(4096))
+        os.close(fd)
+        # Another file cannot reserve what is promised ...
+        fd = os.open(m.path("b"), os.O_CREAT | os.O_RDWR, 0o644)
+        self.assertErrno(errno.ENOSPC, kvfstest.fallocate, fd, 0, 0, 48 * self.MIB)
+        self.assertEqual(os.fstat(fd).st_size, 0)
+        self.assertEqual(os.fstat(fd).st_blocks, 0)
+        os.close(fd)
+        # ... nor write into it: 56 MiB elsewhere do not fit.
+        with self.assertRaises(OSError) as e:
+            with open(m.path("c"), "wb") as f:
+                for i in range(56):
+                    f.write(pattern("c%d" % i, self.MIB))
+                f.flush()
+                os.fsync(f.fileno())
+        self.assertEqual(e.exception.errno, errno.ENOSPC)
+        os.unlink(m.path("c"))
+        # The reserved file is written whole (its dead neighbour compacted meanwhile).
+        data = pattern("a", 48 * self.MIB)
+        with open(a, "r+b") as f:
+            for off in range(0, len(data), 4 * self.MIB):
+                self.assertEqual(os.pwrite(f.fileno(), data[off:off + 4 * self.MIB], off),
+                                 4 * self.MIB)
+            os.fsync(f.fileno())
+        self.assertEqual(self.reserved(m), 0)
+        self.assertEqual(os.stat(a).st_blocks * 512, 48 * self.MIB)
+        self.assertEqual(read_file(a), data)
+        m.stop()
+        fsck_restart_check(self, "a", data)
+
+    def test_reservations_survive_restart_and_crash(self):
+        m = self.start("first")
+        d, k = m.path("d"), m.path("k")
+        with open(d, "wb") as f:
+            kvfstest.fallocate(f.fileno(), 0, 0, 32 * self.MIB)
+            f.write(b"head")
+            os.fsync(f.fileno())
+        with open(k, "wb") as f:  # KEEP_SIZE: past the end
+            kvfstest.fallocate(f.fileno(), KEEP_SIZE, 0, 10 * self.MIB)
+            os.fsync(f.fileno())
+        self.assertEqual(os.stat(k).st_size, 0)
+        self.assertEqual(os.stat(k).st_blocks * 512, 10 * self.MIB)
+        # d: extent 0 holds data, its 15 others are reserved; k: 5 past its end
+        self.assert_reserved(m, 20 * EXTENT, "d and k")
+        self.crash(m)
+        m = self.start("after kill -9")
+        d, k = m.path("d"), m.path("k")
+        self.assert_reserved(m, 20 * EXTENT, "after kill -9")
+        self.assertEqual(os.stat(d).st_size, 32 * self.MIB)
+        self.assertEqual(os.stat(k).st_size, 0)
+        self.assertEqual(os.stat(k).st_blocks * 512, 10 * self.MIB)
+        self.assertGreaterEqual(os.stat(d).st_blocks * 512, 32 * self.MIB)
+        self.assertEqual(read_file(d)[:8], b"head\0\0\0\0")
+        # Room promised is room kept: 96 MiB hold d, k and ~40 MiB more, not 64.
+        fd = os.open(m.path("e"), os.O_CREAT | os.O_RDWR, 0o644)
+        self.assertErrno(errno.ENOSPC, kvfstest.fallocate, fd, 0, 0, 64 * self.MIB)
+        os.close(fd)
+        # A punch of whole extents, a truncate to the size, an unlink give it back.
+        fd = os.open(d, os.O_RDWR)
+        kvfstest.fallocate(fd, PUNCH_HOLE | KEEP_SIZE, 8 * self.MIB, 8 * self.MIB)
+        os.close(fd)
+        self.assert_reserved(m, 16 * EXTENT, "after the punch")
+        os.truncate(k, 0)
+        self.assertEqual(os.stat(k).st_blocks, 0)
+        self.assert_reserved(m, 11 * EXTENT, "after truncating k to its size")
+        m.stop()
+        m = self.start("after a clean restart")
+        d = m.path("d")
+        self.assert_reserved(m, 11 * EXTENT, "after a clean restart")
+        fd = os.open(m.path("e"), os.O_RDWR)
+        kvfstest.fallocate(fd, 0, 0, 40 * self.MIB)  # fits now
+        os.close(fd)
+        self.assert_reserved(m, 31 * EXTENT, "e too")
+        os.unlink(d)
+        os.unlink(m.path("e"))
+        kvfstest.wait_until(lambda: self.reserved(m) == 0, what="reservations given back")
+        m.stop()
+        rc, out = run_kvfs("--fsck", self.data)
+        self.assertEqual(rc, 0, out)
 
 
 class ResidencyTest(SsdTestCase):
