@@ -419,16 +419,19 @@ static int map_of(const struct kv_jent *e, struct kv_xmap *m, struct kv_resv **r
 	return err;
 }
 
-/* Sets a replayed key's reserved extents, and what the bucket set holds for them. */
+/*
+ * Sets a replayed key's reserved extents, and what the bucket set holds for
+ * them (none without a tier: --salvage's store).
+ */
 static void set_resv(struct kv_store *st, struct kv_inode *f, struct kv_resv *rv)
 {
-	struct kv_bucket_set *bs = kv_tier_buckets(st->ks_tier);
+	struct kv_bucket_set *bs = st->ks_tier ? kv_tier_buckets(st->ks_tier) : NULL;
 
-	if (f->ki_resv)
+	if (bs && f->ki_resv)
 		kv_bucket_unreserve(bs, kv_resv_count(f->ki_resv) * KV_RESV_BYTES);
 	kv_resv_free(f->ki_resv);
 	f->ki_resv = rv;
-	if (rv)
+	if (bs && rv)
 		kv_bucket_reserve(bs, kv_resv_count(rv) * KV_RESV_BYTES, true);
 }
 

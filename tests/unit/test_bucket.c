@@ -1144,6 +1144,62 @@ static void test_quota(void **state)
 }
 
 /*
+ * Reservations: what kv_bucket_reserve promised is not the quota's for
+ * other puts; a put that fills a reservation (bp_fill) may take it and
+ * uses it up once placed; a refused put keeps its fill; unreserve gives
+ * it back; a promise beyond the quota is refused unless forced.
+ */
+static void test_reserve(void **state)
+{
+	struct fix *f = fix_of(state);
+	int dfd = ddir(f, "d");
+	const uint64_t cap = 8 * MIB, resv = 4 * MIB;
+	struct kv_bucket_set *bs = bs_open(f, dfd, BUCKET, 100000, cap);
+	struct kv_bucket_put q;
+	struct rec r[3];
+
+	assert_int_equal(kv_bucket_reserve(bs, 9 * MIB, false), -ENOSPC);
+	assert_int_equal(stats(bs).bst_reserved, 0);
+	assert_int_equal(kv_bucket_reserve(bs, resv, false), 0);
+	assert_int_equal(stats(bs).bst_reserved, resv);
+	assert_int_equal(kv_bucket_reserve(bs, 5 * MIB, false), -ENOSPC); /* 4 + 5 > 8 */
+
+	/* 4 MiB unreserved: 3 MiB fit, another 1 MiB do not (record heads, seals). */
+	rec_init(&r[0], 1, 8, 3 * MIB);
+	append_ok(bs, r, 1);
+	rec_init(&r[1], 2, 8, 1 * MIB);
+	put_of(&q, &r[1]);
+	assert_int_equal(kv_bucket_append(bs, &q, 1), -ENOSPC);
+	assert_int_equal(q.bp_err, -ENOSPC);
+	/* The same put filling a reservation goes through, and uses it up. */
+	put_of(&q, &r[1]);
+	q.bp_fill = 2 * MIB;
+	assert_int_equal(kv_bucket_append(bs, &q, 1), 0);
+	assert_int_equal(q.bp_fill, 0);
+	r[1].r_loc = q.bp_loc;
+	assert_int_equal(stats(bs).bst_reserved, resv - 2 * MIB);
+	/* A fill too small for what is left refuses, and keeps its fill. */
+	rec_init(&r[2], 3, 8, 4 * MIB);
+	put_of(&q, &r[2]);
+	q.bp_fill = 1 * MIB;
+	assert_int_equal(kv_bucket_append(bs, &q, 1), -ENOSPC);
+	assert_int_equal(q.bp_fill, 1 * MIB);
+	assert_int_equal(stats(bs).bst_reserved, resv - 2 * MIB);
+	kv_bucket_unreserve(bs, resv - 2 * MIB);
+	assert_int_equal(stats(bs).bst_reserved, 0);
+	/* Recovery's promise is kept whatever the room. */
+	assert_int_equal(kv_bucket_reserve(bs, 2 * cap, true), 0);
+	assert_int_equal(stats(bs).bst_reserved, 2 * cap);
+	kv_bucket_unreserve(bs, 2 * cap);
+	value_ok(bs, &r[0]);
+	value_ok(bs, &r[1]);
+	val_free(&r[2].r_val);
+	kv_bucket_close(bs);
+	recs_free(r, 2);
+	close(dfd);
+}
+
+/*
  * The quota bounds what the bucket files hold: whatever the cap (swept
  * across a bucket boundary, 4 KiB apart), filling up never leaves
  * bst_used above bst_cap, nor the sealed files above the cap.
@@ -2094,6 +2150,7 @@ int main(void)
 	    T(test_seal_reopen_scan),
 	    T(test_bucket_keys),
 	    T(test_quota),
+	    T(test_reserve),
 	    T(test_quota_bound),
 	    T(test_quota_bound_long_keys),
 	    T(test_corrupt_value),
