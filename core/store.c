@@ -485,7 +485,7 @@ static bool map_has(const struct kv_xmap *m, uint64_t k)
 	return at >= 0 && kv_xmap_cat(m, (uint32_t)at)->xe_loc.kl_len > 0;
 }
 
-/* True when extent k of ino's newest version has data: in memory, spilled or borrowed, or on the SSD. */
+/* True when extent k of ino's newest version has data: in DRAM, spilled, borrowed or on the SSD. */
 static bool has_data(const struct kv_inode *ino, uint64_t k)
 {
 	const struct kv_obj *o = ino->ki_obj;

@@ -40,7 +40,7 @@ struct kv_inode {
 		char *ki_link;		 /* S_IFLNK: the target, NUL-terminated (immutable) */
 		struct kv_resv *ki_resv; /* S_IFREG, under ki_lock: the reserved extents of
 					    its newest version, NULL: none (core/resv.h) */
-	};			 /* NULL for every other type */
+	};				 /* NULL for every other type */
 
 	/* ks_ns_lock */
 	struct kv_inode *ki_parent; /* NULL for the root and once unlinked */

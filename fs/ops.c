@@ -751,7 +751,8 @@ static void kv_statfs(fuse_req_t req, fuse_ino_t ino)
 	uint64_t size = kv_pool_size(pool), used = kv_pool_used(pool);
 
 	kv_store_usage(fs->kf_store, &u);
-	/* DRAM and SSD together: the pool, plus the SSD quota and what is used (or reserved) of it. */
+	/* DRAM and SSD together: the pool, plus the SSD quota and what is used (or reserved) of it.
+	 */
 	if (u.ku_ssd) {
 		uint64_t ssd = u.ku_ssd_used + u.ku_ssd_reserved;
 

@@ -1117,8 +1117,7 @@ static uint64_t idx_bytes(uint32_t key_len)
  * the old one's seal and the new one's header. So the buckets stay within
  * bo_cap once sealed, not just while open.
  */
-static bool within_quota(struct kv_bucket_set *bs, uint64_t size, uint32_t key_len,
-			 uint64_t *fill)
+static bool within_quota(struct kv_bucket_set *bs, uint64_t size, uint32_t key_len, uint64_t *fill)
 {
 	const struct kv_bucket *a = bs->bs_active;
 	uint64_t need, cap = bs->bs_opts.bo_cap;
