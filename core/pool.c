@@ -79,12 +79,16 @@ struct kv_pool_shard {
 };
 
 /*
- * Everything but kp_used is immutable between kv_pool_create and
- * kv_pool_destroy. kp_used is the one accounting counter, in relaxed
- * atomics: alloc adds after it took a block under its shard lock, free
- * subtracts before it drops the lock. So the subtraction for a page comes
- * before the addition of whoever takes it next (lock order plus coherence of
- * one atomic), and a reader never sees used above size.
+ * Everything but kp_used, kp_reserved and kp_committed is immutable between
+ * kv_pool_create and kv_pool_destroy. kp_used is the accounting counter, in
+ * relaxed atomics: alloc adds after it took a block under its shard lock,
+ * free subtracts before it drops the lock. So the subtraction for a page
+ * comes before the addition of whoever takes it next (lock order plus
+ * coherence of one atomic), and a reader never sees used above size.
+ * Reservations (kv_pool_reserve) are admitted on kp_committed alone: used,
+ * plus reserved, plus what allocations admitted but not yet taken; every
+ * admission is one atomic add checked against the size (and undone when
+ * over), so what is promised is never handed to anyone else.
  */
 struct kv_pool {
 	char *kp_base;
@@ -93,6 +97,8 @@ struct kv_pool {
 	unsigned kp_nshards;
 	int kp_node;
 	_Atomic uint64_t kp_used;
+	_Atomic uint64_t kp_reserved;  /* promised (kv_pool_reserve), not yet allocated */
+	_Atomic uint64_t kp_committed; /* used + reserved + admitted allocations */
 	struct kv_pool_shard *kp_shards;
 	uint8_t *kp_state;	/* backing store of every shard's ks_state */
 	uint32_t *kp_links;	/* backing store of every shard's ks_next and ks_prev */
@@ -435,6 +441,8 @@ int kv_pool_create(struct kv_pool **out, uint64_t size, int numa_node)
 		pool->kp_shard_pages = size / KV_PAGE_SIZE / pool->kp_nshards /
 				       KV_POOL_BLOCK_PAGES * KV_POOL_BLOCK_PAGES;
 	atomic_init(&pool->kp_used, 0);
+	atomic_init(&pool->kp_reserved, 0);
+	atomic_init(&pool->kp_committed, 0);
 	err = pool_init_shards(pool);
 	if (err)
 		goto out_unmap;
@@ -467,13 +475,40 @@ void kv_pool_destroy(struct kv_pool *pool)
 	free(pool);
 }
 
-int kv_pool_alloc(struct kv_pool *pool, size_t len, void **addr)
+/* Admits `bytes` more committed when they fit the size. */
+static bool admit(struct kv_pool *pool, uint64_t bytes)
+{
+	if (atomic_fetch_add(&pool->kp_committed, bytes) + bytes <= pool->kp_size)
+		return true;
+	atomic_fetch_sub(&pool->kp_committed, bytes);
+	return false;
+}
+
+int kv_pool_reserve(struct kv_pool *pool, uint64_t bytes)
+{
+	if (!admit(pool, bytes))
+		return -ENOSPC;
+	atomic_fetch_add(&pool->kp_reserved, bytes);
+	return 0;
+}
+
+void kv_pool_unreserve(struct kv_pool *pool, uint64_t bytes)
+{
+	atomic_fetch_sub(&pool->kp_reserved, bytes);
+	atomic_fetch_sub(&pool->kp_committed, bytes);
+}
+
+uint64_t kv_pool_reserved(const struct kv_pool *pool)
+{
+	return atomic_load_explicit(&pool->kp_reserved, memory_order_relaxed);
+}
+
+/* One block, admitted already (committed counts it). */
+static int take(struct kv_pool *pool, size_t len, void **addr)
 {
 	unsigned order, start, i;
 	int cpu;
 
-	if (len < KV_PAGE_SIZE || len > KV_POOL_MAX_BLOCK || (len & (len - 1)))
-		return -EINVAL;
 	order = floor_log2(len) - KV_PAGE_SHIFT;
 	cpu = sched_getcpu();
 	start = cpu >= 0 ? (unsigned)cpu % pool->kp_nshards : 0;
@@ -493,11 +528,35 @@ int kv_pool_alloc(struct kv_pool *pool, size_t len, void **addr)
 	return -ENOSPC;
 }
 
+int kv_pool_alloc(struct kv_pool *pool, size_t len, void **addr)
+{
+	if (len < KV_PAGE_SIZE || len > KV_POOL_MAX_BLOCK || (len & (len - 1)))
+		return -EINVAL;
+	if (!admit(pool, len))
+		return -ENOSPC;
+	if (take(pool, len, addr)) {
+		atomic_fetch_sub(&pool->kp_committed, len);
+		return -ENOSPC;
+	}
+	return 0;
+}
+
+int kv_pool_alloc_reserved(struct kv_pool *pool, size_t len, void **addr)
+{
+	if (len < KV_PAGE_SIZE || len > KV_POOL_MAX_BLOCK || (len & (len - 1)))
+		return -EINVAL;
+	if (take(pool, len, addr))
+		return -ENOSPC;
+	atomic_fetch_sub(&pool->kp_reserved, len); /* committed already counts it */
+	return 0;
+}
+
 /* Ends a run of frees in shard s: publishes the hint, accounts, unlocks. */
 static void shard_unlock_freed(struct kv_pool *pool, struct kv_pool_shard *s, uint64_t bytes)
 {
 	shard_publish_avail(s);
 	atomic_fetch_sub_explicit(&pool->kp_used, bytes, memory_order_relaxed);
+	atomic_fetch_sub(&pool->kp_committed, bytes);
 	pthread_mutex_unlock(&s->ks_lock);
 }
 

@@ -56,9 +56,27 @@ void kv_pool_destroy(struct kv_pool *pool);
  * KV_POOL_MAX_BLOCK. The block is aligned to min(len, shard alignment), and
  * always to KV_PAGE_SIZE. Its contents are unspecified.
  * Returns 0 and sets *addr, -EINVAL for a bad len, or -ENOSPC when no shard
- * has a free block of that size (a smaller one may still be free).
+ * has a free block of that size (a smaller one may still be free), or when
+ * it would take room reserved (kv_pool_reserve).
  */
 int kv_pool_alloc(struct kv_pool *pool, size_t len, void **addr);
+
+/*
+ * Reservations: room promised to unwritten extents (core/resv.h) of a
+ * store without an SSD, so their first write cannot fail for lack of it.
+ * kv_pool_reserve promises `bytes` when used + reserved + bytes stays
+ * within the size, else -ENOSPC; kv_pool_alloc then refuses what would eat
+ * into the promises, and kv_pool_alloc_reserved allocates from them (the
+ * caller holds at least len promised; -ENOSPC only when no block that
+ * large is free, the promise kept). kv_pool_unreserve takes back a
+ * promise nobody will allocate from.
+ */
+int kv_pool_reserve(struct kv_pool *pool, uint64_t bytes);
+void kv_pool_unreserve(struct kv_pool *pool, uint64_t bytes);
+int kv_pool_alloc_reserved(struct kv_pool *pool, size_t len, void **addr);
+
+/* Bytes promised and not yet allocated. */
+uint64_t kv_pool_reserved(const struct kv_pool *pool);
 
 /*
  * Returns pages to the pool. [addr, addr + len) must be page aligned and lie

@@ -379,8 +379,8 @@ int kv_stats_render(const struct kv_stats *st, const struct kv_stats_gauges *g, 
 	render_gpu(f);
 	fprintf(f,
 		" \"pool\": {\"size\": %" PRIu64 ", \"used\": %" PRIu64 ", \"free\": %" PRIu64
-		", \"cow_bytes\": %" PRIu64 "},\n",
-		g->kg_pool_size, g->kg_pool_used, pool_free, g->kg_cow_bytes);
+		", \"reserved\": %" PRIu64 ", \"cow_bytes\": %" PRIu64 "},\n",
+		g->kg_pool_size, g->kg_pool_used, pool_free, g->kg_pool_reserved, g->kg_cow_bytes);
 	fprintf(f,
 		" \"namespace\": {\"keys\": %" PRIu64 ", \"dirs\": %" PRIu64
 		", \"symlinks\": %" PRIu64 ", \"fifos_sockets\": %" PRIu64

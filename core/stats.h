@@ -113,6 +113,7 @@ struct kv_stats {
 struct kv_stats_gauges {
 	uint64_t kg_pool_size;
 	uint64_t kg_pool_used;
+	uint64_t kg_pool_reserved; /* promised to unwritten extents without an SSD (core/resv.h) */
 	uint64_t kg_keys;     /* regular files with a name */
 	uint64_t kg_dirs;     /* directories, the root included */
 	uint64_t kg_symlinks; /* symlinks with a name */

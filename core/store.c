@@ -152,6 +152,31 @@ static void pin_records(struct kv_inode *ino, bool pin)
 		kv_xmap_pin(bs, ino->ki_spill, pin);
 }
 
+/*
+ * Promises the room of n reserved extents (core/resv.h): the SSD quota of
+ * one record each with a tier, else one extent of the pool each. Returns 0
+ * or -EDQUOT.
+ */
+static int promise(struct kv_store *st, uint64_t n)
+{
+	if (st->ks_tier)
+		return kv_bucket_reserve(kv_tier_buckets(st->ks_tier), n * KV_RESV_BYTES, false)
+			   ? -EDQUOT
+			   : 0;
+	return kv_pool_reserve(st->ks_pool, n * KV_EXTENT) ? -EDQUOT : 0;
+}
+
+/* Takes back the promise of n reserved extents (none to take back once the tier is gone). */
+static void unpromise(struct kv_store *st, uint64_t n)
+{
+	if (!n)
+		return;
+	if (st->ks_tier)
+		kv_bucket_unreserve(kv_tier_buckets(st->ks_tier), n * KV_RESV_BYTES);
+	else if (st->ks_datadir_fd < 0 || !st->ks_cfg->kc_ssd_size) /* DRAM only */
+		kv_pool_unreserve(st->ks_pool, n * KV_EXTENT);
+}
+
 static void inode_free(struct kv_inode *ino)
 {
 	struct kv_store *st = ino->ki_store;
@@ -167,9 +192,7 @@ static void inode_free(struct kv_inode *ino)
 	kv_xmap_clear(&ino->ki_map);
 	kv_spill_free(ino);
 	if (S_ISREG(ino->ki_type)) {
-		if (st->ks_tier && ino->ki_resv) /* what it still holds reserved */
-			kv_bucket_unreserve(kv_tier_buckets(st->ks_tier),
-					    kv_resv_count(ino->ki_resv) * KV_RESV_BYTES);
+		unpromise(st, kv_resv_count(ino->ki_resv)); /* what it still holds reserved */
 		kv_resv_free(ino->ki_resv);
 	} else {
 		free(ino->ki_link);
@@ -525,7 +548,6 @@ static bool reservable(const struct kv_inode *ino, uint64_t k)
  */
 static int resv_take(struct kv_inode *ino, uint64_t k0, uint64_t k1)
 {
-	struct kv_bucket_set *bs = kv_tier_buckets(ino->ki_store->ks_tier);
 	uint64_t n = 0, k, e;
 	int err = 0;
 
@@ -533,7 +555,7 @@ static int resv_take(struct kv_inode *ino, uint64_t k0, uint64_t k1)
 		n += reservable(ino, k);
 	if (!n)
 		return 0;
-	if (kv_bucket_reserve(bs, n * KV_RESV_BYTES, false))
+	if (promise(ino->ki_store, n))
 		return -EDQUOT;
 	for (k = k0; k < k1 && !err; k = e) {
 		for (e = k; e < k1 && reservable(ino, e); e++)
@@ -543,8 +565,7 @@ static int resv_take(struct kv_inode *ino, uint64_t k0, uint64_t k1)
 			n -= e - k;
 		e += e == k; /* past one that has data or a reservation */
 	}
-	if (n)
-		kv_bucket_unreserve(bs, n * KV_RESV_BYTES); /* what could not be added */
+	unpromise(ino->ki_store, n); /* what could not be added */
 	return err;
 }
 
@@ -559,7 +580,7 @@ static int resv_drop(struct kv_inode *ino, uint64_t k0, uint64_t k1)
 		return 0;
 	n = kv_resv_cut(&ino->ki_resv, (uint32_t)k0, hi);
 	if (n > 0)
-		kv_bucket_unreserve(kv_tier_buckets(st->ks_tier), (uint64_t)n * KV_RESV_BYTES);
+		unpromise(st, (uint64_t)n);
 	return n < 0 ? (int)n : 0;
 }
 
@@ -912,7 +933,7 @@ static int set_size(struct kv_inode *ino, uint64_t size)
 	 * (truncating to the size drops a KEEP_SIZE fallocate); never fails:
 	 * no range splits.
 	 */
-	if (size <= old && ino->ki_store->ks_tier)
+	if (size <= old)
 		resv_drop(ino, (size + KV_EXTENT - 1) >> KV_EXTENT_SHIFT, UINT64_MAX);
 	if (size == old && (!ino->ki_obj || ino->ki_obj->ko_sealed)) {
 		if (kv_resv_count(ino->ki_resv) != resv)
@@ -1659,6 +1680,30 @@ void kv_read_done(struct kv_read_guard *guard)
 		kv_bucket_read_free(guard->krg_buf[i]);
 }
 
+/*
+ * Without an SSD tier, the reserved extents [off, end) touches take their
+ * memory from the pool's promise before it is written (ki_lock held
+ * exclusive; obj the version being written, grown to end first): zeroed
+ * extents of its own, so the write neither fails for room there nor
+ * copies a shared block. With a tier the offload fills them (core/tier.c).
+ */
+static void fill_reserved(struct kv_inode *ino, struct kv_obj *obj, uint64_t off, uint64_t end)
+{
+	struct kv_pool *pool = ino->ki_store->ks_pool;
+
+	for (uint64_t k = off >> KV_EXTENT_SHIFT; ino->ki_resv && k << KV_EXTENT_SHIFT < end; k++) {
+		uint64_t drawn;
+
+		if (!kv_resv_has(ino->ki_resv, (uint32_t)k) || kv_obj_has_data(obj, k) ||
+		    kv_resv_cut(&ino->ki_resv, (uint32_t)k, (uint32_t)k + 1) != 1)
+			continue;
+		if (kv_obj_fill_reserved(obj, k, &drawn) == 0)
+			kv_pool_unreserve(pool, KV_EXTENT - drawn); /* the rest of its promise */
+		else if (kv_resv_add(&ino->ki_resv, (uint32_t)k, (uint32_t)k + 1))
+			kv_pool_unreserve(pool, KV_EXTENT);
+	}
+}
+
 static int write_locked(struct kv_inode *ino, uint64_t off, const void *buf, size_t len)
 {
 	uint64_t old = cur_size(ino);
@@ -1671,8 +1716,16 @@ static int write_locked(struct kv_inode *ino, uint64_t off, const void *buf, siz
 		return err;
 	/* What it writes, and the extent of the old end if it writes past it. */
 	err = unspill(ino, obj, off < old ? off : old & ~(KV_EXTENT - 1), off + len, UINT64_MAX);
+	if (!err && ino->ki_resv && !ino->ki_store->ks_tier) {
+		if (off + len > old) /* reserved extents past the end: the size first */
+			err = kv_obj_truncate(obj, off + len);
+		if (!err)
+			fill_reserved(ino, obj, off, off + len);
+	}
 	if (!err)
 		err = kv_obj_write(obj, off, buf, len);
+	if (err && obj == ino->ki_obj && obj->ko_size != old)
+		kv_obj_truncate(obj, old); /* the open version itself: as it was */
 	if (err) {
 		abandon(ino, obj);
 		return err;
@@ -1704,65 +1757,6 @@ int kv_store_write(struct kv_store *st, struct kv_inode *ino, uint64_t off, cons
 }
 
 /*
- * Without an SSD tier, fallocate reserves by allocating: the holes of
- * [off, end) below obj's size get zeroed memory. Returns 0, or -ENOSPC or
- * -ENOMEM with every hole as it was.
- */
-static int zero_holes(struct kv_obj *obj, uint64_t off, uint64_t end)
-{
-	uint64_t stop = end < obj->ko_size ? end : obj->ko_size;
-	uint64_t *made = NULL, n = 0, max = 0;
-	int err = 0;
-
-	for (uint64_t k = off >> KV_EXTENT_SHIFT; !err && k << KV_EXTENT_SHIFT < stop; k++) {
-		uint64_t pos = k << KV_EXTENT_SHIFT;
-		uint64_t last = pos + KV_EXTENT < stop ? pos + KV_EXTENT : stop;
-
-		if (kv_obj_has_data(obj, k))
-			continue;
-		if (n == max) {
-			uint64_t *m = realloc(made, (max = max ? 2 * max : 16) * sizeof(*m));
-
-			if (!m) {
-				err = -ENOMEM;
-				break;
-			}
-			made = m;
-		}
-		err = kv_obj_materialize(obj, k);
-		if (err)
-			break;
-		made[n++] = k;
-		while (pos < last) {
-			struct iovec iov[16];
-			uint64_t bytes;
-			int c = kv_obj_iov(obj, pos, last - pos, iov, 16, &bytes);
-
-			for (int i = 0; i < c; i++)
-				memset(iov[i].iov_base, 0, iov[i].iov_len);
-			if (!bytes)
-				break;
-			pos += bytes;
-		}
-	}
-	for (uint64_t i = 0; err && i < n; i++) /* the holes made memory are holes again */
-		kv_obj_drop_extent(obj, made[i]);
-	free(made);
-	return err;
-}
-
-/* True when [off, end) below ino's size has a hole (DRAM only: the object is the value). */
-static bool has_holes(const struct kv_inode *ino, uint64_t off, uint64_t end)
-{
-	uint64_t stop = end < cur_size(ino) ? end : cur_size(ino);
-
-	for (uint64_t k = off >> KV_EXTENT_SHIFT; k << KV_EXTENT_SHIFT < stop; k++)
-		if (!ino->ki_obj || !kv_obj_has_data(ino->ki_obj, k))
-			return true;
-	return false;
-}
-
-/*
  * fallocate(PUNCH_HOLE | KEEP_SIZE) under ki_lock (exclusive): [off, end)
  * reads as zeros, whole extents of it become holes and give back their
  * reservations, as ext4 deallocates them.
@@ -1773,9 +1767,7 @@ static int punch_locked(struct kv_inode *ino, uint64_t off, uint64_t end)
 	struct kv_obj *obj;
 	int err = 0;
 
-	if (ino->ki_store->ks_tier)
-		err = resv_drop(ino, (off + KV_EXTENT - 1) >> KV_EXTENT_SHIFT,
-				end >> KV_EXTENT_SHIFT);
+	err = resv_drop(ino, (off + KV_EXTENT - 1) >> KV_EXTENT_SHIFT, end >> KV_EXTENT_SHIFT);
 	if (err)
 		return err;
 	if (off >= old) {
@@ -1800,15 +1792,13 @@ static int punch_locked(struct kv_inode *ino, uint64_t off, uint64_t end)
 
 /*
  * fallocate mode 0 or KEEP_SIZE under ks_ns_lock (shared) and ki_lock
- * (exclusive). With an SSD tier the holes of [off, end) become unwritten:
- * reserved (their quota promised: core/resv.h), zeros, no memory; without
- * one they get zeroed memory. Mode 0 past the end makes [old end, end)
- * part of the value. Returns 0, -EDQUOT (no room to promise), -ENOSPC,
- * -EFBIG or -ENOMEM.
+ * (exclusive): the holes of [off, end) become unwritten — reserved, their
+ * room promised (core/resv.h), zeros, no memory. Mode 0 past the end
+ * makes [old end, end) part of the value. Returns 0, -EDQUOT (no room to
+ * promise), -ENOSPC, -EFBIG or -ENOMEM.
  */
 static int fallocate_locked(struct kv_inode *ino, int mode, uint64_t off, uint64_t end)
 {
-	struct kv_store *st = ino->ki_store;
 	uint64_t old = cur_size(ino), resv = kv_resv_count(ino->ki_resv);
 	uint64_t size = (mode & FALLOC_FL_KEEP_SIZE) || end <= old ? old : end;
 	struct kv_obj *obj;
@@ -1816,31 +1806,20 @@ static int fallocate_locked(struct kv_inode *ino, int mode, uint64_t off, uint64
 
 	if (mode & FALLOC_FL_PUNCH_HOLE)
 		return punch_locked(ino, off, end);
-	if (st->ks_tier) {
-		err = resv_take(ino, off >> KV_EXTENT_SHIFT,
-				(end + KV_EXTENT - 1) >> KV_EXTENT_SHIFT);
-		if (err)
-			return err;
-		if (size == old) {
-			if (kv_resv_count(ino->ki_resv) != resv)
-				resv_persist(ino);
-			return 0;
-		}
-	} else if (size == old && !has_holes(ino, off, end)) {
+	err = resv_take(ino, off >> KV_EXTENT_SHIFT, (end + KV_EXTENT - 1) >> KV_EXTENT_SHIFT);
+	if (err)
+		return err;
+	if (size == old) {
+		if (kv_resv_count(ino->ki_resv) != resv)
+			resv_persist(ino);
 		return 0;
 	}
 	err = writable(ino, old, &obj);
 	if (err)
 		return err;
-	if (size > old)
-		err = unspill(ino, obj, old & ~(KV_EXTENT - 1), UINT64_MAX, UINT64_MAX);
-	if (!err && size > old)
+	err = unspill(ino, obj, old & ~(KV_EXTENT - 1), UINT64_MAX, UINT64_MAX);
+	if (!err)
 		err = kv_obj_reserve(obj, size, false);
-	if (!err && !st->ks_tier) {
-		err = zero_holes(obj, off, end);
-		if (err && size > old)
-			kv_obj_truncate(obj, old); /* an open version is changed in place: undo */
-	}
 	if (err) {
 		abandon(ino, obj);
 		return err;

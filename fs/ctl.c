@@ -119,6 +119,7 @@ static int render_stats(struct kv_fs *fs, char **buf, size_t *len)
 	g = (struct kv_stats_gauges){
 	    .kg_pool_size = kv_pool_size(pool),
 	    .kg_pool_used = kv_pool_used(pool),
+	    .kg_pool_reserved = kv_pool_reserved(pool),
 	    .kg_cow_bytes = kv_obj_cow_bytes(),
 	    .kg_keys = u.ku_keys,
 	    .kg_dirs = u.ku_dirs,

@@ -748,7 +748,7 @@ static void kv_statfs(fuse_req_t req, fuse_ino_t ino)
 	struct kv_pool *pool = kv_store_pool(fs->kf_store);
 	struct kv_store_usage u;
 	struct statvfs sv = {0};
-	uint64_t size = kv_pool_size(pool), used = kv_pool_used(pool);
+	uint64_t size = kv_pool_size(pool), used = kv_pool_used(pool) + kv_pool_reserved(pool);
 
 	kv_store_usage(fs->kf_store, &u);
 	/* DRAM and SSD together: the pool, plus the SSD quota and what is used (or reserved) of it.

@@ -893,6 +893,48 @@ class ReservationTest(SsdTestCase):
         self.assertEqual(rc, 0, out)
 
 
+class DramReservationTest(kvfstest.KvfsTestCase):
+    """Without an SSD the pool keeps the promise: a fallocated file's
+    unwritten extents hold pool room no other file can take, a write into
+    them cannot fail for lack of it and copies nothing (a sealed fallocated
+    file, fio's layout), and pool.reserved counts it until it is written."""
+
+    MIB = 1 << 20
+
+    def test_pool_room_is_kept_for_the_file(self):
+        m = self.mount(opts=["--mem-size=64M"] + kvfstest.dram_only_opts(), name="dram")
+        pool = lambda: m.stats()["pool"]
+        a = m.path("a")
+        fd = os.open(a, os.O_CREAT | os.O_RDWR, 0o644)
+        os.posix_fallocate(fd, 0, 32 * self.MIB)
+        os.close(fd)  # sealed
+        self.assertEqual(pool()["reserved"], 32 * self.MIB)
+        self.assertEqual(os.stat(a).st_blocks * 512, 32 * self.MIB)
+        fd = os.open(m.path("b"), os.O_CREAT | os.O_RDWR, 0o644)
+        self.assertErrno(errno.ENOSPC, kvfstest.fallocate, fd, 0, 0, 40 * self.MIB)
+        self.assertEqual(os.fstat(fd).st_size, 0)
+        os.close(fd)
+        written = 0
+        with self.assertRaises(OSError) as e:
+            with open(m.path("c"), "wb") as f:
+                for i in range(40):
+                    f.write(pattern("c%d" % i, self.MIB))
+                    f.flush()
+                    written += 1
+        self.assertEqual(e.exception.errno, errno.ENOSPC)
+        self.assertLess(written, 33)
+        cow0 = pool()["cow_bytes"]
+        data = pattern("a", 32 * self.MIB)
+        with open(a, "r+b") as f:
+            for off in range(0, len(data), self.MIB):
+                self.assertEqual(os.pwrite(f.fileno(), data[off:off + self.MIB], off), self.MIB)
+        self.assertEqual(pool()["reserved"], 0)
+        self.assertEqual(pool()["cow_bytes"], cow0)  # unwritten: nothing to copy
+        self.assertEqual(read_file(a), data)
+        os.unlink(m.path("c"))
+        m.stop()
+
+
 class ResidencyTest(SsdTestCase):
     """A clean value may be in DRAM in part (user.kvfs.tier
     partly-dram+ssd): a spilled file stays as far as it is in DRAM once

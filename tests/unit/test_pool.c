@@ -280,6 +280,41 @@ static void test_free_tail(void **state)
 	kv_pool_destroy(pool);
 }
 
+/*
+ * Reservations: what is promised is refused to plain allocations and
+ * handed out only from the promise; a promise past the room is refused;
+ * frees and unreserve give the room back.
+ */
+static void test_reserve(void **state)
+{
+	struct kv_pool *pool = pool_new(SMALL_POOL); /* 4 MiB */
+	void *a, *b, *c;
+
+	(void)state;
+	assert_int_equal(kv_pool_reserve(pool, 3 * MIB), 0);
+	assert_int_equal(kv_pool_reserved(pool), 3 * MIB);
+	assert_int_equal(kv_pool_reserve(pool, 2 * MIB), -ENOSPC);
+	assert_int_equal(kv_pool_alloc(pool, 2 * MIB, &a), -ENOSPC); /* only 1 MiB unpromised */
+	assert_int_equal(kv_pool_alloc(pool, MIB, &a), 0);
+	assert_int_equal(kv_pool_alloc(pool, KV_PAGE_SIZE, &c), -ENOSPC);
+	assert_int_equal(kv_pool_alloc_reserved(pool, 2 * MIB, &b), 0);
+	assert_int_equal(kv_pool_reserved(pool), MIB);
+	assert_int_equal(kv_pool_used(pool), 3 * MIB);
+	assert_int_equal(kv_pool_alloc(pool, KV_PAGE_SIZE, &c), -ENOSPC);
+	kv_pool_unreserve(pool, MIB);
+	assert_int_equal(kv_pool_reserved(pool), 0);
+	assert_int_equal(kv_pool_alloc(pool, MIB, &c), 0);
+	kv_pool_free(pool, a, MIB);
+	kv_pool_free(pool, b, 2 * MIB);
+	kv_pool_free(pool, c, MIB);
+	assert_int_equal(kv_pool_used(pool), 0);
+	assert_int_equal(kv_pool_reserve(pool, 4 * MIB), 0);
+	kv_pool_unreserve(pool, 4 * MIB);
+	assert_int_equal(kv_pool_alloc(pool, 2 * MIB, &a), 0);
+	kv_pool_free(pool, a, 2 * MIB);
+	kv_pool_destroy(pool);
+}
+
 /* Relies on a fresh one-shard pool handing out pages in address order. */
 static void test_free_span_blocks(void **state)
 {
@@ -613,6 +648,7 @@ int main(void)
 	    cmocka_unit_test(test_merge),
 	    cmocka_unit_test(test_odd_size),
 	    cmocka_unit_test(test_free_tail),
+	    cmocka_unit_test(test_reserve),
 	    cmocka_unit_test(test_free_span_blocks),
 	    cmocka_unit_test(test_free_span_shards),
 	    cmocka_unit_test(test_contains),
