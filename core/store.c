@@ -246,6 +246,7 @@ int kv_store_create(struct kv_store **out, const struct kv_config *cfg, int data
 	if (pthread_rwlock_init(&st->ks_ns_lock, NULL))
 		goto out_pool;
 	pthread_mutex_init(&st->ks_ckpt_lock, NULL);
+	pthread_mutex_init(&st->ks_evict_lock, NULL);
 	atomic_init(&st->ks_next_ino, 1);
 	err = inode_new(st, S_IFDIR | 0755, &cred, &st->ks_root);
 	if (err)
@@ -278,6 +279,7 @@ out_tier:
 out_root:
 	tree_free(st->ks_root);
 out_lock:
+	pthread_mutex_destroy(&st->ks_evict_lock);
 	pthread_mutex_destroy(&st->ks_ckpt_lock);
 	pthread_rwlock_destroy(&st->ks_ns_lock);
 out_pool:
@@ -339,6 +341,7 @@ uint64_t kv_store_destroy(struct kv_store *st)
 		st->ks_tier = NULL;
 	}
 	tree_free(st->ks_root);
+	pthread_mutex_destroy(&st->ks_evict_lock);
 	pthread_mutex_destroy(&st->ks_ckpt_lock);
 	pthread_rwlock_destroy(&st->ks_ns_lock);
 	kv_pool_destroy(st->ks_pool);
@@ -1290,10 +1293,11 @@ static int remove_name(struct kv_store *st, struct kv_inode *dir, const char *na
 /*
  * Cache mode's delete (kv_gc_ops.go_evict): takes ino's name exactly as unlink
  * would, if it still has one, no fd holds it open and it was not used
- * since `used`.
+ * since `used`; then, its locks dropped, tells the eviction hook.
  */
 static int evict_key(struct kv_store *st, struct kv_inode *ino, uint64_t used, uint64_t *bytes)
 {
+	char name[KV_NAME_MAX + 1];
 	struct kv_inode *dir;
 	struct timespec ts;
 	bool ok;
@@ -1311,12 +1315,27 @@ static int evict_key(struct kv_store *st, struct kv_inode *ino, uint64_t used, u
 	}
 	journal_del(st, ino);
 	name_gone(st, ino);
+	snprintf(name, sizeof(name), "%s", ino->ki_name);
 	drop_name(st, dir, ino);
 	now(&ts);
 	dir_touch(dir, &ts);
+	kv_inode_get(dir); /* for the hook: an rmdir may take its name now */
 	pthread_rwlock_unlock(&st->ks_ns_lock);
 	kv_inode_put(ino); /* the name's reference */
+	pthread_mutex_lock(&st->ks_evict_lock);
+	if (st->ks_evicted)
+		st->ks_evicted(st->ks_evicted_arg, dir, name);
+	pthread_mutex_unlock(&st->ks_evict_lock);
+	kv_inode_put(dir);
 	return 0;
+}
+
+void kv_store_set_evicted(struct kv_store *st, kv_store_evicted_fn fn, void *arg)
+{
+	pthread_mutex_lock(&st->ks_evict_lock);
+	st->ks_evicted = fn;
+	st->ks_evicted_arg = arg;
+	pthread_mutex_unlock(&st->ks_evict_lock);
 }
 
 int kv_store_gc(struct kv_store *st)

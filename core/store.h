@@ -391,6 +391,25 @@ uint64_t kv_inode_ino(const struct kv_inode *ino);
 
 /* --- compaction (core/gc.h) --- */
 
+/*
+ * Told after cache mode evicted a key (core/gc.h): `name` is gone from
+ * `dir`, as after an unlink nobody asked for, so whoever caches names (the
+ * daemon: the kernel's dentries) can drop it. Called from the thread
+ * running the compaction pass, with no ks_ns_lock, ki_lock or tier lock
+ * held (the pass's kg_pass_lock is) and the hook's own ks_evict_lock held
+ * across the call. dir is referenced, and name valid, for the call only.
+ * The hook must return soon, must not wait for anything a FUSE request or
+ * a pass may hold, and must not call the store: copy and queue.
+ */
+typedef void (*kv_store_evicted_fn)(void *arg, struct kv_inode *dir, const char *name);
+
+/*
+ * Sets the eviction hook (fn NULL: none, as after kv_store_create).
+ * Thread-safe; when it returns, no call of the previous hook is running or
+ * will start, so its arg may be freed.
+ */
+void kv_store_set_evicted(struct kv_store *st, kv_store_evicted_fn fn, void *arg);
+
 struct kv_gc_stats;
 
 /*

@@ -15,6 +15,10 @@
  * kt_clock_lock may also be taken while holding ki_lock; while holding
  * kt_clock_lock, a ki_lock is only ever *tried* (never waited for), so
  * eviction cannot deadlock with a writer.
+ * ks_evict_lock (the eviction hook, kv_store_set_evicted) is taken with
+ * none of ks_ns_lock, ki_lock or the tier's locks held (a pass's
+ * kg_pass_lock may be), and held across the hook: the hook's own locks
+ * (fs/notify.c's kn_lock) come below it, and it takes none of the store's.
  */
 #ifndef KVFS_CORE_STORE_INT_H
 #define KVFS_CORE_STORE_INT_H
@@ -101,6 +105,10 @@ struct kv_store {
 	const struct kv_config *ks_cfg; /* immutable */
 	int ks_datadir_fd;		/* immutable: DATA_DIR, or -1 */
 	_Atomic int ks_meta_err;	/* a journal entry was lost: fsync fails with it */
+	/* ks_evict_lock guards ks_evicted and ks_evicted_arg, and is held across their call */
+	pthread_mutex_t ks_evict_lock;
+	kv_store_evicted_fn ks_evicted; /* NULL: nobody to tell */
+	void *ks_evicted_arg;
 };
 
 /* Records in ino's spill (ki_lock held). */

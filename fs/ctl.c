@@ -58,25 +58,30 @@ fuse_ino_t kv_ctl_lookup(const char *name)
 /* Appends the "gc" section to the extra stats (only with an SSD tier). */
 static int add_gc_stats(struct kv_fs *fs, const struct kv_store_usage *u, char **extra)
 {
+	uint64_t told = 0, untold = 0;
 	struct kv_gc_stats g;
 	char *n;
 
 	if (!*extra || !kv_store_gc_stats(fs->kf_store, &g))
 		return 0;
+	if (fs->kf_notify)
+		kv_fs_notify_counts(fs->kf_notify, &told, &untold);
 	if (asprintf(&n,
 		     "%s,\n \"gc\": {\"passes\": %" PRIu64 ", \"buckets_compacted\": %" PRIu64
 		     ", \"buckets_dropped\": %" PRIu64 ", \"bytes_reclaimed\": %" PRIu64
 		     ", \"bytes_rewritten\": %" PRIu64 ", \"bytes_copied\": %" PRIu64
 		     ", \"write_amplification\": %.3f, \"revalidation_skips\": %" PRIu64
 		     ", \"csum_failures\": %" PRIu64 ", \"seconds\": %.3f, \"room_waits\": %" PRIu64
-		     ", \"evicted_keys\": %" PRIu64 ", \"evicted_bytes\": %" PRIu64 "}",
+		     ", \"evicted_keys\": %" PRIu64 ", \"evicted_bytes\": %" PRIu64
+		     ", \"evict_invalidations\": %" PRIu64
+		     ", \"evict_invalidations_dropped\": %" PRIu64 "}",
 		     *extra, g.gs_passes, g.gs_compacted, g.gs_dropped, g.gs_reclaimed,
 		     g.gs_rewritten, g.gs_copied,
 		     u->ku_ssd_written
 			 ? (double)(u->ku_ssd_written + g.gs_copied) / (double)u->ku_ssd_written
 			 : 1.0,
 		     g.gs_skips, g.gs_csum_failures, g.gs_ns / 1e9, g.gs_room_waits,
-		     g.gs_evicted_keys, g.gs_evicted_bytes) < 0)
+		     g.gs_evicted_keys, g.gs_evicted_bytes, told, untold) < 0)
 		return -ENOMEM;
 	free(*extra);
 	*extra = n;

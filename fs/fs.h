@@ -36,7 +36,15 @@ struct kv_fs {
 	 * their release or, for those the kernel never released, at the end (fs/ops.c). */
 	pthread_mutex_t kf_ctl_lock;
 	struct ctl_handle *kf_ctl_open;
+	/* cache mode's evicted names, told to the kernel (fs/notify.c); NULL when not mounted */
+	struct kv_fs_notify *kf_notify;
 };
+
+/* The node id of a store inode: its address, FUSE_ROOT_ID for the root. */
+static inline fuse_ino_t kv_fs_nodeid(struct kv_fs *fs, struct kv_inode *ino)
+{
+	return ino == kv_store_root(fs->kf_store) ? FUSE_ROOT_ID : (fuse_ino_t)(uintptr_t)ino;
+}
 
 /* Frees the control-file handles still open when the session ended. */
 void kv_fs_ctl_close_all(struct kv_fs *fs);
@@ -84,6 +92,40 @@ int kv_ctl_cmd(struct kv_fs *fs, const char *buf, size_t len);
 
 /* The names in the control directory, NULL-terminated, in readdir order. */
 extern const char *const kv_ctl_names[];
+
+/* --- invalidations of evicted names (fs/notify.c) --- */
+
+struct kv_fs_notify;
+
+/*
+ * Starts the thread that tells the kernel about evicted names, on the
+ * mounted session se; conn is the mount's device number (its fusectl
+ * connection). Install kv_fs_notify_evicted with the result as the store's
+ * eviction hook. Returns 0, -ENOMEM or pthread_create's -errno.
+ */
+int kv_fs_notify_start(struct kv_fs *fs, struct fuse_session *se, unsigned long conn,
+		       struct kv_fs_notify **out);
+
+/*
+ * The store's eviction hook (kv_store_evicted_fn; arg: the notifier):
+ * queues (dir, name) for the thread, never waiting on the kernel. A name
+ * that cannot be queued (out of memory, a long backlog, stopping) is
+ * counted as dropped: the kernel keeps it until its entry times out.
+ */
+void kv_fs_notify_evicted(void *arg, struct kv_inode *dir, const char *name);
+
+/* Names sent to the kernel, and names dropped untold, so far. */
+void kv_fs_notify_counts(struct kv_fs_notify *n, uint64_t *sent, uint64_t *dropped);
+
+/*
+ * Stops the thread once the FUSE loop has ended and the eviction hook is
+ * cleared: drops what is queued, waits for a send in flight, aborting the
+ * connection if it waits too long (fs/notify.c, "Stopping"). Returns true
+ * when the thread is gone and n freed; false when it is still in the
+ * kernel: then n and the session are left to it, and the caller must not
+ * destroy the session.
+ */
+bool kv_fs_notify_stop(struct kv_fs_notify *n);
 
 /* --- ioctls (fs/ioctl.c) --- */
 

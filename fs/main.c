@@ -59,33 +59,48 @@ static int fuse_args_build(const struct kv_config *cfg, const char *user_opts,
 }
 
 /*
- * Raises the kernel's readahead for this mount to the largest FUSE request
- * (1 MiB; the kernel caps a new FUSE mount at 128 KiB): cold sequential
- * reads through the page cache run about 40% faster (README, "Page cache").
- * The mount's device number comes from /proc/self/mountinfo, not stat(2),
- * which would wait on this very daemon. Best effort: needs root.
+ * The device number of the mount at mountpoint (the last one there), from
+ * /proc/self/mountinfo, not stat(2), which would wait on this very daemon.
+ * Returns 0 or -ENOENT.
  */
-static void tune_readahead(const char *mountpoint)
+static int mount_dev(const char *mountpoint, unsigned *maj, unsigned *min)
 {
-	char line[4096], mnt[4096], path[128];
-	unsigned maj, min;
+	char line[4096], mnt[4096];
+	unsigned a, b;
+	int err = -ENOENT;
 	FILE *f = fopen("/proc/self/mountinfo", "r");
 
 	if (!f)
-		return;
+		return -ENOENT;
 	while (fgets(line, sizeof(line), f)) {
-		if (sscanf(line, "%*u %*u %u:%u %*s %4095s", &maj, &min, mnt) != 3 ||
+		if (sscanf(line, "%*u %*u %u:%u %*s %4095s", &a, &b, mnt) != 3 ||
 		    strcmp(mnt, mountpoint) != 0)
 			continue;
-		snprintf(path, sizeof(path), "/sys/class/bdi/%u:%u/read_ahead_kb", maj, min);
-		FILE *ra = fopen(path, "w");
-
-		if (ra) {
-			fprintf(ra, "%u\n", MAX_READAHEAD_KB);
-			fclose(ra);
-		}
+		*maj = a;
+		*min = b;
+		err = 0;
 	}
 	fclose(f);
+	return err;
+}
+
+/*
+ * Raises the kernel's readahead for the mount with device maj:min to the
+ * largest FUSE request (1 MiB; the kernel caps a new FUSE mount at 128
+ * KiB): cold sequential reads through the page cache run about 40% faster
+ * (README, "Page cache"). Best effort: needs root.
+ */
+static void tune_readahead(unsigned maj, unsigned min)
+{
+	char path[128];
+	FILE *ra;
+
+	snprintf(path, sizeof(path), "/sys/class/bdi/%u:%u/read_ahead_kb", maj, min);
+	ra = fopen(path, "w");
+	if (ra) {
+		fprintf(ra, "%u\n", MAX_READAHEAD_KB);
+		fclose(ra);
+	}
 }
 
 /* The region table and the trace file (opened before libfuse changes to /). Returns 0 or 1. */
@@ -202,6 +217,8 @@ static int serve(struct kv_fs *fs, struct fuse_args *args)
 	struct kv_config *cfg = fs->kf_cfg;
 	struct fuse_loop_config *loop;
 	struct fuse_session *se;
+	unsigned maj = 0, min = 0;
+	bool stuck = false;
 	int ret = 1, rc;
 
 	fuse_set_log_func(keep_complaint);
@@ -219,7 +236,15 @@ static int serve(struct kv_fs *fs, struct fuse_args *args)
 		fprintf(stderr, "kvfs: cannot mount at '%s'\n", cfg->kc_mountpoint);
 		goto out_signals;
 	}
-	tune_readahead(cfg->kc_mountpoint);
+	if (mount_dev(cfg->kc_mountpoint, &maj, &min) == 0)
+		tune_readahead(maj, min);
+	/* the kernel's dev_t, as fusectl names the connection */
+	rc = kv_fs_notify_start(fs, se, (unsigned long)maj << 20 | min, &fs->kf_notify);
+	if (rc) {
+		fprintf(stderr, "kvfs: cannot start the invalidation thread: %s\n", strerror(-rc));
+		goto out_unmount;
+	}
+	kv_store_set_evicted(fs->kf_store, kv_fs_notify_evicted, fs->kf_notify);
 	fprintf(stderr,
 		"kvfs: mounted at %s (data %s, pool %llu MiB); stop with fusermount3 -u %s or "
 		"Ctrl-C\n",
@@ -229,20 +254,29 @@ static int serve(struct kv_fs *fs, struct fuse_args *args)
 	tell_parent(&fs->kf_ready_fd, 0);
 	loop = fuse_loop_cfg_create();
 	if (!loop)
-		goto out_unmount;
+		goto out_notify;
 	fuse_loop_cfg_set_clone_fd(loop, 1);
 	fuse_loop_cfg_set_max_threads(loop, cfg->kc_threads);
 	rc = fuse_session_loop_mt(se, loop);
 	fuse_loop_cfg_destroy(loop);
 	/* A signal ends the loop with its number: that is a clean stop. */
 	ret = (rc == 0 || rc == SIGINT || rc == SIGTERM || rc == SIGHUP) ? 0 : 1;
+out_notify:
+	/* no hook call runs once this returns: nothing is queued after the stop */
+	kv_store_set_evicted(fs->kf_store, NULL, NULL);
+	stuck = !kv_fs_notify_stop(fs->kf_notify);
+	fs->kf_notify = NULL;
 out_unmount:
 	fuse_session_unmount(se);
 out_signals:
 	fuse_remove_signal_handlers(se);
 out_session:
 	fs->kf_se = NULL;
-	fuse_session_destroy(se);
+	/* A thread still inside an invalidation keeps using se: leave it to it. */
+	if (stuck)
+		fprintf(stderr, "kvfs: an entry invalidation is stuck in the kernel: left there\n");
+	else
+		fuse_session_destroy(se);
 	kv_fs_ctl_close_all(fs);
 	return ret;
 }

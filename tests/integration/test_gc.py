@@ -10,7 +10,8 @@ cache mode", core/gc.h):
 - explicit-delete mode: ENOSPC at the quota, and after deletes and a pass
   puts succeed again;
 - cache mode (--evict=lru): twice the quota written, no put fails, the
-  newest keys are there, evictions counted;
+  newest keys are there, evictions counted, and an evicted name is gone
+  from the kernel's dentry cache as soon as the eviction is seen;
 - concurrency: writers, readers, deleters, renamers and overwriters while
   compaction runs every few ms, checked against a model of what they did;
 - crash safety: KVFS_FAULT=<point> aborts the daemon at each step of a
@@ -385,15 +386,47 @@ class ExplicitDeleteTest(GcTestCase):
 class CacheModeTest(GcTestCase):
     OPTS = ("--mem-size=16M", "--ssd-size=48M", "--bucket-size=2M", "--evict=lru")
 
+    def check_gone(self, m, written, present):
+        """Names gone from a listing since the last call (evicted: nothing
+        else deletes) are gone from the kernel's dentry cache too, once the
+        daemon's invalidations for them went out: evictions and their
+        invalidations run in one order, so the first len(written) -
+        len(present) invalidations are theirs. Takes them out of `present`."""
+        gone = present - set(os.listdir(m.mnt))
+        if not gone:
+            return
+        present -= gone
+        evicted = len(written) - len(present)
+        deadline = time.monotonic() + 10
+        while True:
+            s = m.stats()["gc"]
+            # a daemon without these counters has nothing to wait for
+            if s.get("evict_invalidations", evicted) + \
+                    s.get("evict_invalidations_dropped", 0) >= evicted:
+                break
+            self.assertLess(time.monotonic(), deadline, s)
+            time.sleep(0.001)
+        self.assertEqual(s.get("evict_invalidations_dropped", 0), 0, s)
+        stale = sorted(k for k in gone if os.path.lexists(m.path(k)))
+        self.assertEqual(stale, [], "evicted names the kernel still has")
+
     def test_twice_the_quota(self):
         m = self.start("lru")
         written = []
+        present = set()
         for i in range(2 * 48 * MIB // VALUE):
             name = "c%04d" % i
             data = pattern(name, VALUE)
             write_file(m.path(name), data)
             written.append((name, digest(data)))
+            present.add(name)
+            # the kernel keeps each entry for 1 s (KV_FS_TIMEOUT): keep
+            # them all cached, so an eviction has entries to invalidate
+            for k in present:
+                os.path.lexists(m.path(k))
+            self.check_gone(m, written, present)
         syncfs(m)
+        self.check_gone(m, written, present)
         s = m.stats()
         self.assertEqual(kvfstest.errcount(s, "ENOSPC"), 0, s.get("errors"))
         self.assertEqual(s["tier"]["offload_errors"], 0, s["tier"])
