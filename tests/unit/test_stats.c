@@ -375,7 +375,7 @@ static const char json_checker[] =
     "    'lat_ns': d['ops']['mkdir']['lat_ns']}\n"
     "assert d['errors'] == {'EIO': 1, 'EEXIST': 1, 'ENOSPC': 2, 'other': 1}, d['errors']\n"
     "assert d['pool'] == {'size': 1 << 30, 'used': 1 << 20, 'free': (1 << 30) - (1 << 20),"
-    " 'cow_bytes': 3 << 21}\n"
+    " 'reserved': 2 << 21, 'cow_bytes': 3 << 21}\n"
     "assert d['namespace'] == {'keys': 7, 'dirs': 3, 'symlinks': 5, 'fifos_sockets': 4,\n"
     "    'open_handles': 2, 'bytes': 123456789012, 'last_seq': 2**64 - 1}, d['namespace']\n"
     "io = d['ioctl']\n"
@@ -400,6 +400,7 @@ static void test_render_json(void **state)
 	const struct kv_stats_gauges g = {
 	    .kg_pool_size = 1ull << 30,
 	    .kg_pool_used = 1ull << 20,
+	    .kg_pool_reserved = 2ull << 21,
 	    .kg_cow_bytes = 3ull << 21,
 	    .kg_keys = 7,
 	    .kg_dirs = 3,
@@ -485,7 +486,8 @@ static void test_render_empty(void **state)
 	kv_stats_init(&st);
 	assert_int_equal(kv_stats_render(&st, &g, &buf, &len), 0);
 	assert_non_null(strstr(buf, "\"errors\": {}"));
-	assert_non_null(strstr(buf, "\"pool\": {\"size\": 0, \"used\": 0, \"free\": 0, \"cow_bytes\": 0}"));
+	assert_non_null(strstr(buf, "\"pool\": {\"size\": 0, \"used\": 0, \"free\": 0, "
+				    "\"reserved\": 0, \"cow_bytes\": 0}"));
 	for (int op = 0; op < KV_OP__COUNT; op++) {
 		char *key;
 
@@ -519,7 +521,8 @@ static void test_render_pool_overcommit(void **state)
 	(void)state;
 	kv_stats_init(&st);
 	assert_int_equal(kv_stats_render(&st, &g, &buf, &len), 0);
-	assert_non_null(strstr(buf, "\"pool\": {\"size\": 10, \"used\": 11, \"free\": 0, \"cow_bytes\": 0}"));
+	assert_non_null(strstr(buf, "\"pool\": {\"size\": 10, \"used\": 11, \"free\": 0, "
+				    "\"reserved\": 0, \"cow_bytes\": 0}"));
 	free(buf);
 }
 
