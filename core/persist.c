@@ -974,11 +974,15 @@ int kv_store_fsck(const struct kv_config *cfg, int datadir_fd, FILE *out)
  * Salvage. Every WHOLE record becomes a PUT of its key, the newest winning;
  * so does every MANIFEST whose extent records are all found, sound and of
  * the lengths it names. EXTENT records are gathered during the scan and
- * manifests resolved after it.
+ * manifests resolved after it, by birth sequence number and extent index
+ * alone: sequence numbers are the store's, unique to a version, and a
+ * version may share the records of one made under an older name (renamed
+ * since). A spilled extent written again in one version leaves two records
+ * of that number and index: the one placed last (highest bucket and
+ * offset) is taken, the one its manifest names unless compaction moved the
+ * earlier one into a newer bucket before it was replaced (README, Limits).
  */
 struct sv_ext {
-	char *se_key;
-	uint32_t se_key_len;
 	struct kv_loc se_loc;
 };
 
@@ -1042,18 +1046,15 @@ static int salvage_rec(const struct kv_bucket_rec *r, void *arg)
 		e.je_head_len = r->br_loc.kl_head_len;
 		return salvage_put(sv->sv_st, r->br_key, r->br_key_len, &e);
 	}
+	if (r->br_flags == KV_REC_EXTENT) {
+		if (!grow((void **)&sv->sv_ext, &sv->sv_maxext, sv->sv_next, sizeof(*sv->sv_ext)))
+			return sv->sv_err = -ENOMEM;
+		sv->sv_ext[sv->sv_next++] = (struct sv_ext){.se_loc = r->br_loc};
+		return 0;
+	}
 	key = strndup(r->br_key, r->br_key_len);
 	if (!key)
 		return sv->sv_err = -ENOMEM;
-	if (r->br_flags == KV_REC_EXTENT) {
-		if (!grow((void **)&sv->sv_ext, &sv->sv_maxext, sv->sv_next, sizeof(*sv->sv_ext))) {
-			free(key);
-			return sv->sv_err = -ENOMEM;
-		}
-		sv->sv_ext[sv->sv_next++] =
-		    (struct sv_ext){.se_key = key, .se_key_len = r->br_key_len, .se_loc = r->br_loc};
-		return 0;
-	}
 	if (!r->br_value || !grow((void **)&sv->sv_man, &sv->sv_maxman, sv->sv_nman,
 				  sizeof(*sv->sv_man))) {
 		free(key);
@@ -1070,25 +1071,39 @@ static int salvage_rec(const struct kv_bucket_rec *r, void *arg)
 	return 0;
 }
 
+/* By birth sequence number, extent index, then place (bucket, offset). */
 static int sv_ext_order(const void *a, const void *b)
 {
-	const struct sv_ext *x = a, *y = b;
-	int c = strcmp(x->se_key, y->se_key);
+	const struct kv_loc *x = &((const struct sv_ext *)a)->se_loc;
+	const struct kv_loc *y = &((const struct sv_ext *)b)->se_loc;
 
-	if (c)
-		return c;
-	if (x->se_loc.kl_seq != y->se_loc.kl_seq)
-		return x->se_loc.kl_seq < y->se_loc.kl_seq ? -1 : 1;
-	return x->se_loc.kl_index < y->se_loc.kl_index ? -1 : x->se_loc.kl_index > y->se_loc.kl_index;
+	if (x->kl_seq != y->kl_seq)
+		return x->kl_seq < y->kl_seq ? -1 : 1;
+	if (x->kl_index != y->kl_index)
+		return x->kl_index < y->kl_index ? -1 : 1;
+	if (x->kl_bucket != y->kl_bucket)
+		return x->kl_bucket < y->kl_bucket ? -1 : 1;
+	return x->kl_off < y->kl_off ? -1 : x->kl_off > y->kl_off;
 }
 
-/* The extent record of key with birth seq `seq` and index `index`, or NULL. */
-static const struct sv_ext *sv_find(const struct salvage *sv, char *key, uint64_t seq,
-				    uint32_t index)
+/* The extent record with birth seq `seq` and index `index` placed last, or NULL. */
+static const struct sv_ext *sv_find(const struct salvage *sv, uint64_t seq, uint32_t index)
 {
-	struct sv_ext k = {.se_key = key, .se_loc = {.kl_seq = seq, .kl_index = index}};
+	size_t lo = 0, hi = sv->sv_next;
 
-	return bsearch(&k, sv->sv_ext, sv->sv_next, sizeof(k), sv_ext_order);
+	while (lo < hi) { /* the first entry past (seq, index) */
+		size_t mid = lo + (hi - lo) / 2;
+		const struct kv_loc *l = &sv->sv_ext[mid].se_loc;
+
+		if (l->kl_seq < seq || (l->kl_seq == seq && l->kl_index <= index))
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (!lo || sv->sv_ext[lo - 1].se_loc.kl_seq != seq ||
+	    sv->sv_ext[lo - 1].se_loc.kl_index != index)
+		return NULL;
+	return &sv->sv_ext[lo - 1];
 }
 
 /* Turns a manifest whose every extent is there into a PUT. */
@@ -1113,7 +1128,7 @@ static int salvage_manifest(struct salvage *sv, const struct sv_man *sm)
 		const struct sv_ext *se;
 
 		memcpy(&me, (char *)sm->sm_value + sizeof(mf) + i * sizeof(me), sizeof(me));
-		se = sv_find(sv, sm->sm_key, me.me_seq, me.me_index);
+		se = sv_find(sv, me.me_seq, me.me_index);
 		if (!se || se->se_loc.kl_len != me.me_len) {
 			err = 1; /* incomplete: an older version may still be whole */
 			break;
@@ -1145,8 +1160,6 @@ static int salvage_resolve(struct salvage *sv)
 
 static void salvage_free(struct salvage *sv)
 {
-	for (size_t i = 0; i < sv->sv_next; i++)
-		free(sv->sv_ext[i].se_key);
 	for (size_t i = 0; i < sv->sv_nman; i++) {
 		free(sv->sv_man[i].sm_key);
 		free(sv->sv_man[i].sm_value);

@@ -696,6 +696,35 @@ class SharedExtentsTest(SsdTestCase):
         data[off:off + 4096] = b"%04d" % i * 1024
         fsync_path(m.path("v"))
 
+    def test_salvage_after_a_rename(self):
+        """--salvage finds a version's shared records by birth sequence number
+        and extent index, whatever key they were written under: a value
+        renamed, then changed, comes back whole under its new name."""
+        m = self.start("first")
+        data = bytearray(pattern("renamed", 8 * EXTENT))
+        write_file(m.path("old"), bytes(data))
+        fsync_path(m.path("old"))
+        os.rename(m.path("old"), m.path("new"))
+        fd = os.open(m.path("new"), os.O_WRONLY)
+        self.assertEqual(os.pwrite(fd, b"N" * 4096, 3 * EXTENT + 5), 4096)
+        os.close(fd)
+        data[3 * EXTENT + 5:3 * EXTENT + 5 + 4096] = b"N" * 4096
+        fsync_path(m.path("new"))
+        fsync_path(m.mnt, directory=True)
+        m.stop()
+        seq, ents = newest_manifest(self.data, "new")
+        self.assertGreater(sum(1 for birth, _, _ in ents if birth != seq), 0,
+                           "the new version shares records written under the old name")
+        for n in os.listdir(self.data):
+            if n == "checkpoint" or n.startswith("journal."):
+                os.unlink(os.path.join(self.data, n))
+        rc, out = run_kvfs("--salvage", self.data)
+        self.assertEqual(rc, 0, out)
+        m = self.start("salvaged")
+        self.assertEqual(hashlib.sha256(read_file(m.path("new"))).hexdigest(),
+                         hashlib.sha256(bytes(data)).hexdigest())
+        m.stop()
+
     def test_small_writes_into_a_sealed_value_twice_the_pool(self):
         m = self.start("first")
         data = bytearray(pattern("shared", self.SIZE))
