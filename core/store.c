@@ -980,7 +980,12 @@ static bool retry_for_room(struct kv_store *st, struct kv_inode *ino, int *errp,
 		if (ino->ki_obj)
 			seq = ino->ki_obj->ko_seq;
 		pthread_rwlock_unlock(&ino->ki_lock);
-		return kv_tier_wait_durable(st->ks_tier, ino, seq) == 0;
+		err = kv_tier_wait_durable(st->ks_tier, ino, seq);
+		if (err && err != -EAGAIN) { /* it failed: so does the change */
+			*errp = err;
+			return false;
+		}
+		return true; /* durable, or replaced: look again */
 	}
 	if (err != -ENOSPC || !st->ks_tier)
 		return false;
@@ -1938,26 +1943,33 @@ int kv_store_seek(struct kv_store *st, struct kv_inode *ino, uint64_t off, int w
 int kv_store_fsync(struct kv_store *st, struct kv_inode *ino)
 {
 	uint64_t seq = 0;
+	int err;
 
 	if (!st->ks_tier)
 		return 0;
 	/* libfuse 3.14 does not pass syncfs on: fsync of the root stands in for it. */
 	if (ino == st->ks_root)
 		return kv_tier_drain(st->ks_tier);
-	if (S_ISREG(ino->ki_type)) {
+	if (!S_ISREG(ino->ki_type))
+		return kv_tier_wait_durable(st->ks_tier, ino, 0);
+	do {
 		pthread_rwlock_wrlock(&ino->ki_lock);
 		/*
 		 * fsync is a put: the bytes written so far become a sealed version
 		 * — unless the file has no name any more: nothing of it can become
 		 * durable, and an open version keeps spilling (a temporary file
-		 * written with O_SYNC, as stress-ng's iomix does).
+		 * written with O_SYNC, as stress-ng's iomix does). A change through
+		 * another handle (a truncate by path) may replace that version
+		 * before it is written, with one left open: seal that one and wait
+		 * for it instead, as it holds these bytes too.
 		 */
 		if (ino->ki_obj && !ino->ki_obj->ko_sealed && atomic_load(&ino->ki_nlink))
 			seal(ino);
 		seq = ino->ki_obj ? ino->ki_obj->ko_seq : 0;
 		pthread_rwlock_unlock(&ino->ki_lock);
-	}
-	return kv_tier_wait_durable(st->ks_tier, ino, seq);
+		err = kv_tier_wait_durable(st->ks_tier, ino, seq);
+	} while (err == -EAGAIN);
+	return err;
 }
 
 int kv_store_readdir(struct kv_store *st, struct kv_inode *dir, struct kv_dir_snap *snap)

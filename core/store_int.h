@@ -215,7 +215,11 @@ int kv_tier_read_direct(struct kv_tier *t, struct kv_inode *ino, const struct io
  * and the journal is durable: syncfs. Returns the journal's sync result.
  */
 int kv_tier_drain(struct kv_tier *t);
-/* Waits until ino's version with sequence number seq is durable (or failed). */
+/*
+ * Waits until ino's version with sequence number seq is durable (or failed,
+ * or the key deleted); -EAGAIN when a newer version took its place before
+ * (a change by another handle): it may never be written, wait for that one.
+ */
 int kv_tier_wait_durable(struct kv_tier *t, struct kv_inode *ino, uint64_t seq);
 void kv_tier_usage(struct kv_tier *t, struct kv_store_usage *u);
 /* Counts a read served from DRAM, or (ssd) one that read some of its bytes from the SSD. */

@@ -1243,6 +1243,8 @@ int kv_tier_wait_durable(struct kv_tier *t, struct kv_inode *ino, uint64_t seq)
 			err = ino->ki_offload_err;
 		} else if (atomic_load(&ino->ki_nlink) == 0) {
 			done = true; /* deleted: nothing left to make durable */
+		} else if (ino->ki_obj && ino->ki_obj->ko_seq != seq) {
+			err = -EAGAIN; /* a newer version (open, or sealed) took its place */
 		}
 		pthread_rwlock_unlock(&ino->ki_lock);
 		if (!err)

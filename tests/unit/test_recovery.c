@@ -1850,6 +1850,137 @@ static void test_large_threads(void **state)
 	close(dfd);
 }
 
+/*
+ * Reservations under concurrency: one thread fallocates (mode 0 and
+ * KEEP_SIZE), punches and truncates a file, another writes into it and
+ * fsyncs, a third makes pressure, while the offloader and spills fill
+ * reservations. Every promise must be accounted exactly: what the store
+ * holds reserved survives a clean restart unchanged, and deleting the file
+ * gives it all back (a leak or a double give-back shows as a count left
+ * over, or a huge one).
+ */
+#define RESV_ITERS 80
+
+static void *resv_main(void *arg)
+{
+	struct bctx *b = arg;
+	struct kv_store *st = b->b_st;
+	uint64_t rng = 0x51ed270b27a3d5a9ull * (b->b_id + 1);
+	char *buf = malloc(MIB), name[32];
+	struct kv_inode *ino = NULL;
+	int err = 0;
+
+	if (b->b_id < 2)
+		err = resolve(st, "r/a", &ino);
+	for (unsigned i = 0; buf && !err && i < RESV_ITERS; i++) {
+		uint64_t off, len;
+
+		rng = mix(rng + i);
+		off = rng % (24 * MIB);
+		len = 1 + (rng >> 40) % (8 * MIB);
+		if (b->b_id == 0) { /* the reserver */
+			switch (i % 4) {
+			case 0:
+				err = kv_store_fallocate(st, ino, 0, off, len);
+				break;
+			case 1:
+				err = kv_store_fallocate(st, ino, FALLOC_FL_KEEP_SIZE, off, len);
+				break;
+			case 2:
+				err = kv_store_fallocate(
+				    st, ino, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off, len);
+				break;
+			default: {
+				struct kv_setattr sa = {.ksa_valid = KV_SET_SIZE, .ksa_size = off};
+				struct kv_attr a;
+
+				err = kv_store_setattr(st, ino, &sa, &a);
+			}
+			}
+		} else if (b->b_id == 1) { /* the writer */
+			len = len > MIB ? MIB : len;
+			memset(buf, 'a' + i % 26, len);
+			err = kv_store_open(st, ino, O_WRONLY);
+			if (!err) {
+				err = kv_store_write(st, ino, off, buf, len);
+				if (!err && i % 8 == 0)
+					err = kv_store_fsync(st, ino);
+				kv_store_release(st, ino, O_WRONLY);
+			}
+		} else { /* pressure */
+			char *v = pattern(rng, 3 * MIB);
+
+			snprintf(name, sizeof(name), "r/p%u", i % 4);
+			err = v ? create_file(st, name, 0644, v, 3 * MIB, false) : -ENOMEM;
+			if (err == -EEXIST)
+				err = unlink_path(st, name, false);
+			free(v);
+		}
+		if (err)
+			snprintf(b->b_why, sizeof(b->b_why), "thread %u, iteration %u: %d", b->b_id,
+				 i, err);
+	}
+	b->b_fail = err != 0;
+	if (ino)
+		kv_store_forget(st, ino, 1);
+	free(buf);
+	return NULL;
+}
+
+/* Bytes the store holds promised: the SSD's, or the pool's without a tier. */
+static uint64_t promised(struct kv_store *st, bool ssd)
+{
+	return ssd ? usage(st).ku_ssd_reserved : kv_pool_reserved(kv_store_pool(st));
+}
+
+static void reserve_threads(struct fix *f, bool ssd)
+{
+	int dfd = ddir(f, ssd ? "ssd" : "dram");
+	struct bctx b[3] = {{0}};
+	struct kv_inode *ino;
+	pthread_t th[3];
+	struct kv_store *st;
+	uint64_t before;
+
+	f->f_cfg.kc_mem_size = 64 * MIB;
+	f->f_cfg.kc_ssd_size = ssd ? 512 * MIB : 0;
+	st = store_open(f, dfd);
+	assert_int_equal(mkdir_path(st, "r", 0755), 0);
+	assert_int_equal(create_file(st, "r/a", 0644, "head", 4, true), 0);
+	for (unsigned k = 0; k < 3; k++) {
+		b[k] = (struct bctx){.b_st = st, .b_id = k};
+		assert_int_equal(pthread_create(&th[k], NULL, resv_main, &b[k]), 0);
+	}
+	for (unsigned k = 0; k < 3; k++)
+		assert_int_equal(pthread_join(th[k], NULL), 0);
+	for (unsigned k = 0; k < 3; k++)
+		if (b[k].b_fail)
+			fail_msg("%s", b[k].b_why);
+	/* Something left promised past the end, whatever the threads did last. */
+	assert_int_equal(resolve(st, "r/a", &ino), 0);
+	assert_int_equal(kv_store_fallocate(st, ino, FALLOC_FL_KEEP_SIZE, 0, 40 * MIB), 0);
+	kv_store_forget(st, ino, 1);
+	before = promised(st, ssd);
+	assert_true(before >= 4 * MIB);
+	print_message("reserve threads (%s): %" PRIu64 " bytes promised at the end\n",
+		      ssd ? "ssd" : "dram", before);
+	if (ssd) {
+		assert_int_equal(kv_store_destroy(st), 0);
+		st = store_open(f, dfd);
+		assert_int_equal(promised(st, ssd), before);
+	}
+	assert_int_equal(unlink_path(st, "r/a", false), 0);
+	assert_int_equal(promised(st, ssd), 0);
+	kv_store_destroy(st);
+	close(dfd);
+}
+
+static void test_reserve_threads(void **state)
+{
+	reserve_threads(fix_of(state), true);
+	reserve_threads(fix_of(state), false);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fix_setup, fix_teardown)
 
 int main(void)
@@ -1858,7 +1989,7 @@ int main(void)
 	    T(test_clean_restart),   T(test_restart_then_write), T(test_pre_epoch_times),
 	    T(test_root_attrs),	     T(test_replay_equals_live), T(test_crash_image),
 	    T(test_nodes_recovered), T(test_eviction),		 T(test_spill),
-	    T(test_threads),	     T(test_large_threads),
+	    T(test_threads),	     T(test_large_threads),	 T(test_reserve_threads),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
