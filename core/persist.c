@@ -421,7 +421,9 @@ static int map_of(const struct kv_jent *e, struct kv_xmap *m, struct kv_resv **r
 
 /*
  * Sets a replayed key's reserved extents, and what the bucket set holds for
- * them (none without a tier: --salvage's store).
+ * them; before there is one (the checkpoint loads while the bucket set
+ * opens), ks_resv_loaded counts them, promised at once when it is there
+ * (kv_persist_recover). --salvage's store never has one.
  */
 static void set_resv(struct kv_store *st, struct kv_inode *f, struct kv_resv *rv)
 {
@@ -429,10 +431,14 @@ static void set_resv(struct kv_store *st, struct kv_inode *f, struct kv_resv *rv
 
 	if (bs && f->ki_resv)
 		kv_bucket_unreserve(bs, kv_resv_count(f->ki_resv) * KV_RESV_BYTES);
+	else if (f->ki_resv)
+		st->ks_resv_loaded -= kv_resv_count(f->ki_resv);
 	kv_resv_free(f->ki_resv);
 	f->ki_resv = rv;
 	if (bs && rv)
 		kv_bucket_reserve(bs, kv_resv_count(rv) * KV_RESV_BYTES, true);
+	else if (rv)
+		st->ks_resv_loaded += kv_resv_count(rv);
 }
 
 /*
@@ -625,7 +631,7 @@ static int apply_counted(const struct kv_jent *e, uint64_t lsn, void *arg)
 	return apply(e, lsn, rp->rp_st);
 }
 
-/* Live bytes per bucket, gathered from the keys (recovery). */
+/* Live bytes per bucket, gathered from the keys (recovery): lv_id sorted, lv_bytes alongside. */
 struct live {
 	uint64_t *lv_id, *lv_bytes;
 	size_t lv_n, lv_max;
@@ -633,13 +639,31 @@ struct live {
 	struct kv_bucket_set *lv_bs;
 };
 
+/* The position of bucket id in lv_id, or where it would go. */
+static size_t live_at(const struct live *lv, uint64_t id)
+{
+	size_t lo = 0, hi = lv->lv_n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (lv->lv_id[mid] < id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* Adds bytes to bucket id's sum: a binary search, every key of millions asks. */
 static void live_add(struct live *lv, uint64_t id, uint64_t bytes)
 {
-	for (size_t i = 0; i < lv->lv_n; i++)
-		if (lv->lv_id[i] == id) {
-			lv->lv_bytes[i] += bytes;
-			return;
-		}
+	size_t i = live_at(lv, id);
+
+	if (i < lv->lv_n && lv->lv_id[i] == id) {
+		lv->lv_bytes[i] += bytes;
+		return;
+	}
 	if (lv->lv_n == lv->lv_max) {
 		size_t n = lv->lv_max ? lv->lv_max * 2 : 64;
 		uint64_t *a = realloc(lv->lv_id, n * 8), *b;
@@ -653,8 +677,11 @@ static void live_add(struct live *lv, uint64_t id, uint64_t bytes)
 		lv->lv_bytes = b;
 		lv->lv_max = n;
 	}
-	lv->lv_id[lv->lv_n] = id;
-	lv->lv_bytes[lv->lv_n++] = bytes;
+	memmove(lv->lv_id + i + 1, lv->lv_id + i, (lv->lv_n - i) * 8);
+	memmove(lv->lv_bytes + i + 1, lv->lv_bytes + i, (lv->lv_n - i) * 8);
+	lv->lv_id[i] = id;
+	lv->lv_bytes[i] = bytes;
+	lv->lv_n++;
 }
 
 /* Drops keys whose record is not on disk; sums the live bytes of the rest. */
@@ -680,28 +707,65 @@ static void check_key(struct kv_store *st, struct kv_inode *dir, struct kv_inode
 static void drop_orphan(uint64_t id, void *arg)
 {
 	struct live *lv = arg;
+	size_t i = live_at(lv, id);
 
-	for (size_t i = 0; i < lv->lv_n; i++)
-		if (lv->lv_id[i] == id) {
-			kv_bucket_set_live(lv->lv_bs, id, lv->lv_bytes[i]);
-			return;
-		}
-	kv_bucket_drop(lv->lv_bs, id);
+	if (i < lv->lv_n && lv->lv_id[i] == id)
+		kv_bucket_set_live(lv->lv_bs, id, lv->lv_bytes[i]);
+	else
+		kv_bucket_drop(lv->lv_bs, id);
 }
 
-int kv_persist_recover(struct kv_store *st, struct kv_bucket_set *bs, int datadir_fd)
+/* The tier, opened while the checkpoint loads: reading every bucket's trailer is I/O. */
+struct opener {
+	struct kv_store *op_st;
+	int op_datadir_fd;
+	struct kv_tier *op_tier;
+	int op_err;
+};
+
+static void *open_tier(void *arg)
+{
+	struct opener *op = arg;
+
+	op->op_err = kv_tier_create(op->op_st, op->op_datadir_fd, &op->op_tier);
+	return NULL;
+}
+
+/*
+ * Recovery. The checkpoint only names things (MKDIR, PUT, NODE: no entry
+ * removes or moves one), so it loads into the tree while another thread
+ * opens the bucket set; ks_tier stays NULL until both are done, and
+ * nothing the load calls looks at it then. The journal, which removes and
+ * renames, is replayed after, with the tier there.
+ */
+int kv_persist_recover(struct kv_store *st, int datadir_fd)
 {
 	uint64_t t0 = kv_now_ns(), next_seq = 1, next_bucket = 1, gen = 0, last_gen, last_lsn;
-	struct live lv = {.lv_bs = bs};
+	struct opener op = {.op_st = st, .op_datadir_fd = datadir_fd};
 	struct replay rp = {.rp_st = st};
-	bool have_ckpt;
+	struct kv_bucket_set *bs;
+	struct live lv = {0};
+	bool have_ckpt, opening;
+	pthread_t opener;
 	int err;
 
+	opening = pthread_create(&opener, NULL, open_tier, &op) == 0;
 	pthread_rwlock_wrlock(&st->ks_ns_lock);
 	err = kv_ckpt_load(datadir_fd, apply, st, &next_seq, &next_bucket, &gen);
+	pthread_rwlock_unlock(&st->ks_ns_lock);
+	if (opening)
+		pthread_join(opener, NULL);
+	else
+		open_tier(&op);
+	if (op.op_err)
+		return op.op_err;
+	st->ks_tier = op.op_tier;
+	bs = lv.lv_bs = kv_tier_buckets(st->ks_tier);
+	kv_bucket_reserve(bs, st->ks_resv_loaded * KV_RESV_BYTES, true); /* the checkpoint's */
 	have_ckpt = !err;
 	if (err == -ENOENT)
 		err = 0;
+	pthread_rwlock_wrlock(&st->ks_ns_lock);
 	if (!err)
 		err = kv_journal_replay(datadir_fd, gen, apply_counted, &rp, &last_gen, &last_lsn);
 	if (!err) {
@@ -724,12 +788,44 @@ int kv_persist_recover(struct kv_store *st, struct kv_bucket_set *bs, int datadi
 	 * Start from a fresh checkpoint, so the next start replays nothing —
 	 * unless the checkpoint read is the namespace already (a clean stop
 	 * wrote it: no entry replayed, no key dropped), which is what makes
-	 * a clean restart of millions of keys quick.
+	 * a clean restart of millions of keys quick. After replaying a
+	 * journal onto a checkpoint, that new one is written by
+	 * kv_persist_start once the mount serves: until it is there, the old
+	 * checkpoint and the journal files say the same (the journal goes on
+	 * from its replayed tail), like between any two checkpoints. Without
+	 * a checkpoint, or with keys dropped, it is written here: the next
+	 * start must not meet the names of records that are gone (a new
+	 * bucket could take a dropped one's id).
 	 */
-	if (!have_ckpt || rp.rp_n || lv.lv_lost)
+	if (!have_ckpt || lv.lv_lost)
 		err = kv_persist_checkpoint(st);
+	else if (rp.rp_n)
+		st->ks_ckpt_due = true;
 	kv_tier_recovered(st->ks_tier, kv_now_ns() - t0, lv.lv_keys, lv.lv_lost);
 	return err;
+}
+
+static void *checkpoint_main(void *arg)
+{
+	/* A failure loses nothing: the journal still holds it all, the next checkpoint retries. */
+	kv_persist_checkpoint(arg);
+	return NULL;
+}
+
+void kv_persist_start(struct kv_store *st)
+{
+	if (!st->ks_ckpt_due)
+		return;
+	st->ks_ckpt_started = pthread_create(&st->ks_ckpt_thread, NULL, checkpoint_main, st) == 0;
+	if (!st->ks_ckpt_started)
+		kv_persist_checkpoint(st);
+}
+
+void kv_persist_stop(struct kv_store *st)
+{
+	if (st->ks_ckpt_started)
+		pthread_join(st->ks_ckpt_thread, NULL);
+	st->ks_ckpt_started = st->ks_ckpt_due = false;
 }
 
 /* --- checkpoints --- */

@@ -257,16 +257,16 @@ int kv_store_create(struct kv_store **out, const struct kv_config *cfg, int data
 	st->ks_cfg = cfg;
 	st->ks_datadir_fd = datadir_fd;
 	if (datadir_fd >= 0 && cfg->kc_ssd_size > 0) {
-		err = kv_tier_create(st, datadir_fd, &st->ks_tier);
-		if (err)
+		err = kv_persist_recover(st, datadir_fd);
+		if (err && !st->ks_tier)
 			goto out_root;
-		err = kv_persist_recover(st, kv_tier_buckets(st->ks_tier), datadir_fd);
 		if (!err)
 			err = kv_gc_create(st, kv_tier_buckets(st->ks_tier), &gc_ops, &st->ks_gc);
 		if (err)
 			goto out_tier;
 		kv_tier_start(st->ks_tier);
 		kv_gc_start(st->ks_gc);
+		kv_persist_start(st);
 	}
 	*out = st;
 	return 0;
@@ -329,6 +329,7 @@ uint64_t kv_store_destroy(struct kv_store *st)
 	uint64_t lost = 0;
 
 	if (st->ks_tier) {
+		kv_persist_stop(st);
 		/* The offloader may still need compaction for room: passes run in its thread. */
 		kv_gc_stop(st->ks_gc);
 		kv_tier_flush_stop(st->ks_tier);

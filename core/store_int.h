@@ -102,9 +102,13 @@ struct kv_store {
 	struct kv_gc *ks_gc;		/* compaction (core/gc.h); NULL with ks_tier */
 	pthread_mutex_t ks_ckpt_lock;	/* one checkpoint at a time (offloader, compactor); taken
 					   before ks_ns_lock */
+	pthread_t ks_ckpt_thread;	/* the checkpoint recovery left due (kv_persist_start) */
+	bool ks_ckpt_due, ks_ckpt_started; /* set by kv_store_create, cleared by kv_persist_stop */
 	const struct kv_config *ks_cfg; /* immutable */
 	int ks_datadir_fd;		/* immutable: DATA_DIR, or -1 */
 	_Atomic int ks_meta_err;	/* a journal entry was lost: fsync fails with it */
+	uint64_t ks_resv_loaded;	/* recovery: reserved extents the checkpoint brought
+					   before the bucket set was there to promise them */
 	/* ks_evict_lock guards ks_evicted and ks_evicted_arg, and is held across their call */
 	pthread_mutex_t ks_evict_lock;
 	kv_store_evicted_fn ks_evicted; /* NULL: nobody to tell */
@@ -239,8 +243,18 @@ void kv_persist_rename(struct kv_store *st, const char *from, int flen, const ch
 void kv_persist_setattr(struct kv_store *st, struct kv_inode *ino);
 /* Journals where ino's value now lives (ks_ns_lock and ki_lock held). */
 void kv_persist_put(struct kv_store *st, struct kv_inode *ino);
-/* Loads checkpoint + journal into the (empty) store. */
-int kv_persist_recover(struct kv_store *st, struct kv_bucket_set *bs, int datadir_fd);
+/*
+ * Opens the tier (ks_tier) and loads checkpoint + journal into the (empty)
+ * store. On failure ks_tier is set if it was opened.
+ */
+int kv_persist_recover(struct kv_store *st, int datadir_fd);
+/*
+ * Writes, in a thread of its own, the checkpoint recovery left due (it
+ * replayed journal entries): call once the store serves.
+ */
+void kv_persist_start(struct kv_store *st);
+/* Waits for kv_persist_start's checkpoint. Call before stopping the tier. */
+void kv_persist_stop(struct kv_store *st);
 /* Writes a checkpoint of the whole store and drops the journal before it. */
 int kv_persist_checkpoint(struct kv_store *st);
 

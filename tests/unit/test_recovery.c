@@ -43,6 +43,7 @@
 #include <xxhash.h>
 
 #include "core/store.h"
+#include "core/store_int.h" /* ks_ckpt_lock, kv_persist_stop: the checkpoint after replay */
 
 #define KIB	 1024u
 #define MIB	 (1024u * KIB)
@@ -1425,6 +1426,99 @@ static void test_crash_image(void **state)
 	close(cfd);
 }
 
+/* Whether journal.<gen> is in dirfd. */
+static bool has_journal(int dirfd, uint64_t gen)
+{
+	char name[64];
+
+	snprintf(name, sizeof(name), "journal.%" PRIu64, gen);
+	return faccessat(dirfd, name, F_OK, 0) == 0;
+}
+
+/*
+ * The keys of test_ckpt_after_replay: k0..k6 as written, k7 deleted; once
+ * `changed`, k1 deleted, k2 renamed to k2r, k3 rewritten and k8 made.
+ */
+static void after_replay_check(struct kv_store *st, char *const *v, const char *v3, bool changed)
+{
+	char path[MAXPATH];
+
+	for (unsigned i = 0; i < 9; i++) {
+		bool gone = i == 7 || (changed ? i == 1 || i == 2 : i == 8);
+		int err;
+
+		snprintf(path, sizeof(path), "d/k%u", i);
+		err = i == 3 && changed ? check_file(st, path, v3, 777)
+					: check_file(st, path, v[i], 5000 + i);
+		if (gone)
+			assert_int_equal(err, -ENOENT);
+		else if (err)
+			fail_msg("%s: %s", path, strerror(-err));
+	}
+	assert_int_equal(check_file(st, "d/k2r", v[2], 5002), changed ? 0 : -ENOENT);
+}
+
+/*
+ * After replaying a journal, recovery leaves the new checkpoint to a thread
+ * (kv_persist_start) and the store serves at once. Keys read, and deletes,
+ * renames and puts made before that checkpoint is written survive a crash
+ * then (the journal goes on from the replayed tail) and after it (the
+ * checkpoint holds them, the replayed journal generations are gone).
+ */
+static void test_ckpt_after_replay(void **state)
+{
+	struct fix *f = fix_of(state);
+	int dfd = ddir(f, "data"), c1 = ddir(f, "crash1"), c2 = ddir(f, "crash2"),
+	    c3 = ddir(f, "crash3");
+	struct kv_store *st = store_open(f, dfd);
+	char *v[9], *v3 = pattern(77, 777), path[MAXPATH], jname[64];
+	uint64_t gen0;
+
+	assert_int_equal(mkdir_path(st, "d", 0755), 0);
+	for (unsigned i = 0; i < 9; i++) {
+		v[i] = pattern(300 + i, 5000 + i);
+		snprintf(path, sizeof(path), "d/k%u", i);
+		if (i < 8)
+			assert_int_equal(create_file(st, path, 0644, v[i], 5000 + i, true), 0);
+	}
+	assert_int_equal(unlink_path(st, "d/k7", false), 0);
+	assert_int_equal(fsync_path(st, "d"), 0);
+	copy_tree(dfd, c1);
+	kv_store_destroy(st);
+	gen0 = newest_journal(c1, jname, sizeof(jname));
+
+	/* Recovering the crash image replays the journal: a checkpoint is due. */
+	st = store_open(f, c1);
+	pthread_mutex_lock(&st->ks_ckpt_lock); /* held off (or already written) */
+	after_replay_check(st, v, v3, false);
+	assert_int_equal(unlink_path(st, "d/k1", false), 0);
+	assert_int_equal(rename_path(st, "d/k2", "d/k2r", 0), 0);
+	assert_int_equal(overwrite_file(st, "d/k3", v3, 777), 0);
+	assert_int_equal(fsync_path(st, "d/k3"), 0);
+	assert_int_equal(create_file(st, "d/k8", 0644, v[8], 5008, true), 0);
+	assert_int_equal(fsync_path(st, "d"), 0);
+	copy_tree(c1, c2); /* a crash before that checkpoint */
+	pthread_mutex_unlock(&st->ks_ckpt_lock);
+	kv_persist_stop(st);
+	assert_true(newest_journal(c1, jname, sizeof(jname)) > gen0);
+	assert_false(has_journal(c1, gen0));
+	copy_tree(c1, c3); /* a crash after it */
+	kv_store_destroy(st);
+
+	for (int img = 0; img < 2; img++) {
+		st = store_open(f, img ? c3 : c2);
+		after_replay_check(st, v, v3, true);
+		kv_store_destroy(st);
+	}
+	for (unsigned i = 0; i < 9; i++)
+		free(v[i]);
+	free(v3);
+	close(dfd);
+	close(c1);
+	close(c2);
+	close(c3);
+}
+
 /*
  * More than the pool holds: 100 MiB through a 32 MiB pool in 1 MiB keys.
  * Writers are held back until values are offloaded and evicted, never
@@ -1990,6 +2084,7 @@ int main(void)
 	    T(test_root_attrs),	     T(test_replay_equals_live), T(test_crash_image),
 	    T(test_nodes_recovered), T(test_eviction),		 T(test_spill),
 	    T(test_threads),	     T(test_large_threads),	 T(test_reserve_threads),
+	    T(test_ckpt_after_replay),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
