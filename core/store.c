@@ -486,17 +486,6 @@ struct kv_inode *kv_store_child(const struct kv_inode *dir, const char *name)
 
 /* --- attributes --- */
 
-/* Bytes the data records of m hold, each rounded up to a page (what st_blocks counts). */
-static uint64_t map_alloc(const struct kv_xmap *m)
-{
-	uint64_t n = 0;
-
-	for (uint32_t i = 0; i < kv_xmap_nx(m); i++)
-		n += (kv_xmap_cat(m, i)->xe_loc.kl_len + KV_PAGE_SIZE - 1) / KV_PAGE_SIZE *
-		     KV_PAGE_SIZE;
-	return n;
-}
-
 /* --- reserved extents (core/resv.h; ki_lock held) --- */
 
 /* True when m has a record with bytes of extent k. */
@@ -627,13 +616,13 @@ static void fill_attr(struct kv_inode *ino, struct kv_attr *a)
 
 		a->ka_size = o->ko_size;
 		/* Spilled or borrowed extents are allocated too, on the SSD. */
-		a->ka_alloc = o->ko_cap + (ino->ki_spill ? map_alloc(ino->ki_spill) : 0);
+		a->ka_alloc = o->ko_cap + (ino->ki_spill ? kv_xmap_alloc(ino->ki_spill) : 0);
 		a->ka_seq = o->ko_sealed ? o->ko_seq : 0;
 		a->ka_tier =
 		    o->ko_sealed && ino->ki_map.xm_seq == o->ko_seq ? KV_TIER_BOTH : KV_TIER_DRAM;
 	} else {
 		a->ka_size = ino->ki_map.xm_size;
-		a->ka_alloc = map_alloc(&ino->ki_map);
+		a->ka_alloc = kv_xmap_alloc(&ino->ki_map);
 		a->ka_seq = ino->ki_map.xm_seq;
 		a->ka_tier = ino->ki_obj ? KV_TIER_PART : KV_TIER_SSD;
 	}

@@ -44,6 +44,31 @@ uint64_t *kv_csums_dup(const struct kv_loc *l, const uint64_t *csums)
 	return c;
 }
 
+/* A data record's bytes, rounded up to a page (a manifest's: none). */
+static uint64_t rec_alloc(const struct kv_loc *l)
+{
+	if (l->kl_index == KV_MANIFEST_INDEX)
+		return 0;
+	return (l->kl_len + KV_PAGE_SIZE - 1) / KV_PAGE_SIZE * KV_PAGE_SIZE;
+}
+
+/* Counts xm_alloc again after a change of the entries (xm_n > 1). */
+static void recount(struct kv_xmap *m)
+{
+	uint64_t n = 0;
+
+	for (uint32_t i = 0; i < m->xm_n; i++)
+		n += rec_alloc(&m->xm_e[i].xe_loc);
+	m->xm_alloc = n;
+}
+
+uint64_t kv_xmap_alloc(const struct kv_xmap *m)
+{
+	if (m->xm_n > 1)
+		return m->xm_alloc;
+	return m->xm_n ? rec_alloc(&m->xm_one.xe_loc) : 0;
+}
+
 int kv_xmap_add(struct kv_xmap *m, const struct kv_loc *locs, uint64_t *const *csums, uint32_t n)
 {
 	uint32_t old = m->xm_n, i = 0, j = 0, k = 0;
@@ -77,6 +102,7 @@ int kv_xmap_add(struct kv_xmap *m, const struct kv_loc *locs, uint64_t *const *c
 		free(e);
 	} else {
 		m->xm_e = e;
+		recount(m);
 	}
 	return 0;
 }
@@ -105,6 +131,8 @@ void kv_xmap_cut(struct kv_xmap *m, uint32_t first, uint32_t end)
 	m->xm_n = n - (end - first);
 	if (!m->xm_n)
 		memset(&m->xm_one, 0, sizeof(m->xm_one));
+	else if (m->xm_n > 1)
+		recount(m);
 }
 
 int kv_xmap_set(struct kv_xmap *m, uint64_t seq, uint64_t size, const struct kv_loc *locs,
@@ -119,6 +147,8 @@ int kv_xmap_set(struct kv_xmap *m, uint64_t seq, uint64_t size, const struct kv_
 	m->xm_n = n;
 	for (uint32_t i = 0; i < n; i++)
 		kv_xmap_at(m, i)->xe_loc = locs[i];
+	if (n > 1)
+		recount(m);
 	m->xm_seq = seq;
 	m->xm_size = size;
 	return 0;

@@ -41,7 +41,10 @@ struct kv_xmap {
 	uint32_t xm_n;	  /* records */
 	union {
 		struct kv_xent xm_one; /* xm_n == 1: the WHOLE record */
-		struct kv_xent *xm_e;  /* xm_n > 1: malloc'ed, xm_n entries */
+		struct {
+			struct kv_xent *xm_e; /* xm_n > 1: malloc'ed, xm_n entries */
+			uint64_t xm_alloc;    /* kv_xmap_alloc, kept by every change of them */
+		};
 	};
 };
 
@@ -75,6 +78,12 @@ int64_t kv_xmap_find(const struct kv_xmap *m, uint32_t index);
 
 /* The entry of loc's extent index when it is the very record at loc, else NULL (m may be NULL). */
 struct kv_xent *kv_xmap_holds(struct kv_xmap *m, const struct kv_loc *loc);
+
+/*
+ * Bytes of value m's data records hold, each rounded up to a page: what
+ * st_blocks counts for them. O(1).
+ */
+uint64_t kv_xmap_alloc(const struct kv_xmap *m);
 
 /* Bytes m's records take in their buckets. */
 uint64_t kv_xmap_bytes(const struct kv_xmap *m);
