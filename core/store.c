@@ -578,15 +578,16 @@ static int resv_drop(struct kv_inode *ino, uint64_t k0, uint64_t k1)
 }
 
 /*
- * ino's reservations changed without a new version: journals them with the
- * durable version now, unless a newer version's offload will (ks_ns_lock
- * and ki_lock held).
+ * ino's reservations changed without a new version (they were `before`
+ * extents): journals them with the durable version now, unless a newer
+ * version's offload will (ks_ns_lock and ki_lock held).
  */
-static void resv_persist(struct kv_inode *ino)
+static void resv_persist(struct kv_inode *ino, uint64_t before)
 {
 	const struct kv_obj *o = ino->ki_obj;
 
-	if (ino->ki_map.xm_seq && (!o || (o->ko_sealed && o->ko_seq == ino->ki_map.xm_seq)))
+	if (kv_resv_count(ino->ki_resv) != before && ino->ki_map.xm_seq &&
+	    (!o || (o->ko_sealed && o->ko_seq == ino->ki_map.xm_seq)))
 		kv_persist_put(ino->ki_store, ino);
 }
 
@@ -929,8 +930,7 @@ static int set_size(struct kv_inode *ino, uint64_t size)
 	if (size <= old)
 		resv_drop(ino, (size + KV_EXTENT - 1) >> KV_EXTENT_SHIFT, UINT64_MAX);
 	if (size == old && (!ino->ki_obj || ino->ki_obj->ko_sealed)) {
-		if (kv_resv_count(ino->ki_resv) != resv)
-			resv_persist(ino);
+		resv_persist(ino, resv);
 		return 0;
 	}
 	err = writable(ino, size, &obj);
@@ -1785,8 +1785,7 @@ static int punch_locked(struct kv_inode *ino, uint64_t off, uint64_t end)
 	if (err)
 		return err;
 	if (off >= old) {
-		if (kv_resv_count(ino->ki_resv) != resv)
-			resv_persist(ino);
+		resv_persist(ino, resv);
 		return 0;
 	}
 	err = writable(ino, old, &obj);
@@ -1824,8 +1823,7 @@ static int fallocate_locked(struct kv_inode *ino, int mode, uint64_t off, uint64
 	if (err)
 		return err;
 	if (size == old) {
-		if (kv_resv_count(ino->ki_resv) != resv)
-			resv_persist(ino);
+		resv_persist(ino, resv);
 		return 0;
 	}
 	err = writable(ino, old, &obj);
