@@ -93,12 +93,10 @@ static uint64_t pow2_down(uint64_t x)
  * KV_EXTENT). The next segment is as large as what is missing, but at
  * least half of `hint` (the object's capacity: geometric growth for files
  * written in small pieces), at most what is left of the extent; when the
- * pool has no block that large, smaller ones are taken; with resv, from
- * the pool's reservations (kv_pool_alloc_reserved). On failure the block is
- * as it was. One reference only.
+ * pool has no block that large, smaller ones are taken. On failure the
+ * block is as it was. One reference only.
  */
-static int xblk_grow(struct kv_pool *pool, struct kv_xblk *b, uint32_t want, uint64_t hint,
-		     bool resv)
+static int xblk_grow(struct kv_pool *pool, struct kv_xblk *b, uint32_t want, uint64_t hint)
 {
 	uint32_t old_cap = b->xb_cap;
 	int err;
@@ -113,8 +111,7 @@ static int xblk_grow(struct kv_pool *pool, struct kv_xblk *b, uint32_t want, uin
 		if (len > room)
 			len = room;
 		for (;;) {
-			err = resv ? kv_pool_alloc_reserved(pool, len, &addr)
-				   : kv_pool_alloc(pool, len, &addr);
+			err = kv_pool_alloc(pool, len, &addr);
 			if (err != -ENOSPC || len == KV_PAGE_SIZE)
 				break;
 			len /= 2;
@@ -180,7 +177,7 @@ static int xblk_copy(struct kv_pool *pool, const struct kv_xblk *src, uint32_t l
 
 	if (!b)
 		return -ENOMEM;
-	err = xblk_grow(pool, b, len, len, false);
+	err = xblk_grow(pool, b, len, len);
 	if (err) {
 		xblk_put(pool, b);
 		return err;
@@ -368,8 +365,7 @@ static int ext_prepare(struct kv_obj *obj, uint64_t k, uint32_t want, bool *crea
 	old = b->xb_cap;
 	/* Geometric growth across extents only for a file written in order. */
 	err = xblk_grow(obj->ko_pool, b, want,
-			k && k + 1 == obj->ko_nx && obj->ko_x[k - 1] ? obj->ko_cap : b->xb_cap,
-			false);
+			k && k + 1 == obj->ko_nx && obj->ko_x[k - 1] ? obj->ko_cap : b->xb_cap);
 	obj->ko_cap += b->xb_cap - old;
 	if (err && *created) {
 		ext_drop(obj, k);
@@ -545,31 +541,45 @@ int kv_obj_materialize(struct kv_obj *obj, uint64_t k)
 	return ext_prepare(obj, k, (uint32_t)PAGE_UP(ext_len(obj->ko_size, k)), &c);
 }
 
-int kv_obj_fill_reserved(struct kv_obj *obj, uint64_t k, uint64_t *drawn)
+int kv_obj_fill_reserved(struct kv_obj *obj, uint64_t k)
 {
-	uint32_t want;
+	uint32_t len = KV_EXTENT;
 	struct kv_xblk *b;
 	int err;
 
 	if (ext_at(obj, k) || ext_base(k) >= obj->ko_size)
 		return -EINVAL;
-	want = (uint32_t)PAGE_UP(ext_len(obj->ko_size, k));
 	err = obj_slots(obj, k + 1);
 	b = err ? NULL : xblk_new();
 	if (!err && !b)
 		err = -ENOMEM;
-	if (!err)
-		err = xblk_grow(obj->ko_pool, b, want, want, true);
-	if (err) {
-		if (b)
-			xblk_put(obj->ko_pool, b);
+	/* The whole extent, its size or not: appends into it need no more. */
+	while (!err && b->xb_cap < KV_EXTENT) {
+		void *addr;
+
+		err = kv_pool_alloc_reserved(obj->ko_pool, len, &addr);
+		if (err == -ENOSPC && len > KV_PAGE_SIZE) {
+			len /= 2; /* what is left stays a multiple of len */
+			err = 0;
+		} else if (!err && xblk_push(b, addr, len)) {
+			kv_pool_free_reserved(obj->ko_pool, addr, len);
+			err = -ENOMEM;
+		}
+	}
+	if (err) { /* every piece back to the promise */
+		for (uint32_t i = 0; b && i < b->xb_nseg; i++)
+			kv_pool_free_reserved(obj->ko_pool, b->xb_seg[i].ks_addr,
+					      b->xb_seg[i].ks_len);
+		if (b) {
+			free(b->xb_seg);
+			free(b);
+		}
 		obj_trim(obj);
 		return err;
 	}
 	obj->ko_x[k] = b;
 	obj->ko_cap += b->xb_cap;
-	*drawn = b->xb_cap;
-	ext_fill(obj, k, 0, want, NULL);
+	xblk_copy_in(b, 0, NULL, KV_EXTENT);
 	return 0;
 }
 

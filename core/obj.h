@@ -156,14 +156,15 @@ int kv_obj_punch(struct kv_obj *obj, uint64_t off, uint64_t len);
 int kv_obj_materialize(struct kv_obj *obj, uint64_t k);
 
 /*
- * Gives hole k below the size zeroed memory for its bytes, taken from the
- * pool's reservations (kv_pool_alloc_reserved: the caller holds at least
- * KV_EXTENT promised); *drawn says how much of them it took. An unwritten
- * extent of a store without an SSD becomes written zeros this way, before
- * a write into it (core/resv.h). Returns 0, -EINVAL (not a hole below the
- * size), -ENOSPC (no block free: nothing drawn) or -ENOMEM.
+ * Gives hole k below the size KV_EXTENT bytes of zeroed memory (past the
+ * size too: appends into the extent need no more), taken from the pool's
+ * reservations (kv_pool_alloc_reserved: the caller holds KV_EXTENT
+ * promised, and they are used up). An unwritten extent of a store without
+ * an SSD becomes written zeros this way, before a write into it
+ * (core/resv.h). Returns 0, -EINVAL (not a hole below the size), -ENOSPC
+ * (no blocks free) or -ENOMEM; then nothing is drawn.
  */
-int kv_obj_fill_reserved(struct kv_obj *obj, uint64_t k, uint64_t *drawn);
+int kv_obj_fill_reserved(struct kv_obj *obj, uint64_t k);
 
 /*
  * Takes a reference to extent k's block (NULL for a hole): the block is

@@ -331,8 +331,8 @@ static int resv_of(const struct kv_jent *e, uint32_t from, struct kv_resv **out)
 
 		memcpy(&jx, (const char *)e->je_ext + (size_t)i * sizeof(jx), sizeof(jx));
 		if (jx.jx_bucket || jx.jx_flags != KV_JX_UNWRITTEN || !jx.jx_off ||
-		    jx.jx_index < last ||
-		    jx.jx_off > (KV_MAX_VALUE >> KV_EXTENT_SHIFT) - jx.jx_index)
+		    jx.jx_index < last || jx.jx_index > (KV_MAX_VALUE >> KV_EXTENT_SHIFT) ||
+		    jx.jx_off > (KV_MAX_VALUE >> KV_EXTENT_SHIFT) - (uint64_t)jx.jx_index)
 			err = -EINVAL;
 		else
 			err = kv_resv_add(out, jx.jx_index, jx.jx_index + (uint32_t)jx.jx_off);
@@ -349,7 +349,8 @@ static int resv_of(const struct kv_jent *e, uint32_t from, struct kv_resv **out)
  * The map a PUT entry names, checked: extents sorted by index, each at
  * most one extent long and inside the size, the manifest (if any) last —
  * or the one WHOLE record — then its reserved extents (resv_of, into
- * *resv). Returns 0, -EINVAL (the entry is ignored) or -ENOMEM.
+ * *resv; reservations that fail their checks are left out, the map kept).
+ * Returns 0, -EINVAL (the entry is ignored) or -ENOMEM.
  */
 static int map_of(const struct kv_jent *e, struct kv_xmap *m, struct kv_resv **resv)
 {
@@ -406,8 +407,8 @@ static int map_of(const struct kv_jent *e, struct kv_xmap *m, struct kv_resv **r
 		    .kl_index = jx.jx_index,
 		}; /* jext_of's inverse */
 	}
-	if (!err)
-		err = resv_of(e, n, resv);
+	if (!err && resv_of(e, n, resv) == -ENOMEM)
+		err = -ENOMEM;
 	if (!err) {
 		err = kv_xmap_set(m, e->je_seq, e->je_len, locs, n);
 		if (err) {

@@ -484,9 +484,11 @@ static bool admit(struct kv_pool *pool, uint64_t bytes)
 	return false;
 }
 
-int kv_pool_reserve(struct kv_pool *pool, uint64_t bytes)
+int kv_pool_reserve(struct kv_pool *pool, uint64_t bytes, bool force)
 {
-	if (!admit(pool, bytes))
+	if (force)
+		atomic_fetch_add(&pool->kp_committed, bytes);
+	else if (!admit(pool, bytes))
 		return -ENOSPC;
 	atomic_fetch_add(&pool->kp_reserved, bytes);
 	return 0;
@@ -539,6 +541,14 @@ int kv_pool_alloc(struct kv_pool *pool, size_t len, void **addr)
 		return -ENOSPC;
 	}
 	return 0;
+}
+
+void kv_pool_free_reserved(struct kv_pool *pool, void *addr, size_t len)
+{
+	/* Promised again first, so the room is never free to others in between. */
+	atomic_fetch_add(&pool->kp_committed, len);
+	atomic_fetch_add(&pool->kp_reserved, len);
+	kv_pool_free(pool, addr, len);
 }
 
 int kv_pool_alloc_reserved(struct kv_pool *pool, size_t len, void **addr)

@@ -28,6 +28,7 @@
 #ifndef KVFS_CORE_POOL_H
 #define KVFS_CORE_POOL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -65,15 +66,18 @@ int kv_pool_alloc(struct kv_pool *pool, size_t len, void **addr);
  * Reservations: room promised to unwritten extents (core/resv.h) of a
  * store without an SSD, so their first write cannot fail for lack of it.
  * kv_pool_reserve promises `bytes` when used + reserved + bytes stays
- * within the size, else -ENOSPC; kv_pool_alloc then refuses what would eat
- * into the promises, and kv_pool_alloc_reserved allocates from them (the
- * caller holds at least len promised; -ENOSPC only when no block that
- * large is free, the promise kept). kv_pool_unreserve takes back a
- * promise nobody will allocate from.
+ * within the size, else -ENOSPC (with force, always: a promise given back
+ * while its memory is still held, about to be freed); kv_pool_alloc then
+ * refuses what would eat into the promises, and kv_pool_alloc_reserved
+ * allocates from them (the caller holds at least len promised; -ENOSPC
+ * only when no block that large is free, the promise kept), and
+ * kv_pool_free_reserved frees such a block back into the promise.
+ * kv_pool_unreserve takes back a promise nobody will allocate from.
  */
-int kv_pool_reserve(struct kv_pool *pool, uint64_t bytes);
+int kv_pool_reserve(struct kv_pool *pool, uint64_t bytes, bool force);
 void kv_pool_unreserve(struct kv_pool *pool, uint64_t bytes);
 int kv_pool_alloc_reserved(struct kv_pool *pool, size_t len, void **addr);
+void kv_pool_free_reserved(struct kv_pool *pool, void *addr, size_t len);
 
 /* Bytes promised and not yet allocated. */
 uint64_t kv_pool_reserved(const struct kv_pool *pool);

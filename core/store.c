@@ -163,7 +163,7 @@ static int promise(struct kv_store *st, uint64_t n)
 		return kv_bucket_reserve(kv_tier_buckets(st->ks_tier), n * KV_RESV_BYTES, false)
 			   ? -EDQUOT
 			   : 0;
-	return kv_pool_reserve(st->ks_pool, n * KV_EXTENT) ? -EDQUOT : 0;
+	return kv_pool_reserve(st->ks_pool, n * KV_EXTENT, false) ? -EDQUOT : 0;
 }
 
 /* Takes back the promise of n reserved extents (none to take back once the tier is gone). */
@@ -515,15 +515,49 @@ static bool has_data(const struct kv_inode *ino, uint64_t k)
 	return o->ko_partial && map_has(&ino->ki_map, k);
 }
 
-/* Bytes of ino's reserved extents that hold no data yet: unwritten, allocated all the same. */
+/* One past the last extent of ino's newest version that may hold data. */
+static uint64_t data_span(const struct kv_inode *ino)
+{
+	const struct kv_obj *o = ino->ki_obj;
+	const struct kv_xmap *maps[2] = {!o || o->ko_partial ? &ino->ki_map : NULL,
+					 kv_spill_n(ino) ? ino->ki_spill : NULL};
+	uint64_t n = o ? o->ko_nx : 0;
+
+	for (int i = 0; i < 2; i++) {
+		uint32_t nx = maps[i] ? kv_xmap_nx(maps[i]) : 0;
+		const struct kv_loc *l = nx ? &kv_xmap_cat(maps[i], nx - 1)->xe_loc : NULL;
+		uint64_t end = !l ? 0
+			       : kv_xmap_whole(maps[i])
+				   ? (l->kl_len + KV_EXTENT - 1) >> KV_EXTENT_SHIFT
+				   : (uint64_t)l->kl_index + 1;
+
+		n = end > n ? end : n;
+	}
+	return n;
+}
+
+/*
+ * Bytes of ino's reserved extents that hold no data yet: unwritten,
+ * allocated all the same. O(the smaller of its reserved extents and its
+ * extents up to the last with data).
+ */
 static uint64_t unwritten_bytes(const struct kv_inode *ino)
 {
 	const struct kv_resv *rv = S_ISREG(ino->ki_type) ? ino->ki_resv : NULL;
-	uint64_t n = 0;
+	uint64_t n = 0, span;
 
-	for (uint32_t i = 0; rv && i < rv->rv_n; i++)
-		for (uint64_t k = rv->rv_r[i].xr_first; k < rv->rv_r[i].xr_end; k++)
-			n += !has_data(ino, k);
+	if (!rv)
+		return 0;
+	span = data_span(ino);
+	if (rv->rv_count <= span) {
+		for (uint32_t i = 0; i < rv->rv_n; i++)
+			for (uint64_t k = rv->rv_r[i].xr_first; k < rv->rv_r[i].xr_end; k++)
+				n += !has_data(ino, k);
+	} else {
+		n = rv->rv_count; /* all, but those with data */
+		for (uint64_t k = 0; k < span; k++)
+			n -= has_data(ino, k) && kv_resv_has(rv, (uint32_t)k);
+	}
 	return n << KV_EXTENT_SHIFT;
 }
 
@@ -577,18 +611,42 @@ static int resv_drop(struct kv_inode *ino, uint64_t k0, uint64_t k1)
 	return n < 0 ? (int)n : 0;
 }
 
-/*
- * ino's reservations changed without a new version (they were `before`
- * extents): journals them with the durable version now, unless a newer
- * version's offload will (ks_ns_lock and ki_lock held).
- */
-static void resv_persist(struct kv_inode *ino, uint64_t before)
+/* True when ino's version in DRAM (if any) is its durable one: nothing to offload. */
+static bool durable_now(const struct kv_inode *ino)
 {
 	const struct kv_obj *o = ino->ki_obj;
 
-	if (kv_resv_count(ino->ki_resv) != before && ino->ki_map.xm_seq &&
-	    (!o || (o->ko_sealed && o->ko_seq == ino->ki_map.xm_seq)))
-		kv_persist_put(ino->ki_store, ino);
+	return ino->ki_map.xm_seq && (!o || (o->ko_sealed && o->ko_seq == ino->ki_map.xm_seq));
+}
+
+/*
+ * ino's reservations changed without a new version (they were `before`
+ * extents; ki_lock held exclusive): they are journaled with the durable
+ * version by resv_journal once ki_lock is let go — unless a newer
+ * version's offload will.
+ */
+static void resv_persist(struct kv_inode *ino, uint64_t before)
+{
+	if (kv_resv_count(ino->ki_resv) != before && durable_now(ino))
+		ino->ki_resv_dirty = true;
+}
+
+/*
+ * Journals ino's changed reservations (no lock held: it takes ks_ns_lock,
+ * for the key's path, and ki_lock, in that order — never held across a
+ * change that may read the SSD).
+ */
+static void resv_journal(struct kv_store *st, struct kv_inode *ino)
+{
+	if (!st->ks_journal)
+		return;
+	pthread_rwlock_rdlock(&st->ks_ns_lock);
+	pthread_rwlock_wrlock(&ino->ki_lock);
+	if (ino->ki_resv_dirty && durable_now(ino))
+		kv_persist_put(st, ino);
+	ino->ki_resv_dirty = false;
+	pthread_rwlock_unlock(&ino->ki_lock);
+	pthread_rwlock_unlock(&st->ks_ns_lock);
 }
 
 static void fill_attr(struct kv_inode *ino, struct kv_attr *a)
@@ -1020,12 +1078,12 @@ int kv_store_setattr(struct kv_store *st, struct kv_inode *ino, const struct kv_
 	if ((sa->ksa_valid & KV_SET_SIZE) && sa->ksa_size > KV_MAX_VALUE)
 		return -EFBIG;
 	do {
-		pthread_rwlock_rdlock(&st->ks_ns_lock); /* a journaled reservation names the key */
 		pthread_rwlock_wrlock(&ino->ki_lock);
 		err = setattr_locked(ino, sa);
 		pthread_rwlock_unlock(&ino->ki_lock);
-		pthread_rwlock_unlock(&st->ks_ns_lock);
 	} while (retry_for_room(st, ino, &err, sa->ksa_size));
+	if (!err && (sa->ksa_valid & KV_SET_SIZE))
+		resv_journal(st, ino);
 	if (err)
 		return err;
 	if (st->ks_journal && (sa->ksa_valid & ~KV_SET_SIZE)) {
@@ -1209,8 +1267,15 @@ static void name_gone(struct kv_store *st, struct kv_inode *ino)
 {
 	struct kv_bucket_set *bs;
 
-	if (!st->ks_tier || !S_ISREG(ino->ki_type))
+	if (!S_ISREG(ino->ki_type))
 		return;
+	if (!st->ks_tier) { /* DRAM only: just the reservations (open, it keeps them) */
+		pthread_rwlock_wrlock(&ino->ki_lock);
+		if (!ino->ki_nopen)
+			resv_drop(ino, 0, UINT64_MAX);
+		pthread_rwlock_unlock(&ino->ki_lock);
+		return;
+	}
 	bs = kv_tier_buckets(st->ks_tier);
 	pthread_rwlock_wrlock(&ino->ki_lock);
 	kv_xmap_dead(bs, &ino->ki_map);
@@ -1302,7 +1367,8 @@ static int evict_key(struct kv_store *st, struct kv_inode *ino, uint64_t used, u
 	pthread_rwlock_rdlock(&ino->ki_lock);
 	ok = dir && atomic_load(&ino->ki_nlink) && ino->ki_nopen == 0 &&
 	     atomic_load(&ino->ki_used) == used && ino->ki_map.xm_seq;
-	*bytes = kv_xmap_bytes(&ino->ki_map);
+	/* What goes: its records, and the room promised to its unwritten extents. */
+	*bytes = kv_xmap_bytes(&ino->ki_map) + kv_resv_count(ino->ki_resv) * KV_RESV_BYTES;
 	pthread_rwlock_unlock(&ino->ki_lock);
 	if (!ok) {
 		pthread_rwlock_unlock(&st->ks_ns_lock);
@@ -1586,8 +1652,6 @@ int kv_store_open(struct kv_store *st, struct kv_inode *ino, int flags)
 	if (!S_ISREG(ino->ki_type))
 		return no_value(ino);
 	do {
-		if (flags & O_TRUNC) /* a journaled reservation names the key */
-			pthread_rwlock_rdlock(&st->ks_ns_lock);
 		pthread_rwlock_wrlock(&ino->ki_lock);
 		err = (flags & O_TRUNC) ? set_size(ino, 0) : 0;
 		if (!err) {
@@ -1596,9 +1660,9 @@ int kv_store_open(struct kv_store *st, struct kv_inode *ino, int flags)
 			atomic_fetch_add(&st->ks_open, 1);
 		}
 		pthread_rwlock_unlock(&ino->ki_lock);
-		if (flags & O_TRUNC)
-			pthread_rwlock_unlock(&st->ks_ns_lock);
 	} while (retry_for_room(st, ino, &err, KV_PAGE_SIZE));
+	if (!err && (flags & O_TRUNC))
+		resv_journal(st, ino);
 	return err;
 }
 
@@ -1694,34 +1758,57 @@ void kv_read_done(struct kv_read_guard *guard)
 		kv_bucket_read_free(guard->krg_buf[i]);
 }
 
+/* Reserved extents one write fills at most (a FUSE write is at most 1 MiB: two). */
+#define FILL_MAX 16
+
 /*
  * Without an SSD tier, the reserved extents [off, end) touches take their
  * memory from the pool's promise before it is written (ki_lock held
- * exclusive; obj the version being written, grown to end first): zeroed
- * extents of its own, so the write neither fails for room there nor
- * copies a shared block. With a tier the offload fills them (core/tier.c).
+ * exclusive; obj the version being written, grown to end first): whole
+ * zeroed extents of its own, so the write neither fails for room there
+ * nor copies a shared block. With a tier the offload fills them
+ * (core/tier.c). Returns how many it filled, their indexes in k.
  */
-static void fill_reserved(struct kv_inode *ino, struct kv_obj *obj, uint64_t off, uint64_t end)
+static unsigned fill_reserved(struct kv_inode *ino, struct kv_obj *obj, uint64_t off, uint64_t end,
+			      uint64_t *k)
+{
+	unsigned n = 0;
+
+	for (uint64_t x = off >> KV_EXTENT_SHIFT;
+	     ino->ki_resv && n < FILL_MAX && x << KV_EXTENT_SHIFT < end; x++) {
+		if (!kv_resv_has(ino->ki_resv, (uint32_t)x) || kv_obj_has_data(obj, x) ||
+		    kv_obj_fill_reserved(obj, x))
+			continue; /* not reserved, or no blocks: written as any other */
+		kv_resv_cut(&ino->ki_resv, (uint32_t)x, (uint32_t)x + 1); /* no split: a hole */
+		k[n++] = x;
+	}
+	return n;
+}
+
+/*
+ * The write that filled extents k[0..n) failed: those whose memory goes
+ * with its undo (all of a copy about to be dropped, keep 0; those at or
+ * past keep, the old size, of the open version cut back to it) are
+ * promised and reserved again, before their memory is freed.
+ */
+static void unfill(struct kv_inode *ino, const uint64_t *k, unsigned n, uint64_t keep)
 {
 	struct kv_pool *pool = ino->ki_store->ks_pool;
 
-	for (uint64_t k = off >> KV_EXTENT_SHIFT; ino->ki_resv && k << KV_EXTENT_SHIFT < end; k++) {
-		uint64_t drawn;
-
-		if (!kv_resv_has(ino->ki_resv, (uint32_t)k) || kv_obj_has_data(obj, k) ||
-		    kv_resv_cut(&ino->ki_resv, (uint32_t)k, (uint32_t)k + 1) != 1)
-			continue;
-		if (kv_obj_fill_reserved(obj, k, &drawn) == 0)
-			kv_pool_unreserve(pool, KV_EXTENT - drawn); /* the rest of its promise */
-		else if (kv_resv_add(&ino->ki_resv, (uint32_t)k, (uint32_t)k + 1))
+	for (unsigned i = 0; i < n; i++) {
+		if (k[i] << KV_EXTENT_SHIFT < keep)
+			continue; /* stays in the open version, zeros */
+		kv_pool_reserve(pool, KV_EXTENT, true);
+		if (kv_resv_add(&ino->ki_resv, (uint32_t)k[i], (uint32_t)k[i] + 1))
 			kv_pool_unreserve(pool, KV_EXTENT);
 	}
 }
 
 static int write_locked(struct kv_inode *ino, uint64_t off, const void *buf, size_t len)
 {
-	uint64_t old = cur_size(ino);
+	uint64_t old = cur_size(ino), filled[FILL_MAX];
 	struct kv_obj *obj;
+	unsigned nfill = 0;
 	int err;
 
 	/* A write that covers the whole value need not copy it. */
@@ -1734,10 +1821,12 @@ static int write_locked(struct kv_inode *ino, uint64_t off, const void *buf, siz
 		if (off + len > old) /* reserved extents past the end: the size first */
 			err = kv_obj_truncate(obj, off + len);
 		if (!err)
-			fill_reserved(ino, obj, off, off + len);
+			nfill = fill_reserved(ino, obj, off, off + len, filled);
 	}
 	if (!err)
 		err = kv_obj_write(obj, off, buf, len);
+	if (err)
+		unfill(ino, filled, nfill, obj == ino->ki_obj ? old : 0);
 	if (err && obj == ino->ki_obj && obj->ko_size != old)
 		kv_obj_truncate(obj, old); /* the open version itself: as it was */
 	if (err) {
@@ -1855,12 +1944,11 @@ int kv_store_fallocate(struct kv_store *st, struct kv_inode *ino, int mode, uint
 	if (off > KV_MAX_VALUE || len > KV_MAX_VALUE - off)
 		return -EFBIG;
 	do {
-		pthread_rwlock_rdlock(&st->ks_ns_lock); /* a journaled reservation names the key */
 		pthread_rwlock_wrlock(&ino->ki_lock);
 		err = fallocate_locked(ino, mode, off, off + len);
 		pthread_rwlock_unlock(&ino->ki_lock);
-		pthread_rwlock_unlock(&st->ks_ns_lock);
 	} while (retry_for_room(st, ino, &err, len));
+	resv_journal(st, ino); /* even on failure: a punch may have given some back */
 	return err;
 }
 

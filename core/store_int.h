@@ -73,6 +73,8 @@ struct kv_inode {
 				     durable */
 	int ki_offload_err;   /* why the newest version could not be offloaded, or 0 */
 	bool ki_pinned;	      /* deleted while open: ki_map's buckets are pinned until the last close */
+	bool ki_resv_dirty;   /* its reservations changed, not its durable version: journal them
+				 (resv_journal in core/store.c) */
 	_Atomic uint64_t ki_used; /* last read or write (CLOCK_MONOTONIC_COARSE ns): cache mode */
 
 	/* kt_lock */

@@ -625,7 +625,8 @@ static void item_prepare(struct kv_store *st, struct item *it)
 	}
 	it->it_nput = nput;
 	pthread_rwlock_wrlock(&ino->ki_lock);
-	fills_take(ino, it->it_puts, nput);
+	if (ino->ki_obj == obj) /* a newer version's reservations are its own */
+		fills_take(ino, it->it_puts, nput);
 	pthread_rwlock_unlock(&ino->ki_lock);
 }
 

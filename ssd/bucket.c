@@ -1148,7 +1148,10 @@ int kv_bucket_reserve(struct kv_bucket_set *bs, uint64_t bytes, bool force)
 	pthread_mutex_lock(&bs->bs_lock);
 	for (uint32_t i = 0; i < bs->bs_n; i++)
 		dead += bs->bs_tab[i]->kb_dead;
+	/* Live bytes, what an append has in flight, and the active bucket's seal to come. */
 	live = bs->bs_used - (dead < bs->bs_used ? dead : bs->bs_used) + bs->bs_pending;
+	if (bs->bs_active)
+		live += ROUND_UP(bs->bs_active->kb_idx_bytes) + KV_BLOCK;
 	if (!force && (live + bs->bs_reserved > bs->bs_opts.bo_cap ||
 		       bytes > bs->bs_opts.bo_cap - live - bs->bs_reserved))
 		err = -ENOSPC;

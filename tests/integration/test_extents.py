@@ -906,6 +906,11 @@ class ReservationTest(SsdTestCase):
         os.truncate(k, 0)
         self.assertEqual(os.stat(k).st_blocks, 0)
         self.assert_reserved(m, 11 * EXTENT, "after truncating k to its size")
+        fsync_path(m.mnt, directory=True)  # the journal: changes of reservations alone
+        self.crash(m)
+        m = self.start("after a second kill -9")
+        self.assert_reserved(m, 11 * EXTENT, "after a second kill -9")
+        self.assertEqual(os.stat(m.path("k")).st_blocks, 0)
         m.stop()
         m = self.start("after a clean restart")
         d = m.path("d")

@@ -291,9 +291,9 @@ static void test_reserve(void **state)
 	void *a, *b, *c;
 
 	(void)state;
-	assert_int_equal(kv_pool_reserve(pool, 3 * MIB), 0);
+	assert_int_equal(kv_pool_reserve(pool, 3 * MIB, false), 0);
 	assert_int_equal(kv_pool_reserved(pool), 3 * MIB);
-	assert_int_equal(kv_pool_reserve(pool, 2 * MIB), -ENOSPC);
+	assert_int_equal(kv_pool_reserve(pool, 2 * MIB, false), -ENOSPC);
 	assert_int_equal(kv_pool_alloc(pool, 2 * MIB, &a), -ENOSPC); /* only 1 MiB unpromised */
 	assert_int_equal(kv_pool_alloc(pool, MIB, &a), 0);
 	assert_int_equal(kv_pool_alloc(pool, KV_PAGE_SIZE, &c), -ENOSPC);
@@ -308,7 +308,7 @@ static void test_reserve(void **state)
 	kv_pool_free(pool, b, 2 * MIB);
 	kv_pool_free(pool, c, MIB);
 	assert_int_equal(kv_pool_used(pool), 0);
-	assert_int_equal(kv_pool_reserve(pool, 4 * MIB), 0);
+	assert_int_equal(kv_pool_reserve(pool, 4 * MIB, false), 0);
 	kv_pool_unreserve(pool, 4 * MIB);
 	assert_int_equal(kv_pool_alloc(pool, 2 * MIB, &a), 0);
 	kv_pool_free(pool, a, 2 * MIB);

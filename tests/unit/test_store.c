@@ -1625,6 +1625,64 @@ static void test_fallocate(void **state)
 	kv_store_destroy(st);
 }
 
+/*
+ * Without an SSD the pool keeps a reservation's promise through the cases
+ * where it could slip: appends into a KEEP_SIZE extent in small pieces once
+ * everything else is full (the first one takes the whole extent), and a
+ * write that fails for room elsewhere after it drew on a promise (the
+ * promise comes back).
+ */
+static void test_fallocate_pool_promise(void **state)
+{
+	struct kv_store *st = store_new(16 * MIB);
+	struct kv_inode *root = kv_store_root(st), *f, *g;
+	struct kv_pool *pool = kv_store_pool(st);
+	uint8_t *chunk = pat_buf(0, 64 * KIB, 7), *big = pat_buf(0, 4 * MIB, 8);
+	uint64_t size = 0;
+	struct kv_attr a;
+
+	(void)state;
+	assert_int_equal(kv_store_create_open(st, root, "log", 0644, &cred, &f, &a), 0);
+	assert_int_equal(kv_store_fallocate(st, f, FALLOC_FL_KEEP_SIZE, 0, 2 * MIB), 0);
+	assert_int_equal(kv_pool_reserved(pool), 2 * MIB);
+	write_pat(st, f, 0, 4 * KIB, 1); /* the first append takes the whole extent */
+	assert_int_equal(kv_pool_reserved(pool), 0);
+	/* Everything else full. */
+	assert_int_equal(kv_store_create_open(st, root, "fill", 0644, &cred, &g, &a), 0);
+	while (kv_store_write(st, g, size, chunk, 64 * KIB) == 0)
+		size += 64 * KIB;
+	/* The rest of the extent still takes its appends. */
+	for (uint64_t off = 4 * KIB; off + 64 * KIB <= 2 * MIB; off += 64 * KIB)
+		assert_int_equal(kv_store_write(st, f, off, chunk, 64 * KIB), 0);
+	assert_int_equal(getattr(st, f).ka_size, 2 * MIB - 60 * KIB);
+	kv_store_release(st, f, O_RDWR);
+	kv_store_release(st, g, O_WRONLY);
+	assert_int_equal(kv_store_unlink(st, root, "log"), 0);
+	kv_store_forget(st, f, 1);
+
+	/* A write past a promise into room nobody has fails, and the promise stays. */
+	assert_int_equal(kv_store_create_open(st, root, "p", 0644, &cred, &f, &a), 0);
+	assert_int_equal(kv_store_unlink(st, root, "fill"), 0);
+	kv_store_forget(st, g, 1);
+	assert_int_equal(kv_store_fallocate(st, f, FALLOC_FL_KEEP_SIZE, 0, 2 * MIB), 0);
+	assert_int_equal(kv_store_create_open(st, root, "fill2", 0644, &cred, &g, &a), 0);
+	size = 0;
+	while (kv_store_write(st, g, size, chunk, 64 * KIB) == 0)
+		size += 64 * KIB;
+	assert_int_equal(kv_store_write(st, f, 0, big, 4 * MIB), -ENOSPC);
+	assert_int_equal(kv_pool_reserved(pool), 2 * MIB);
+	assert_int_equal(getattr(st, f).ka_size, 0);
+	assert_int_equal(kv_store_write(st, f, 0, big, 2 * MIB), 0); /* what is promised */
+	assert_int_equal(kv_pool_reserved(pool), 0);
+	kv_store_release(st, f, O_RDWR);
+	kv_store_release(st, g, O_WRONLY);
+	kv_store_forget(st, f, 1);
+	kv_store_forget(st, g, 1);
+	free(chunk);
+	free(big);
+	kv_store_destroy(st);
+}
+
 static void test_enospc(void **state)
 {
 	struct kv_store *st = store_new(4 * MIB);
@@ -2247,6 +2305,7 @@ int main(void)
 	    cmocka_unit_test(test_setattr),
 	    cmocka_unit_test(test_open_trunc),
 	    cmocka_unit_test(test_fallocate),
+	    cmocka_unit_test(test_fallocate_pool_promise),
 	    cmocka_unit_test(test_punch_seek),
 	    cmocka_unit_test(test_enospc),
 	    cmocka_unit_test(test_enospc_setattr_keeps_sealed),
