@@ -32,6 +32,8 @@ void kv_config_defaults(struct kv_config *cfg)
 	cfg->kc_gc_high_watermark = 0.9;
 	cfg->kc_gc_low_watermark = 0.8;
 	cfg->kc_gc_max_buckets = 4;
+	cfg->kc_rados_timeout_ns = 10ull * 1000 * 1000 * 1000;
+	cfg->kc_rados_cache_ttl_ns = 1000ull * 1000 * 1000;
 }
 
 void kv_config_free(struct kv_config *cfg)
@@ -39,9 +41,15 @@ void kv_config_free(struct kv_config *cfg)
 	free(cfg->kc_data_dir);
 	free(cfg->kc_mountpoint);
 	free(cfg->kc_trace);
+	free(cfg->kc_rados_pool);
+	free(cfg->kc_rados_conf);
+	free(cfg->kc_rados_id);
+	free(cfg->kc_rados_namespace);
 	cfg->kc_data_dir = NULL;
 	cfg->kc_mountpoint = NULL;
 	cfg->kc_trace = NULL;
+	cfg->kc_rados_pool = cfg->kc_rados_conf = NULL;
+	cfg->kc_rados_id = cfg->kc_rados_namespace = NULL;
 }
 
 /* Parses the leading decimal digits of s; *end points past them. Returns 0, -EINVAL or -ERANGE. */
@@ -148,6 +156,15 @@ int kv_config_render(const struct kv_config *cfg, char **buf, size_t *len)
 	fprintf(f, "debug = %d\n", cfg->kc_debug);
 	fprintf(f, "trace = %s\n", cfg->kc_trace ? cfg->kc_trace : "off");
 	fprintf(f, "gpu = %s\n", kv_dev_mode_name((enum kv_dev_mode)cfg->kc_gpu));
+	fprintf(f, "rados_pool = %s\n", cfg->kc_rados_pool ? cfg->kc_rados_pool : "");
+	fprintf(f, "rados_conf = %s\n",
+		cfg->kc_rados_conf ? cfg->kc_rados_conf : KV_RADOS_CONF_DEFAULT);
+	fprintf(f, "rados_id = %s\n", cfg->kc_rados_id ? cfg->kc_rados_id : KV_RADOS_ID_DEFAULT);
+	fprintf(f, "rados_namespace = %s\n",
+		cfg->kc_rados_namespace ? cfg->kc_rados_namespace : "");
+	fprintf(f, "rados_timeout_ms = %.3f\n", cfg->kc_rados_timeout_ns / 1e6);
+	fprintf(f, "rados_cache_ttl_ms = %.3f\n", cfg->kc_rados_cache_ttl_ns / 1e6);
+	fprintf(f, "rados_sync = %s\n", cfg->kc_rados_sync ? "on" : "off");
 	if (fclose(f) != 0)
 		return -ENOMEM;
 	return 0;

@@ -42,7 +42,18 @@ struct kv_config {
 	bool kc_allow_other;
 	char *kc_trace; /* --trace=FILE: JSON lines per ioctl batch and key; NULL: off */
 	int kc_gpu;	/* --gpu=auto|cuda|off: enum kv_dev_mode (gpu/dev.h) */
+	/* the shared tier on Ceph RADOS (core/shared.h): on when kc_rados_pool is set */
+	char *kc_rados_pool;	      /* --rados-pool; NULL: the tier is off */
+	char *kc_rados_conf;	      /* NULL: KV_RADOS_CONF_DEFAULT */
+	char *kc_rados_id;	      /* client id; NULL: KV_RADOS_ID_DEFAULT */
+	char *kc_rados_namespace;     /* NULL: the default (empty) namespace */
+	uint64_t kc_rados_timeout_ns; /* every librados wait, used in whole seconds (rounded up) */
+	uint64_t kc_rados_cache_ttl_ns; /* names looked up in RADOS may be this stale */
+	bool kc_rados_sync;		/* fsync also waits for the cluster */
 };
+
+#define KV_RADOS_CONF_DEFAULT "/etc/ceph/ceph.conf"
+#define KV_RADOS_ID_DEFAULT   "admin"
 
 /* Fills in the defaults: a quarter of RAM for the pool, 16 threads, node -1. */
 void kv_config_defaults(struct kv_config *cfg);

@@ -21,6 +21,7 @@
 
 #include "core/gc.h"
 #include "core/obj.h"
+#include "core/shared.h"
 #include "gpu/dev.h"
 
 const char *const kv_ctl_names[] = {"stats", "config", "ctl", NULL};
@@ -88,6 +89,30 @@ static int add_gc_stats(struct kv_fs *fs, const struct kv_store_usage *u, char *
 	return 0;
 }
 
+/* Appends the "rados" section to the extra stats (only with the shared tier). */
+static int add_rados_stats(struct kv_fs *fs, char **extra)
+{
+	struct kv_shared_stats s;
+	char *sec, *n;
+	int err;
+
+	if (!fs->kf_shared)
+		return 0;
+	kv_shared_stats(fs->kf_shared, &s);
+	err = kv_shared_render(kv_shared_pool(fs->kf_shared), kv_shared_namespace(fs->kf_shared),
+			       &s, &sec);
+	if (err)
+		return err;
+	if (asprintf(&n, "%s%s%s", *extra ? *extra : "", *extra ? ",\n " : "", sec) < 0) {
+		free(sec);
+		return -ENOMEM;
+	}
+	free(sec);
+	free(*extra);
+	*extra = n;
+	return 0;
+}
+
 static int render_stats(struct kv_fs *fs, char **buf, size_t *len)
 {
 	struct kv_pool *pool = kv_store_pool(fs->kf_store);
@@ -117,6 +142,8 @@ static int render_stats(struct kv_fs *fs, char **buf, size_t *len)
 		u.ku_recovered_keys, u.ku_torn_buckets, u.ku_lost_keys) < 0)
 		return -ENOMEM;
 	err = add_gc_stats(fs, &u, &extra);
+	if (!err)
+		err = add_rados_stats(fs, &extra);
 	if (err) {
 		free(extra);
 		return err;

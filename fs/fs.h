@@ -21,6 +21,7 @@
 #include "core/store.h"
 
 struct kv_region_table;
+struct kv_shared;
 
 struct kv_fs {
 	struct kv_config *kf_cfg; /* immutable while mounted */
@@ -38,6 +39,8 @@ struct kv_fs {
 	struct ctl_handle *kf_ctl_open;
 	/* cache mode's evicted names, told to the kernel (fs/notify.c); NULL when not mounted */
 	struct kv_fs_notify *kf_notify;
+	/* the shared tier on RADOS (core/shared.h); NULL when off. Immutable while mounted */
+	struct kv_shared *kf_shared;
 };
 
 /* The node id of a store inode: its address, FUSE_ROOT_ID for the root. */

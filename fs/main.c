@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/shared.h"
 #include "fs/fs.h"
 #include "fs/options.h"
 #include "gpu/dev.h"
@@ -307,12 +308,18 @@ int main(int argc, char **argv)
 		if (rc == KV_OPT_HELP)
 			fputs(kv_options_usage, stdout);
 		else
-			printf("kvfs %s (libfuse %s, gpu backend %s)\n", KVFS_VERSION,
-			       fuse_pkgversion(), kv_dev_built());
+			printf("kvfs %s (libfuse %s, gpu backend %s, rados %s)\n", KVFS_VERSION,
+			       fuse_pkgversion(), kv_dev_built(),
+			       kv_shared_built() ? "librados" : "none");
 		ret = 0;
 		goto out_cfg;
 	}
 	mode = rc;
+	if (mode == KV_OPT_RUN && cfg.kc_rados_pool && !kv_shared_built()) {
+		fprintf(stderr, "kvfs: --rados-pool: this kvfs was built without librados "
+				"(rebuild with librados-dev installed, -DKVFS_RADOS=ON)\n");
+		goto out_cfg;
+	}
 	/* libfuse changes to / when it starts serving: keep absolute paths. */
 	abs_mnt = mode == KV_OPT_RUN ? realpath(cfg.kc_mountpoint, NULL) : NULL;
 	if (mode == KV_OPT_RUN && !abs_mnt) {
@@ -366,6 +373,11 @@ int main(int argc, char **argv)
 		   kv_pool_size(kv_store_pool(fs.kf_store)));
 	if (open_ioctl_path(&fs))
 		goto out_store;
+	/* in the background: the mount never waits for the cluster */
+	if (cfg.kc_rados_pool && (rc = kv_shared_start(&cfg, &fs.kf_shared))) {
+		fprintf(stderr, "kvfs: cannot start the RADOS tier: %s\n", strerror(-rc));
+		goto out_store;
+	}
 	kv_stats_init(&fs.kf_stats);
 	clock_gettime(CLOCK_REALTIME, &fs.kf_mounted);
 	if (fuse_args_build(&cfg, fuse_opts, &args)) {
@@ -375,6 +387,8 @@ int main(int argc, char **argv)
 	ret = serve(&fs, &args);
 	fuse_opt_free_args(&args);
 out_store:
+	kv_shared_stop(fs.kf_shared);
+	fs.kf_shared = NULL;
 	close_ioctl_path(&fs);
 	kv_dev_stop(); /* unpins the pool before it goes */
 	lost = kv_store_destroy(fs.kf_store);

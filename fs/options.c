@@ -43,6 +43,17 @@ const char kv_options_usage[] =
     "                      lru = delete least recently used keys (default: none)\n"
     "  --gpu=auto|cuda|off device backend: cuda = CUDA regions or refuse to start,\n"
     "                      auto = CUDA when a usable device is present (default: auto)\n"
+    "  --rados-pool=POOL   share keys through this Ceph RADOS pool (default: off;\n"
+    "                      needs a kvfs built with librados)\n"
+    "  --rados-conf=FILE   the cluster's ceph.conf (default: /etc/ceph/ceph.conf)\n"
+    "  --rados-id=NAME     the client id, without 'client.' (default: admin)\n"
+    "  --rados-namespace=NS  mounts on the same pool and namespace share keys\n"
+    "                      (default: the empty namespace)\n"
+    "  --rados-timeout=TIME  most any cluster operation waits, whole seconds,\n"
+    "                      at least 1s (default: 10s)\n"
+    "  --rados-cache-ttl=TIME  names looked up in the cluster may be this stale\n"
+    "                      (default: 1s)\n"
+    "  --rados-sync[=on|off]  fsync also waits for the cluster (default: off)\n"
     "  --fsck              kvfs --fsck DATA_DIR: check a data directory, report, exit\n"
     "  --salvage           kvfs --salvage DATA_DIR: rebuild the metadata from the buckets\n"
     "  -f                  stay in the foreground\n"
@@ -273,6 +284,80 @@ static int set_gpu(struct kv_config *cfg, const char *val)
 	return 0;
 }
 
+/* --- the shared tier on RADOS (core/shared.h) --- */
+
+/* Replaces *slot with a copy of val; an empty val is refused unless empty_ok. */
+static int set_string(char **slot, const char *val, bool empty_ok)
+{
+	char *copy;
+
+	if (!*val && !empty_ok)
+		return -EINVAL;
+	copy = strdup(val);
+	if (!copy)
+		return -ENOMEM;
+	free(*slot);
+	*slot = copy;
+	return 0;
+}
+
+static int set_rados_pool(struct kv_config *cfg, const char *val)
+{
+	return set_string(&cfg->kc_rados_pool, val, false);
+}
+
+static int set_rados_conf(struct kv_config *cfg, const char *val)
+{
+	return set_string(&cfg->kc_rados_conf, val, false);
+}
+
+static int set_rados_id(struct kv_config *cfg, const char *val)
+{
+	return set_string(&cfg->kc_rados_id, val, false);
+}
+
+static int set_rados_namespace(struct kv_config *cfg, const char *val)
+{
+	return set_string(&cfg->kc_rados_namespace, val, true);
+}
+
+static int set_rados_timeout(struct kv_config *cfg, const char *val)
+{
+	uint64_t v;
+	int err = kv_parse_duration(val, &v);
+
+	if (err)
+		return err;
+	if (v < 1000ull * 1000 * 1000 || v > 3600ull * 1000 * 1000 * 1000)
+		return -ERANGE;
+	cfg->kc_rados_timeout_ns = v;
+	return 0;
+}
+
+static int set_rados_cache_ttl(struct kv_config *cfg, const char *val)
+{
+	uint64_t v;
+	int err = kv_parse_duration(val, &v);
+
+	if (err)
+		return err;
+	if (v > 3600ull * 1000 * 1000 * 1000)
+		return -ERANGE;
+	cfg->kc_rados_cache_ttl_ns = v;
+	return 0;
+}
+
+static int set_rados_sync(struct kv_config *cfg, const char *val)
+{
+	if (!strcmp(val, "on"))
+		cfg->kc_rados_sync = true;
+	else if (!strcmp(val, "off"))
+		cfg->kc_rados_sync = false;
+	else
+		return -EINVAL;
+	return 0;
+}
+
 static const struct setting settings[] = {
     {"mem-size", set_mem_size},
     {"threads", set_threads},
@@ -292,7 +377,20 @@ static const struct setting settings[] = {
     {"gc-rate", set_gc_rate},
     {"evict", set_evict},
     {"gpu", set_gpu},
+    {"rados-pool", set_rados_pool},
+    {"rados-conf", set_rados_conf},
+    {"rados-id", set_rados_id},
+    {"rados-namespace", set_rados_namespace},
+    {"rados-timeout", set_rados_timeout},
+    {"rados-cache-ttl", set_rados_cache_ttl},
+    {"rados-sync", set_rados_sync},
 };
+
+/* A switch that may stand alone: --NAME and -o KEY without a value mean "on". */
+static bool is_switch(const struct setting *s)
+{
+	return s->s_set == set_rados_sync;
+}
 
 /* Words of an fstab line that mean nothing to a mount of kvfs. */
 static const char *const fstab_only[] = {
@@ -410,7 +508,9 @@ static int parse_o(const char *list, struct kv_config *cfg, char **fuse_opts, ch
 		int rc = 0;
 
 		if (s) {
-			char *val = eq ? strndup(eq + 1, len - klen - 1) : NULL;
+			char *val = eq		   ? strndup(eq + 1, len - klen - 1)
+				    : is_switch(s) ? strdup("on")
+						   : NULL;
 			char *spelled = strndup(p, len);
 
 			rc = spelled ? apply(s, cfg, val, spelled, err, err_len) : -ENOMEM;
@@ -459,9 +559,9 @@ static int parse_long_opt(int argc, char **argv, int *i, bool set, struct kv_con
 	snprintf(spelled, sizeof(spelled), "--%.*s", (int)len, arg);
 	if (!s || memchr(arg, '_', len))
 		return fail(err, err_len, "kvfs: unknown option '%s'", spelled);
-	if (!eq && *i + 1 >= argc)
+	if (!eq && !is_switch(s) && *i + 1 >= argc)
 		return fail(err, err_len, "kvfs: option '%s' needs a value", spelled);
-	val = eq ? eq + 1 : argv[++*i];
+	val = eq ? eq + 1 : is_switch(s) ? "on" : argv[++*i];
 	return set ? apply(s, cfg, val, spelled, err, err_len) : 0;
 }
 

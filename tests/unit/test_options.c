@@ -642,6 +642,104 @@ static void test_render(void **state)
 	}
 }
 
+/* The shared tier's settings: defaults, three spellings, switches, refusals, rendering. */
+static void test_rados(void **state)
+{
+	char *env[] = {"KVFS_RADOS_POOL=envpool", "KVFS_RADOS_TIMEOUT=3s", "KVFS_RADOS_SYNC=on",
+		       NULL};
+	char *bad_env[] = {"KVFS_RADOS_TIMEOUT=0", NULL};
+	struct parse p;
+	char *buf = NULL;
+	size_t len = 0;
+
+	(void)state;
+	PARSE(&p, "data", "mnt");
+	check_run(&p, "");
+	assert_null(p.p_cfg.kc_rados_pool);
+	assert_null(p.p_cfg.kc_rados_conf);
+	assert_null(p.p_cfg.kc_rados_id);
+	assert_null(p.p_cfg.kc_rados_namespace);
+	assert_int_equal(p.p_cfg.kc_rados_timeout_ns, 10000000000ull);
+	assert_int_equal(p.p_cfg.kc_rados_cache_ttl_ns, 1000000000ull);
+	assert_false(p.p_cfg.kc_rados_sync);
+	assert_int_equal(kv_config_render(&p.p_cfg, &buf, &len), 0);
+	assert_non_null(strstr(buf, "rados_pool = \n"));
+	assert_non_null(strstr(buf, "rados_conf = /etc/ceph/ceph.conf\n"));
+	assert_non_null(strstr(buf, "rados_id = admin\n"));
+	assert_non_null(strstr(buf, "rados_namespace = \n"));
+	assert_non_null(strstr(buf, "rados_timeout_ms = 10000.000\n"));
+	assert_non_null(strstr(buf, "rados_cache_ttl_ms = 1000.000\n"));
+	assert_non_null(strstr(buf, "rados_sync = off\n"));
+	free(buf);
+	parse_free(&p);
+
+	PARSE(&p, "--rados-pool=kv", "--rados-conf=/c/ceph.conf", "--rados-id", "node7",
+	      "--rados-namespace=ns1", "--rados-timeout=2500ms", "--rados-cache-ttl=0",
+	      "--rados-sync", "data", "mnt");
+	check_run(&p, "");
+	assert_string_equal(p.p_cfg.kc_rados_pool, "kv");
+	assert_string_equal(p.p_cfg.kc_rados_conf, "/c/ceph.conf");
+	assert_string_equal(p.p_cfg.kc_rados_id, "node7");
+	assert_string_equal(p.p_cfg.kc_rados_namespace, "ns1");
+	assert_int_equal(p.p_cfg.kc_rados_timeout_ns, 2500000000ull);
+	assert_int_equal(p.p_cfg.kc_rados_cache_ttl_ns, 0);
+	assert_true(p.p_cfg.kc_rados_sync);
+	assert_int_equal(kv_config_render(&p.p_cfg, &buf, &len), 0);
+	assert_non_null(strstr(buf, "rados_pool = kv\n"));
+	assert_non_null(strstr(buf, "rados_conf = /c/ceph.conf\n"));
+	assert_non_null(strstr(buf, "rados_id = node7\n"));
+	assert_non_null(strstr(buf, "rados_namespace = ns1\n"));
+	assert_non_null(strstr(buf, "rados_timeout_ms = 2500.000\n"));
+	assert_non_null(strstr(buf, "rados_cache_ttl_ms = 0.000\n"));
+	assert_non_null(strstr(buf, "rados_sync = on\n"));
+	free(buf);
+	parse_free(&p);
+
+	/* -o, a bare switch included; the empty namespace is the default one */
+	PARSE(&p, "data", "mnt", "-o",
+	      "rados_pool=op,rados_namespace=,rados_sync,rados_cache_ttl=5s,allow_other");
+	check_run(&p, "allow_other");
+	assert_string_equal(p.p_cfg.kc_rados_pool, "op");
+	assert_string_equal(p.p_cfg.kc_rados_namespace, "");
+	assert_true(p.p_cfg.kc_rados_sync);
+	assert_int_equal(p.p_cfg.kc_rados_cache_ttl_ns, 5000000000ull);
+	parse_free(&p);
+
+	/* the environment, beaten by -o and the long options */
+	PARSE_ENV(&p, env, "data", "mnt");
+	check_run(&p, "");
+	assert_string_equal(p.p_cfg.kc_rados_pool, "envpool");
+	assert_int_equal(p.p_cfg.kc_rados_timeout_ns, 3000000000ull);
+	assert_true(p.p_cfg.kc_rados_sync);
+	parse_free(&p);
+
+	PARSE_ENV(&p, env, "--rados-sync=off", "data", "mnt", "-o", "rados_pool=o,rados_sync=on",
+		  "--rados-pool=cli");
+	check_run(&p, "");
+	assert_string_equal(p.p_cfg.kc_rados_pool, "cli");
+	assert_false(p.p_cfg.kc_rados_sync);
+	parse_free(&p);
+
+	PARSE(&p, "--rados-pool=", "data", "mnt");
+	check_err(&p, "--rados-pool", NULL);
+	PARSE(&p, "-o", "rados_pool", "data", "mnt");
+	check_err(&p, "rados_pool", NULL);
+	PARSE(&p, "--rados-conf=", "data", "mnt");
+	check_err(&p, "--rados-conf", NULL);
+	PARSE(&p, "--rados-id=", "data", "mnt");
+	check_err(&p, "--rados-id", NULL);
+	PARSE(&p, "--rados-timeout=500ms", "data", "mnt");
+	check_err(&p, "--rados-timeout", "out of range");
+	PARSE(&p, "--rados-timeout=2h", "data", "mnt");
+	check_err(&p, "--rados-timeout", "2h");
+	PARSE(&p, "--rados-cache-ttl=soon", "data", "mnt");
+	check_err(&p, "--rados-cache-ttl", "soon");
+	PARSE(&p, "--rados-sync=yes", "data", "mnt");
+	check_err(&p, "--rados-sync", "yes");
+	PARSE_ENV(&p, bad_env, "data", "mnt");
+	check_err(&p, "KVFS_RADOS_TIMEOUT", NULL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -660,6 +758,7 @@ int main(void)
 	    cmocka_unit_test(test_render),
 	    cmocka_unit_test(test_trace),
 	    cmocka_unit_test(test_gpu),
+	    cmocka_unit_test(test_rados),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -22,6 +22,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/shared.h"
 #include "core/stats.h"
 
 /* Where one value lands: its bucket index and that bucket's upper edge. */
@@ -526,6 +527,64 @@ static void test_render_pool_overcommit(void **state)
 	free(buf);
 }
 
+/* The shared tier's section (core/shared.h), as fs/ctl.c appends it: valid JSON, exact. */
+static void test_render_rados(void **state)
+{
+	static struct kv_stats st;
+	struct kv_shared_stats s = {
+	    .ss_state = KV_SHARED_UNREACHABLE,
+	    .ss_connect_attempts = 3,
+	    .ss_connect_failures = 2,
+	    .ss_last_err = -ETIMEDOUT,
+	    .ss_bytes_written = 1ull << 40,
+	    .ss_timeouts = 7,
+	};
+	struct kv_stats_gauges g = {0};
+	char *sec = NULL, *buf = NULL, *path, *cmd;
+	size_t len = 0;
+	int rc;
+
+	(void)state;
+	if (system("command -v python3 >/dev/null 2>&1") != 0)
+		skip();
+	strcpy(s.ss_last_error_text, "connect: Connection timed out");
+	assert_int_equal(kv_shared_render("kv\"pool", "ns\\1\n", &s, &sec), 0);
+	assert_non_null(strstr(sec, "\"state\": \"unreachable\""));
+	assert_non_null(strstr(sec, "\"last_error\": \"ETIMEDOUT\""));
+	g.kg_extra = sec;
+	kv_stats_init(&st);
+	assert_int_equal(kv_stats_render(&st, &g, &buf, &len), 0);
+	path = write_temp(buf, len);
+	assert_true(
+	    asprintf(&cmd,
+		     "python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))[\"rados\"]; "
+		     "assert r == {\"state\": \"unreachable\", \"pool\": \"kv\\\"pool\", "
+		     "\"namespace\": \"ns\\\\1\\n\", \"connect_attempts\": 3, "
+		     "\"connect_failures\": 2, \"last_error\": \"ETIMEDOUT\", "
+		     "\"last_error_text\": \"connect: Connection timed out\", "
+		     "\"objects_read\": 0, \"objects_written\": 0, \"bytes_read\": 0, "
+		     "\"bytes_written\": 2**40, \"errors\": 0, \"timeouts\": 7}, r' %s",
+		     path) > 0);
+	rc = system(cmd);
+	unlink(path);
+	if (!(WIFEXITED(rc) && WEXITSTATUS(rc) == 0))
+		fail_msg("python3 rejected the rados section:\n%s", buf);
+	free(cmd);
+	free(path);
+	free(buf);
+	free(sec);
+
+	/* before any failure: last_error is empty; every state has its name */
+	memset(&s, 0, sizeof(s));
+	s.ss_state = KV_SHARED_CONNECTED;
+	assert_int_equal(kv_shared_render("p", "", &s, &sec), 0);
+	assert_non_null(strstr(sec, "\"state\": \"connected\", \"pool\": \"p\", "
+				    "\"namespace\": \"\", \"connect_attempts\": 0, "
+				    "\"connect_failures\": 0, \"last_error\": \"\""));
+	free(sec);
+	assert_string_equal(kv_shared_state_name(KV_SHARED_CONNECTING), "connecting");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -541,6 +600,7 @@ int main(void)
 	    cmocka_unit_test(test_render_json),
 	    cmocka_unit_test(test_render_empty),
 	    cmocka_unit_test(test_render_pool_overcommit),
+	    cmocka_unit_test(test_render_rados),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
