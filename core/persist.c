@@ -285,33 +285,158 @@ void kv_persist_put(struct kv_store *st, struct kv_inode *ino)
 /* --- replay --- */
 
 /*
+ * What the keys hold in each bucket (recovery): live bytes, and the span of
+ * their records, sorted by bucket id. Filled by check_key, or while the
+ * checkpoint loads (rp_live), when a key's records are all valid if each
+ * bucket's span is (live_checked): a clean start then need not visit
+ * every key again.
+ */
+struct live_bucket {
+	uint64_t lb_id, lb_bytes;
+	uint64_t lb_lo, lb_hi; /* the records' span: [lowest offset, highest end) */
+};
+
+struct live {
+	struct live_bucket *lv_b;
+	size_t lv_n, lv_max;
+	size_t lv_last; /* where the last key's record went: keys come by bucket */
+	uint64_t lv_keys, lv_lost;
+	bool lv_inexact; /* a record not counted (no memory) or a key's map replaced */
+	struct kv_bucket_set *lv_bs;
+};
+
+/* The position of bucket id in lv_b, or where it would go. */
+static size_t live_at(const struct live *lv, uint64_t id)
+{
+	size_t lo = 0, hi = lv->lv_n;
+
+	if (lv->lv_last < lv->lv_n && lv->lv_b[lv->lv_last].lb_id == id)
+		return lv->lv_last;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (lv->lv_b[mid].lb_id < id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* Counts record l: a binary search at most, every key of millions asks. */
+static void live_add(struct live *lv, const struct kv_loc *l)
+{
+	size_t i = live_at(lv, l->kl_bucket);
+	uint64_t size = kv_loc_size(l);
+	struct live_bucket *b;
+
+	if (i == lv->lv_n || lv->lv_b[i].lb_id != l->kl_bucket) {
+		if (lv->lv_n == lv->lv_max) {
+			size_t n = lv->lv_max ? lv->lv_max * 2 : 64;
+
+			b = realloc(lv->lv_b, n * sizeof(*b));
+			if (!b) {
+				lv->lv_inexact = true;
+				return;
+			}
+			lv->lv_b = b;
+			lv->lv_max = n;
+		}
+		memmove(lv->lv_b + i + 1, lv->lv_b + i, (lv->lv_n - i) * sizeof(*b));
+		lv->lv_b[i] = (struct live_bucket){
+		    .lb_id = l->kl_bucket, .lb_lo = l->kl_off, .lb_hi = l->kl_off + size};
+		lv->lv_n++;
+	}
+	lv->lv_last = i;
+	b = &lv->lv_b[i];
+	b->lb_bytes += size;
+	if (l->kl_off < b->lb_lo)
+		b->lb_lo = l->kl_off;
+	if (l->kl_off + size > b->lb_hi)
+		b->lb_hi = l->kl_off + size;
+}
+
+/* Counts the records of a key's map. */
+static void live_key(struct live *lv, const struct kv_xmap *m)
+{
+	lv->lv_keys++;
+	for (uint32_t i = 0; i < m->xm_n; i++)
+		live_add(lv, &kv_xmap_cat(m, i)->xe_loc);
+}
+
+/*
+ * True when the counts the checkpoint load made stand for every key of
+ * st (a regular file each, one map each) and every bucket holds the span
+ * of records the keys name there: then every key is valid (check_key).
+ */
+static bool live_checked(const struct live *lv, struct kv_store *st)
+{
+	if (lv->lv_inexact || lv->lv_keys != atomic_load(&st->ks_keys))
+		return false;
+	for (size_t i = 0; i < lv->lv_n; i++)
+		if (!kv_bucket_holds(lv->lv_bs, lv->lv_b[i].lb_id, lv->lv_b[i].lb_lo,
+				     lv->lv_b[i].lb_hi))
+			return false;
+	return true;
+}
+
+/*
+ * Where entries are applied (checkpoint, journal, salvage), with the
+ * directory the last path led to: a checkpoint lists a directory's keys
+ * together, so most paths resolve without a walk from the root. rp_dir is
+ * forgotten (NULL) after any entry that may remove or move a directory
+ * (DEL, RENAME); nothing else does during recovery. ks_ns_lock held
+ * exclusive.
+ */
+struct replay {
+	struct kv_store *rp_st;
+	uint64_t rp_n;		 /* journal entries replayed */
+	struct live *rp_live;	 /* the checkpoint load counts its keys' records here */
+	struct kv_inode *rp_dir; /* the directory at rp_path, or NULL */
+	uint32_t rp_len;	 /* rp_path's length, the '/' ending it included */
+	char rp_path[KV_JPATH_MAX + 1];
+};
+
+/*
  * Resolves the directory holding the last component of `path` (len bytes),
  * making missing directories when `make`. Sets *name to the last
- * component (NUL-terminated copy in buf). ks_ns_lock held exclusive.
+ * component (NUL-terminated copy in buf), *nlen to its length. ks_ns_lock
+ * held exclusive.
  */
-static struct kv_inode *walk_to_parent(struct kv_store *st, const char *path, uint32_t len,
-				       bool make, char *buf, const char **name)
+static struct kv_inode *walk_to_parent(struct replay *rp, const char *path, uint32_t len, bool make,
+				       char *buf, const char **name, size_t *nlen)
 {
+	struct kv_store *st = rp->rp_st;
 	struct kv_inode *dir = st->ks_root;
+	const char *last = memrchr(path, '/', len);
+	uint32_t plen = last ? (uint32_t)(last - path) + 1 : 0;
 	char *p, *slash;
 
 	memcpy(buf, path, len);
 	buf[len] = '\0';
-	p = buf;
-	while ((slash = strchr(p, '/'))) {
+	*name = buf + plen;
+	*nlen = len - plen;
+	if (!*nlen || memchr(buf, '\0', len))
+		return NULL;
+	if (!plen)
+		return dir;
+	if (rp->rp_dir && plen == rp->rp_len && !memcmp(path, rp->rp_path, plen))
+		return rp->rp_dir;
+	for (p = buf; (slash = strchr(p, '/')); p = slash + 1) {
 		struct kv_inode *c;
 
 		*slash = '\0';
-		c = kv_store_child(dir, p);
-		if (!c && make && kv_store_make(st, dir, p, S_IFDIR | 0755, NULL, &c))
+		if (make ? kv_store_child_make(st, dir, p, (size_t)(slash - p), S_IFDIR, &c)
+			 : !(c = kv_store_child(dir, p)))
 			return NULL;
-		if (!c || !S_ISDIR(c->ki_type))
+		if (!S_ISDIR(c->ki_type))
 			return NULL;
 		dir = c;
-		p = slash + 1;
 	}
-	*name = p;
-	return *p ? dir : NULL;
+	rp->rp_dir = dir;
+	rp->rp_len = plen;
+	memcpy(rp->rp_path, path, plen);
+	return dir;
 }
 
 /*
@@ -447,7 +572,8 @@ static void set_resv(struct kv_store *st, struct kv_inode *f, struct kv_resv *rv
  * newer than what it has; the same version again brings newer
  * reservations only (a fallocate of a durable value).
  */
-static void apply_put(struct kv_store *st, struct kv_inode *f, const struct kv_jent *e)
+static void apply_put(struct kv_store *st, struct live *lv, struct kv_inode *f,
+		      const struct kv_jent *e)
 {
 	struct kv_resv *rv;
 	struct kv_xmap m;
@@ -461,6 +587,10 @@ static void apply_put(struct kv_store *st, struct kv_inode *f, const struct kv_j
 	}
 	atomic_fetch_sub(&st->ks_bytes, f->ki_map.xm_size);
 	atomic_fetch_add(&st->ks_bytes, e->je_len);
+	if (lv && f->ki_map.xm_seq)
+		lv->lv_inexact = true; /* counted before */
+	else if (lv)
+		live_key(lv, &m);
 	kv_xmap_clear(&f->ki_map);
 	f->ki_map = m;
 	attrs_from(f, e);
@@ -531,14 +661,17 @@ static void apply_move(struct kv_inode *f, const struct kv_jent *e)
 	}
 }
 
-/* Applies one journal or checkpoint entry (recovery: ks_ns_lock held exclusive). */
+/* Applies one journal or checkpoint entry to rp (recovery: ks_ns_lock held exclusive). */
 static int apply(const struct kv_jent *e, uint64_t lsn, void *arg)
 {
-	struct kv_store *st = arg;
+	struct replay *rp = arg;
+	struct kv_store *st = rp->rp_st;
 	char buf[KV_JPATH_MAX + 1], buf2[KV_JPATH_MAX + 1];
 	const char *name, *name2;
 	struct kv_inode *dir, *dir2, *c;
+	size_t nlen, nlen2;
 
+	(void)lsn;
 	if (is_root_path(e)) {
 		if (e->je_type == KV_J_MKDIR || e->je_type == KV_J_SETATTR)
 			attrs_from(st->ks_root, e);
@@ -547,44 +680,45 @@ static int apply(const struct kv_jent *e, uint64_t lsn, void *arg)
 	switch (e->je_type) {
 	case KV_J_MKDIR:
 	case KV_J_PUT:
-		dir = walk_to_parent(st, e->je_path, e->je_path_len, true, buf, &name);
-		if (!dir)
-			return 0;
-		c = kv_store_child(dir, name);
-		if (!c && kv_store_make(st, dir, name, e->je_type == KV_J_MKDIR ? S_IFDIR : S_IFREG,
-					NULL, &c))
+		dir = walk_to_parent(rp, e->je_path, e->je_path_len, true, buf, &name, &nlen);
+		if (!dir || kv_store_child_make(st, dir, name, nlen,
+						e->je_type == KV_J_MKDIR ? S_IFDIR : S_IFREG, &c))
 			return 0;
 		if (e->je_type == KV_J_MKDIR && S_ISDIR(c->ki_type))
 			attrs_from(c, e);
 		else if (e->je_type == KV_J_PUT && S_ISREG(c->ki_type))
-			apply_put(st, c, e);
+			apply_put(st, rp->rp_live, c, e);
 		return 0;
 	case KV_J_NODE:
-		dir = walk_to_parent(st, e->je_path, e->je_path_len, true, buf, &name);
+		dir = walk_to_parent(rp, e->je_path, e->je_path_len, true, buf, &name, &nlen);
+		if (dir && rp->rp_live && kv_store_child(dir, name))
+			rp->rp_live->lv_inexact = true; /* it may replace a key counted */
 		if (dir)
 			apply_node(st, dir, name, e);
 		return 0;
 	case KV_J_DEL:
-		dir = walk_to_parent(st, e->je_path, e->je_path_len, false, buf, &name);
+		dir = walk_to_parent(rp, e->je_path, e->je_path_len, false, buf, &name, &nlen);
 		c = dir ? kv_store_child(dir, name) : NULL;
 		if (c)
 			apply_del(st, dir, c);
+		rp->rp_dir = NULL; /* it may have been below c */
 		return 0;
 	case KV_J_RENAME:
-		dir = walk_to_parent(st, e->je_path, e->je_path_len, false, buf, &name);
-		dir2 = walk_to_parent(st, e->je_path2, e->je_path2_len, true, buf2, &name2);
+		dir = walk_to_parent(rp, e->je_path, e->je_path_len, false, buf, &name, &nlen);
+		dir2 = walk_to_parent(rp, e->je_path2, e->je_path2_len, true, buf2, &name2, &nlen2);
 		if (dir && dir2)
 			kv_store_rename_locked(st, dir, name, dir2, name2, e->je_flags);
+		rp->rp_dir = NULL; /* it may have moved or replaced a directory */
 		return 0;
 	case KV_J_SETATTR:
-		dir = walk_to_parent(st, e->je_path, e->je_path_len, false, buf, &name);
+		dir = walk_to_parent(rp, e->je_path, e->je_path_len, false, buf, &name, &nlen);
 		c = dir ? kv_store_child(dir, name) : NULL;
 		if (c)
 			attrs_from(c, e);
 		return 0;
 	case KV_J_MOVE:
 		/* Only onto the very value moved: a later put or delete voids it. */
-		dir = walk_to_parent(st, e->je_path, e->je_path_len, false, buf, &name);
+		dir = walk_to_parent(rp, e->je_path, e->je_path_len, false, buf, &name, &nlen);
 		c = dir ? kv_store_child(dir, name) : NULL;
 		if (c && S_ISREG(c->ki_type))
 			apply_move(c, e);
@@ -619,70 +753,12 @@ static void visit(struct kv_store *st, struct kv_inode *dir, visit_fn fn, void *
 }
 
 /* apply(), counting the journal entries replayed. */
-struct replay {
-	struct kv_store *rp_st;
-	uint64_t rp_n;
-};
-
 static int apply_counted(const struct kv_jent *e, uint64_t lsn, void *arg)
 {
 	struct replay *rp = arg;
 
 	rp->rp_n++;
-	return apply(e, lsn, rp->rp_st);
-}
-
-/* Live bytes per bucket, gathered from the keys (recovery): lv_id sorted, lv_bytes alongside. */
-struct live {
-	uint64_t *lv_id, *lv_bytes;
-	size_t lv_n, lv_max;
-	uint64_t lv_keys, lv_lost;
-	struct kv_bucket_set *lv_bs;
-};
-
-/* The position of bucket id in lv_id, or where it would go. */
-static size_t live_at(const struct live *lv, uint64_t id)
-{
-	size_t lo = 0, hi = lv->lv_n;
-
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (lv->lv_id[mid] < id)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
-}
-
-/* Adds bytes to bucket id's sum: a binary search, every key of millions asks. */
-static void live_add(struct live *lv, uint64_t id, uint64_t bytes)
-{
-	size_t i = live_at(lv, id);
-
-	if (i < lv->lv_n && lv->lv_id[i] == id) {
-		lv->lv_bytes[i] += bytes;
-		return;
-	}
-	if (lv->lv_n == lv->lv_max) {
-		size_t n = lv->lv_max ? lv->lv_max * 2 : 64;
-		uint64_t *a = realloc(lv->lv_id, n * 8), *b;
-
-		if (!a)
-			return;
-		lv->lv_id = a;
-		b = realloc(lv->lv_bytes, n * 8);
-		if (!b)
-			return;
-		lv->lv_bytes = b;
-		lv->lv_max = n;
-	}
-	memmove(lv->lv_id + i + 1, lv->lv_id + i, (lv->lv_n - i) * 8);
-	memmove(lv->lv_bytes + i + 1, lv->lv_bytes + i, (lv->lv_n - i) * 8);
-	lv->lv_id[i] = id;
-	lv->lv_bytes[i] = bytes;
-	lv->lv_n++;
+	return apply(e, lsn, rp);
 }
 
 /* Drops keys whose record is not on disk; sums the live bytes of the rest. */
@@ -697,12 +773,7 @@ static void check_key(struct kv_store *st, struct kv_inode *dir, struct kv_inode
 		kv_store_unname(st, dir, ino);
 		return;
 	}
-	lv->lv_keys++;
-	for (uint32_t i = 0; i < ino->ki_map.xm_n; i++) {
-		const struct kv_loc *l = &kv_xmap_at(&ino->ki_map, i)->xe_loc;
-
-		live_add(lv, l->kl_bucket, kv_loc_size(l));
-	}
+	live_key(lv, &ino->ki_map);
 }
 
 static void drop_orphan(uint64_t id, void *arg)
@@ -710,8 +781,8 @@ static void drop_orphan(uint64_t id, void *arg)
 	struct live *lv = arg;
 	size_t i = live_at(lv, id);
 
-	if (i < lv->lv_n && lv->lv_id[i] == id)
-		kv_bucket_set_live(lv->lv_bs, id, lv->lv_bytes[i]);
+	if (i < lv->lv_n && lv->lv_b[i].lb_id == id)
+		kv_bucket_set_live(lv->lv_bs, id, lv->lv_b[i].lb_bytes);
 	else
 		kv_bucket_drop(lv->lv_bs, id);
 }
@@ -743,16 +814,16 @@ int kv_persist_recover(struct kv_store *st, int datadir_fd)
 {
 	uint64_t t0 = kv_now_ns(), next_seq = 1, next_bucket = 1, gen = 0, last_gen, last_lsn;
 	struct opener op = {.op_st = st, .op_datadir_fd = datadir_fd};
-	struct replay rp = {.rp_st = st};
-	struct kv_bucket_set *bs;
 	struct live lv = {0};
+	struct replay rp = {.rp_st = st, .rp_live = &lv};
+	struct kv_bucket_set *bs;
 	bool have_ckpt, opening;
 	pthread_t opener;
 	int err;
 
 	opening = pthread_create(&opener, NULL, open_tier, &op) == 0;
 	pthread_rwlock_wrlock(&st->ks_ns_lock);
-	err = kv_ckpt_load(datadir_fd, apply, st, &next_seq, &next_bucket, &gen);
+	err = kv_ckpt_load(datadir_fd, apply, &rp, &next_seq, &next_bucket, &gen);
 	pthread_rwlock_unlock(&st->ks_ns_lock);
 	if (opening)
 		pthread_join(opener, NULL);
@@ -766,19 +837,24 @@ int kv_persist_recover(struct kv_store *st, int datadir_fd)
 	have_ckpt = !err;
 	if (err == -ENOENT)
 		err = 0;
+	rp.rp_live = NULL;
 	pthread_rwlock_wrlock(&st->ks_ns_lock);
 	if (!err)
 		err = kv_journal_replay(datadir_fd, gen, apply_counted, &rp, &last_gen, &last_lsn);
-	if (!err) {
+	if (!err && (!have_ckpt || rp.rp_n || !live_checked(&lv, st))) {
+		/* Keys may be gone, replaced or invalid: check each one. */
+		free(lv.lv_b);
+		lv = (struct live){.lv_bs = bs};
 		visit(st, st->ks_root, check_key, &lv);
+	}
+	if (!err) {
 		kv_bucket_each(bs, drop_orphan, &lv);
 		kv_bucket_min_id(bs, next_bucket);
 		if (next_seq > atomic_load(&st->ks_seq) + 1)
 			atomic_store(&st->ks_seq, next_seq - 1);
 	}
 	pthread_rwlock_unlock(&st->ks_ns_lock);
-	free(lv.lv_id);
-	free(lv.lv_bytes);
+	free(lv.lv_b);
 	if (err)
 		return err;
 	err = kv_journal_open(&st->ks_journal, datadir_fd, last_gen, last_lsn,
@@ -1102,6 +1178,7 @@ struct salvage {
 static int salvage_put(struct kv_store *st, const char *key, uint32_t key_len,
 		       struct kv_jent *e)
 {
+	struct replay rp = {.rp_st = st};
 	struct timespec now_ts;
 
 	e->je_type = KV_J_PUT;
@@ -1110,7 +1187,7 @@ static int salvage_put(struct kv_store *st, const char *key, uint32_t key_len,
 	e->je_atime_ns = e->je_mtime_ns = e->je_ctime_ns = ns_of(&now_ts);
 	e->je_path = key;
 	e->je_path_len = key_len;
-	return apply(e, 0, st);
+	return apply(e, 0, &rp);
 }
 
 static bool grow(void **a, size_t *max, size_t n, size_t size)

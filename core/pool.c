@@ -103,7 +103,7 @@ struct kv_pool {
 	uint8_t *kp_state;	/* backing store of every shard's ks_state */
 	uint32_t *kp_links;	/* backing store of every shard's ks_next and ks_prev */
 	pthread_t kp_filler;	/* faults the pool in, see pool_fill */
-	bool kp_filler_started; /* immutable after create */
+	bool kp_filler_started; /* set by kv_pool_fill, read by kv_pool_destroy (one thread) */
 	_Atomic bool kp_stop;	/* asks the filler to end early */
 };
 
@@ -308,8 +308,8 @@ static int pool_bind(char *base, uint64_t size, int node)
 #define FILL_CHUNK (64u << 20)
 
 /*
- * The filler thread: faults the whole pool in, 64 MiB at a time, right
- * after create, so writers do not pay a page fault (and, with huge pages, a
+ * The filler thread: faults the whole pool in, 64 MiB at a time, once
+ * kv_pool_fill starts it, so writers do not pay a page fault (and, with huge pages, a
  * compaction stall) on first touch: measured, it takes the p90 of a 1 MiB
  * FUSE write from ~4.7 ms to ~0.15 ms. A staging pool is meant to be
  * resident (and is pinned for DMA when CUDA is present). It only faults in
@@ -447,7 +447,6 @@ int kv_pool_create(struct kv_pool **out, uint64_t size, int numa_node)
 	if (err)
 		goto out_unmap;
 	atomic_init(&pool->kp_stop, false);
-	pool->kp_filler_started = pthread_create(&pool->kp_filler, NULL, pool_fill, pool) == 0;
 	*out = pool;
 	return 0;
 
@@ -456,6 +455,11 @@ out_unmap:
 out_free_pool:
 	free(pool);
 	return err;
+}
+
+void kv_pool_fill(struct kv_pool *pool)
+{
+	pool->kp_filler_started = pthread_create(&pool->kp_filler, NULL, pool_fill, pool) == 0;
 }
 
 void kv_pool_destroy(struct kv_pool *pool)

@@ -40,14 +40,21 @@ struct kv_pool;
 /*
  * Creates a pool of `size` bytes (rounded down to a multiple of KV_PAGE_SIZE;
  * at least one page) on NUMA node `numa_node`, or on the node of the calling
- * thread when `numa_node` is -1. Returns at once; a background thread then
- * faults the whole pool in (transparent huge pages where the kernel gives
- * them), so writers never stall on first-touch faults: a staging pool is
- * meant to be resident. kv_pool_destroy stops that thread.
- * Returns 0, -EINVAL for a size under one page or a node that does not
- * exist, or -ENOMEM when the mapping fails.
+ * thread when `numa_node` is -1. Its pages are faulted in on first use
+ * until kv_pool_fill. Returns 0, -EINVAL for a size under one page or a
+ * node that does not exist, or -ENOMEM when the mapping fails.
  */
 int kv_pool_create(struct kv_pool **out, uint64_t size, int numa_node);
+
+/*
+ * Starts a background thread that faults the whole pool in (transparent
+ * huge pages where the kernel gives them), so writers never stall on
+ * first-touch faults: a staging pool is meant to be resident. The daemon
+ * calls it once the mount serves: on a few cores it would slow recovery
+ * down. Call at most once, from the thread that created the pool (or
+ * one ordered after it); kv_pool_destroy stops that thread.
+ */
+void kv_pool_fill(struct kv_pool *pool);
 
 /* Unmaps the pool. Blocks still allocated become invalid. */
 void kv_pool_destroy(struct kv_pool *pool);

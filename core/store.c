@@ -92,14 +92,27 @@ void kv_store_usage(struct kv_store *st, struct kv_store_usage *u)
 	u->ku_inodes = atomic_load(&st->ks_inodes);
 }
 
-static int inode_new(struct kv_store *st, mode_t mode, const struct kv_cred *cred,
-		     struct kv_inode **out)
+enum {
+	INO_OBJ = 1,	 /* a regular file gets an empty value in DRAM */
+	INO_NO_TIME = 2, /* times left 0: the caller sets them (recovery's keys) */
+};
+
+/*
+ * A new inode named `name` (len bytes, its hash h), kept in the same
+ * allocation (ki_iname). A regular file has no value in DRAM without
+ * INO_OBJ (a recovered key's is on the SSD; a put brings its own).
+ */
+static int inode_new(struct kv_store *st, mode_t mode, const struct kv_cred *cred, const char *name,
+		     size_t len, uint64_t h, unsigned flags, struct kv_inode **out)
 {
-	struct kv_inode *ino = calloc(1, sizeof(*ino));
+	struct kv_inode *ino = calloc(1, sizeof(*ino) + len + 1);
 	int err = -ENOMEM;
 
 	if (!ino)
 		return -ENOMEM;
+	memcpy(ino->ki_iname, name, len);
+	ino->ki_name = ino->ki_iname;
+	ino->ki_hash = h;
 	if (pthread_rwlock_init(&ino->ki_lock, NULL))
 		goto out_free;
 	if (S_ISDIR(mode)) {
@@ -107,7 +120,7 @@ static int inode_new(struct kv_store *st, mode_t mode, const struct kv_cred *cre
 		ino->kd_table = calloc(ino->kd_nbuckets, sizeof(*ino->kd_table));
 		if (!ino->kd_table)
 			goto out_lock;
-	} else if (S_ISREG(mode)) {
+	} else if (S_ISREG(mode) && (flags & INO_OBJ)) {
 		err = kv_obj_new(st->ks_pool, &ino->ki_obj);
 		if (err)
 			goto out_lock;
@@ -119,8 +132,10 @@ static int inode_new(struct kv_store *st, mode_t mode, const struct kv_cred *cre
 	ino->ki_mode = mode;
 	ino->ki_uid = cred->kc_uid;
 	ino->ki_gid = cred->kc_gid;
-	now(&ino->ki_mtime);
-	ino->ki_atime = ino->ki_ctime = ino->ki_mtime;
+	if (!(flags & INO_NO_TIME)) {
+		now(&ino->ki_mtime);
+		ino->ki_atime = ino->ki_ctime = ino->ki_mtime;
+	}
 	atomic_fetch_add(&st->ks_inodes, 1);
 	*out = ino;
 	return 0;
@@ -200,7 +215,8 @@ static void inode_free(struct kv_inode *ino)
 	atomic_fetch_sub(&st->ks_inodes, 1);
 	pthread_rwlock_destroy(&ino->ki_lock);
 	free(ino->kd_table);
-	free(ino->ki_name);
+	if (ino->ki_name != ino->ki_iname)
+		free(ino->ki_name);
 	free(ino);
 }
 
@@ -248,7 +264,7 @@ int kv_store_create(struct kv_store **out, const struct kv_config *cfg, int data
 	pthread_mutex_init(&st->ks_ckpt_lock, NULL);
 	pthread_mutex_init(&st->ks_evict_lock, NULL);
 	atomic_init(&st->ks_next_ino, 1);
-	err = inode_new(st, S_IFDIR | 0755, &cred, &st->ks_root);
+	err = inode_new(st, S_IFDIR | 0755, &cred, "", 0, name_hash("", 0), 0, &st->ks_root);
 	if (err)
 		goto out_lock;
 	atomic_init(&st->ks_root->ki_ref, 1);
@@ -352,10 +368,8 @@ uint64_t kv_store_destroy(struct kv_store *st)
 
 /* --- directory tables (ks_ns_lock held) --- */
 
-static int check_name(const char *name)
+static int check_len(size_t len)
 {
-	size_t len = strlen(name);
-
 	if (len == 0)
 		return -ENOENT;
 	if (len > KV_NAME_MAX)
@@ -363,20 +377,30 @@ static int check_name(const char *name)
 	return 0;
 }
 
+static int check_name(const char *name)
+{
+	return check_len(strlen(name));
+}
+
 static bool is_reserved(const struct kv_store *st, const struct kv_inode *dir, const char *name)
 {
 	return dir == st->ks_root && strcmp(name, KV_RESERVED_NAME) == 0;
 }
 
-static struct kv_inode *dir_find(const struct kv_inode *dir, const char *name)
+/* dir's child `name`, whose hash is h, or NULL. */
+static struct kv_inode *dir_find_h(const struct kv_inode *dir, const char *name, uint64_t h)
 {
-	uint64_t h = name_hash(name, strlen(name));
 	struct kv_inode *c = dir->kd_table[h & (dir->kd_nbuckets - 1)];
 
 	for (; c; c = c->ki_hnext)
 		if (c->ki_hash == h && strcmp(c->ki_name, name) == 0)
 			return c;
 	return NULL;
+}
+
+static struct kv_inode *dir_find(const struct kv_inode *dir, const char *name)
+{
+	return dir_find_h(dir, name, name_hash(name, strlen(name)));
 }
 
 static void dir_grow(struct kv_inode *dir)
@@ -402,14 +426,13 @@ static void dir_grow(struct kv_inode *dir)
 	dir->kd_nbuckets = n;
 }
 
-/* Links ino into dir under its ki_name (which must be set). */
+/* Links ino into dir under its ki_name and ki_hash (which must be set). */
 static void dir_insert(struct kv_inode *dir, struct kv_inode *ino)
 {
 	struct kv_inode **head;
 
 	if (dir->kd_count >= dir->kd_nbuckets)
 		dir_grow(dir);
-	ino->ki_hash = name_hash(ino->ki_name, strlen(ino->ki_name));
 	head = &dir->kd_table[ino->ki_hash & (dir->kd_nbuckets - 1)];
 	ino->ki_hnext = *head;
 	*head = ino;
@@ -1104,20 +1127,17 @@ static int new_node(struct kv_store *st, struct kv_inode *dir, const char *name,
 		    const char *link, const struct kv_cred *cred, bool opened,
 		    struct kv_inode **out, struct kv_attr *attr)
 {
+	size_t len = strlen(name);
+	uint64_t h = name_hash(name, len);
 	struct kv_inode *ino;
 	struct timespec ts;
-	int err = check_name(name);
+	int err = check_len(len);
 
 	if (err)
 		return err;
-	err = inode_new(st, mode, cred, &ino);
+	err = inode_new(st, mode, cred, name, len, h, INO_OBJ, &ino);
 	if (err)
 		return err;
-	ino->ki_name = strdup(name);
-	if (!ino->ki_name) {
-		inode_free(ino);
-		return -ENOMEM;
-	}
 	/* One reference for the name, one for the caller (a kernel lookup). */
 	atomic_init(&ino->ki_ref, 2);
 	atomic_init(&ino->ki_nlink, S_ISDIR(mode) ? 2 : 1);
@@ -1138,7 +1158,7 @@ static int new_node(struct kv_store *st, struct kv_inode *dir, const char *name,
 	err = dir_check(dir);
 	if (!err && is_reserved(st, dir, name))
 		err = -EPERM;
-	if (!err && dir_find(dir, name))
+	if (!err && dir_find_h(dir, name, h))
 		err = -EEXIST;
 	if (err) {
 		pthread_rwlock_unlock(&st->ks_ns_lock);
@@ -1213,28 +1233,25 @@ int kv_store_create_open(struct kv_store *st, struct kv_inode *dir, const char *
 	return new_node(st, dir, name, S_IFREG | (mode & 07777), NULL, cred, true, out, attr);
 }
 
-int kv_store_make(struct kv_store *st, struct kv_inode *dir, const char *name, mode_t mode,
-		  const char *link, struct kv_inode **out)
+/* kv_store_make with the name's length and hash. */
+static int make_node(struct kv_store *st, struct kv_inode *dir, const char *name, size_t len,
+		     uint64_t h, mode_t mode, const char *link, struct kv_inode **out)
 {
 	struct kv_cred root = {0};
 	struct kv_inode *ino;
-	int err = check_name(name);
+	int err = check_len(len);
 
 	if (!err)
-		err = inode_new(st, (mode & S_IFMT) | (S_ISDIR(mode) ? 0755 : 0644), &root, &ino);
+		err = inode_new(st, (mode & S_IFMT) | (S_ISDIR(mode) ? 0755 : 0644), &root, name,
+				len, h, S_ISREG(mode) ? INO_NO_TIME : 0, &ino);
 	if (err)
 		return err;
-	ino->ki_name = strdup(name);
-	if (link)
+	if (link) {
 		ino->ki_link = strdup(link);
-	if (!ino->ki_name || (link && !ino->ki_link)) {
-		inode_free(ino);
-		return -ENOMEM;
-	}
-	if (ino->ki_obj) {
-		/* A recovered key's value is on the SSD only. */
-		kv_obj_put(ino->ki_obj);
-		ino->ki_obj = NULL;
+		if (!ino->ki_link) {
+			inode_free(ino);
+			return -ENOMEM;
+		}
 	}
 	atomic_init(&ino->ki_ref, 1); /* the name's */
 	atomic_init(&ino->ki_nlink, S_ISDIR(mode) ? 2 : 1);
@@ -1242,6 +1259,23 @@ int kv_store_make(struct kv_store *st, struct kv_inode *dir, const char *name, m
 	atomic_fetch_add(name_count(st, mode), 1);
 	*out = ino;
 	return 0;
+}
+
+int kv_store_make(struct kv_store *st, struct kv_inode *dir, const char *name, mode_t mode,
+		  const char *link, struct kv_inode **out)
+{
+	size_t len = strlen(name);
+
+	return make_node(st, dir, name, len, name_hash(name, len), mode, link, out);
+}
+
+int kv_store_child_make(struct kv_store *st, struct kv_inode *dir, const char *name, size_t len,
+			mode_t mode, struct kv_inode **out)
+{
+	uint64_t h = name_hash(name, len);
+
+	*out = dir_find_h(dir, name, h);
+	return *out ? 0 : make_node(st, dir, name, len, h, mode, NULL, out);
 }
 
 /* Takes a name away from ino (ks_ns_lock held exclusive). */
@@ -1470,6 +1504,15 @@ static int rename_checks(struct kv_store *st, struct kv_inode *odir, const char 
  * the rename took the name from (the caller drops its name reference after
  * unlocking), or NULL.
  */
+/* Gives ino (out of its directory) the malloc'ed name. */
+static void name_set(struct kv_inode *ino, char *name)
+{
+	if (ino->ki_name != ino->ki_iname)
+		free(ino->ki_name);
+	ino->ki_name = name;
+	ino->ki_hash = name_hash(name, strlen(name));
+}
+
 static int do_rename(struct kv_store *st, struct kv_inode *odir, const char *oname,
 		     struct kv_inode *ndir, const char *nname, unsigned flags,
 		     struct kv_inode **victim)
@@ -1492,10 +1535,8 @@ static int do_rename(struct kv_store *st, struct kv_inode *odir, const char *ona
 		}
 		dir_remove(odir, src);
 		dir_remove(ndir, dst);
-		free(src->ki_name);
-		free(dst->ki_name);
-		src->ki_name = sname;
-		dst->ki_name = dname;
+		name_set(src, sname);
+		name_set(dst, dname);
 		dir_insert(ndir, src);
 		dir_insert(odir, dst);
 	} else {
@@ -1508,8 +1549,7 @@ static int do_rename(struct kv_store *st, struct kv_inode *odir, const char *ona
 			*victim = dst;
 		}
 		dir_remove(odir, src);
-		free(src->ki_name);
-		src->ki_name = name;
+		name_set(src, name);
 		dir_insert(ndir, src);
 	}
 	now(&ts);
@@ -1588,29 +1628,25 @@ int kv_store_value_new(struct kv_store *st, uint64_t len, struct kv_obj **out)
 int kv_store_publish(struct kv_store *st, struct kv_inode *dir, const char *name,
 		     struct kv_obj *obj, const struct kv_cred *cred, bool noreplace)
 {
+	size_t len = strlen(name);
+	uint64_t h = name_hash(name, len);
 	struct kv_inode *ino, *old;
 	struct timespec ts;
-	int err = check_name(name);
+	int err = check_len(len);
 
 	if (!err)
-		err = inode_new(st, S_IFREG | 0644, cred, &ino);
+		err = inode_new(st, S_IFREG | 0644, cred, name, len, h, 0, &ino);
 	if (err) {
 		kv_obj_put(obj);
 		return err;
 	}
-	kv_obj_put(ino->ki_obj);
 	ino->ki_obj = obj;
-	ino->ki_name = strdup(name);
-	if (!ino->ki_name) {
-		inode_free(ino);
-		return -ENOMEM;
-	}
 	atomic_init(&ino->ki_ref, 1); /* the name's */
 	atomic_init(&ino->ki_nlink, 1);
 
 	pthread_rwlock_wrlock(&st->ks_ns_lock);
 	err = dir_check(dir);
-	old = err ? NULL : dir_find(dir, name);
+	old = err ? NULL : dir_find_h(dir, name, h);
 	if (!err && is_reserved(st, dir, name))
 		err = -EPERM;
 	else if (old && S_ISDIR(old->ki_type))

@@ -50,7 +50,7 @@ struct kv_inode {
 
 	/* ks_ns_lock */
 	struct kv_inode *ki_parent; /* NULL for the root and once unlinked */
-	char *ki_name;
+	char *ki_name;		    /* ki_iname, or malloc'ed (a rename) */
 	uint64_t ki_hash;
 	struct kv_inode *ki_hnext;  /* chain in the parent's kd_table */
 	_Atomic uint32_t ki_nlink;  /* written under ks_ns_lock, read anywhere */
@@ -91,6 +91,8 @@ struct kv_inode {
 	struct kv_inode *ki_cprev, *ki_cnext; /* the clock of clean values (NULL: not on it) */
 	bool ki_on_clock;
 	_Atomic bool ki_referenced; /* read since the clock hand last passed */
+
+	char ki_iname[]; /* the name it was made with, in the same allocation (immutable) */
 };
 
 struct kv_store {
@@ -147,9 +149,19 @@ struct kv_inode *kv_store_child(const struct kv_inode *dir, const char *name);
 /*
  * Makes a node under dir without journaling (recovery; ks_ns_lock held
  * exclusive). link is a symlink's target (S_IFLNK), NULL for other types.
+ * A regular file has no value in DRAM (ki_obj NULL): recovery finds it on
+ * the SSD; its times are 0 until its PUT sets them (a key whose PUT does
+ * not is dropped).
  */
 int kv_store_make(struct kv_store *st, struct kv_inode *dir, const char *name, mode_t mode,
 		  const char *link, struct kv_inode **out);
+/*
+ * dir's child `name` (len bytes, NUL-terminated), made like kv_store_make
+ * (type `mode`, no link) when there is none; one hash of the name for
+ * both. Recovery, ks_ns_lock held exclusive. Returns 0 or -errno.
+ */
+int kv_store_child_make(struct kv_store *st, struct kv_inode *dir, const char *name, size_t len,
+			mode_t mode, struct kv_inode **out);
 /* Takes a name away, without journaling (recovery; ks_ns_lock held exclusive). */
 void kv_store_unname(struct kv_store *st, struct kv_inode *dir, struct kv_inode *ino);
 /* Renames without journaling (recovery; ks_ns_lock held exclusive). */

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -253,6 +254,8 @@ static int serve(struct kv_fs *fs, struct fuse_args *args)
 		(unsigned long long)(kv_pool_size(kv_store_pool(fs->kf_store)) >> 20),
 		cfg->kc_mountpoint);
 	tell_parent(&fs->kf_ready_fd, 0);
+	/* Only now: on a few cores it would slow recovery and the mount down. */
+	kv_pool_fill(kv_store_pool(fs->kf_store));
 	loop = fuse_loop_cfg_create();
 	if (!loop)
 		goto out_notify;
@@ -282,6 +285,38 @@ out_session:
 	return ret;
 }
 
+/*
+ * Recovery puts a few hundred bytes of heap per key (1M keys: ~420 MB), and
+ * first-touch faults of its 4 KiB pages were a third of a clean restart.
+ * glibc madvises its heap for transparent huge pages with the tunable
+ * glibc.malloc.hugetlb=1 (glibc 2.35; older ones ignore it), which it
+ * reads only at exec: so the daemon executes itself once more with it added
+ * to GLIBC_TUNABLES — unless GLIBC_TUNABLES names it already (the user's
+ * choice: glibc.malloc.hugetlb=0 keeps 4 KiB pages, and the second start
+ * sees it there) or the process runs set-id (glibc drops the variable).
+ * Measured on 2 cores: a clean restart of 1M keys about twice as quick,
+ * about one byte more DRAM per key. A failed exec goes on as it is.
+ */
+static void exec_with_huge_heap(char **argv)
+{
+	const char *old = getenv("GLIBC_TUNABLES");
+	char *val;
+
+	if ((old && strstr(old, "glibc.malloc.hugetlb")) || getauxval(AT_SECURE))
+		return;
+	if (asprintf(&val, "%s%sglibc.malloc.hugetlb=1", old ? old : "", old && *old ? ":" : "") <
+	    0)
+		return;
+	if (setenv("GLIBC_TUNABLES", val, 1) == 0) {
+		execv("/proc/self/exe", argv);
+		if (old)
+			setenv("GLIBC_TUNABLES", old, 1);
+		else
+			unsetenv("GLIBC_TUNABLES");
+	}
+	free(val);
+}
+
 int main(int argc, char **argv)
 {
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
@@ -297,6 +332,7 @@ int main(int argc, char **argv)
 	pid_t holder;
 	int rc, mode, ret = 1;
 
+	exec_with_huge_heap(argv);
 	kv_config_defaults(&cfg);
 	rc = kv_options_parse(argc, argv, environ, &cfg, &fuse_opts, err, sizeof(err));
 	if (rc < 0) {

@@ -1306,19 +1306,24 @@ static void bucket_release(struct kv_bucket_set *bs, struct kv_bucket *b)
 	pthread_mutex_unlock(&bs->bs_lock);
 }
 
-bool kv_bucket_valid(struct kv_bucket_set *bs, const struct kv_loc *loc)
+bool kv_bucket_holds(struct kv_bucket_set *bs, uint64_t id, uint64_t off, uint64_t end)
 {
 	const struct kv_bucket *b;
 	bool ok;
 
-	if (loc->kl_off < KV_BLOCK)
+	if (off < KV_BLOCK)
 		return false;
 	/* bucket_get's test, without a read's bookkeeping: recovery asks for every key. */
 	pthread_mutex_lock(&bs->bs_lock);
-	b = find(bs, loc->kl_bucket);
-	ok = b && !b->kb_broken && loc->kl_off + kv_loc_size(loc) <= b->kb_end;
+	b = find(bs, id);
+	ok = b && !b->kb_broken && end <= b->kb_end;
 	pthread_mutex_unlock(&bs->bs_lock);
 	return ok;
+}
+
+bool kv_bucket_valid(struct kv_bucket_set *bs, const struct kv_loc *loc)
+{
+	return kv_bucket_holds(bs, loc->kl_bucket, loc->kl_off, loc->kl_off + kv_loc_size(loc));
 }
 
 int kv_bucket_load_csums(struct kv_bucket_set *bs, const struct kv_loc *loc, uint64_t **csums,

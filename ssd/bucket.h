@@ -198,6 +198,9 @@ int kv_bucket_scan(struct kv_bucket_set *bs, bool check_values,
 /* True when loc lies inside an existing bucket's records. */
 bool kv_bucket_valid(struct kv_bucket_set *bs, const struct kv_loc *loc);
 
+/* True when bucket id exists, is not broken, and [off, end) lies inside its records. */
+bool kv_bucket_holds(struct kv_bucket_set *bs, uint64_t id, uint64_t off, uint64_t end);
+
 /* Sets how many bytes of a bucket's records are live (recovery); the rest are dead. */
 void kv_bucket_set_live(struct kv_bucket_set *bs, uint64_t id, uint64_t live);
 
