@@ -947,6 +947,22 @@ void kv_store_settle(struct kv_inode *ino)
 #define settle kv_store_settle
 
 /*
+ * Ends a change made to version obj (from writable()): with err it is
+ * dropped (abandon), else it becomes the current one (install), sealed
+ * unless someone has the file open (settle). Returns err.
+ */
+static int conclude(struct kv_inode *ino, struct kv_obj *obj, uint64_t old, int err)
+{
+	if (err) {
+		abandon(ino, obj);
+		return err;
+	}
+	install(ino, obj, old);
+	settle(ino);
+	return 0;
+}
+
+/*
  * Before the open version obj changes bytes [from, to) (to UINT64_MAX: up
  * to its end): its spilled extents there come back into memory, or, wholly
  * at or past `cut` (the new size of a truncate; UINT64_MAX otherwise), are
@@ -1865,13 +1881,7 @@ static int write_locked(struct kv_inode *ino, uint64_t off, const void *buf, siz
 		unfill(ino, filled, nfill, obj == ino->ki_obj ? old : 0);
 	if (err && obj == ino->ki_obj && obj->ko_size != old)
 		kv_obj_truncate(obj, old); /* the open version itself: as it was */
-	if (err) {
-		abandon(ino, obj);
-		return err;
-	}
-	install(ino, obj, old);
-	settle(ino);
-	return 0;
+	return conclude(ino, obj, old, err);
 }
 
 int kv_store_write(struct kv_store *st, struct kv_inode *ino, uint64_t off, const void *buf,
@@ -1919,13 +1929,7 @@ static int punch_locked(struct kv_inode *ino, uint64_t off, uint64_t end)
 	err = unspill(ino, obj, off, end, UINT64_MAX);
 	if (!err)
 		err = kv_obj_punch(obj, off, end - off);
-	if (err) {
-		abandon(ino, obj);
-		return err;
-	}
-	install(ino, obj, old);
-	settle(ino);
-	return 0;
+	return conclude(ino, obj, old, err);
 }
 
 /*
@@ -1957,13 +1961,7 @@ static int fallocate_locked(struct kv_inode *ino, int mode, uint64_t off, uint64
 	err = unspill(ino, obj, old & ~(KV_EXTENT - 1), UINT64_MAX, UINT64_MAX);
 	if (!err)
 		err = kv_obj_reserve(obj, size, false);
-	if (err) {
-		abandon(ino, obj);
-		return err;
-	}
-	install(ino, obj, old);
-	settle(ino);
-	return 0;
+	return conclude(ino, obj, old, err);
 }
 
 int kv_store_fallocate(struct kv_store *st, struct kv_inode *ino, int mode, uint64_t off,
