@@ -1515,11 +1515,6 @@ static int rename_checks(struct kv_store *st, struct kv_inode *odir, const char 
 	return 0;
 }
 
-/*
- * Renames (ks_ns_lock held exclusive). Sets *victim to a file or directory
- * the rename took the name from (the caller drops its name reference after
- * unlocking), or NULL.
- */
 /* Gives ino (out of its directory) the malloc'ed name. */
 static void name_set(struct kv_inode *ino, char *name)
 {
@@ -1529,6 +1524,11 @@ static void name_set(struct kv_inode *ino, char *name)
 	ino->ki_hash = name_hash(name, strlen(name));
 }
 
+/*
+ * Renames (ks_ns_lock held exclusive). Sets *victim to a file or directory
+ * the rename took the name from (the caller drops its name reference after
+ * unlocking), or NULL.
+ */
 static int do_rename(struct kv_store *st, struct kv_inode *odir, const char *oname,
 		     struct kv_inode *ndir, const char *nname, unsigned flags,
 		     struct kv_inode **victim)
