@@ -20,6 +20,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/stats.h"
 #include "ssd/rados.h"
 
 struct kv_shared {
@@ -235,16 +236,7 @@ void kv_shared_stats(struct kv_shared *sh, struct kv_shared_stats *out)
 static void json_string(FILE *f, const char *s)
 {
 	fputc('"', f);
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-
-		if (c == '"' || c == '\\')
-			fprintf(f, "\\%c", c);
-		else if (c < 0x20)
-			fprintf(f, "\\u%04x", c);
-		else
-			fputc(c, f);
-	}
+	kv_json_str(f, s, strlen(s));
 	fputc('"', f);
 }
 

@@ -350,6 +350,20 @@ static void render_op(FILE *f, const struct kv_stats *st, enum kv_op op)
  * so the locale's decimal separator never leaks into it. *len excludes the
  * terminating NUL that open_memstream leaves after the newline.
  */
+void kv_json_str(FILE *f, const char *s, size_t len)
+{
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)s[i];
+
+		if (c == '"' || c == '\\')
+			fprintf(f, "\\%c", c);
+		else if (c < 0x20 || c >= 0x7f)
+			fprintf(f, "\\u%04x", c);
+		else
+			fputc(c, f);
+	}
+}
+
 int kv_stats_render(const struct kv_stats *st, const struct kv_stats_gauges *g, char **buf,
 		    size_t *len)
 {

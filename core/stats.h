@@ -26,6 +26,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #define KV_HIST_SUB_BITS   3
 #define KV_HIST_BUCKETS	   (64 << KV_HIST_SUB_BITS)
@@ -167,6 +168,13 @@ const char *kv_stage_name(enum kv_stage stage);
 
 /* The op's name in JSON ("lookup", "read", ...). */
 const char *kv_op_name(enum kv_op op);
+
+/*
+ * Writes s (len bytes) as the body of a JSON string (no quotes): quotes,
+ * backslashes, control bytes and non-ASCII bytes escaped, so any name is
+ * valid JSON.
+ */
+void kv_json_str(FILE *f, const char *s, size_t len);
 
 /*
  * Renders the statistics as one JSON object, newline-terminated, into a

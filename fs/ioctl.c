@@ -572,21 +572,6 @@ static int do_batch(struct ioc *io, enum kv_ioc_kind kind, struct kvfs_ioc_batch
 
 /* --- the trace --- */
 
-/* Writes s (len bytes) as a JSON string body: quotes, backslashes and non-ASCII escaped. */
-static void json_str(FILE *f, const char *s, size_t len)
-{
-	for (size_t i = 0; i < len; i++) {
-		unsigned char c = (unsigned char)s[i];
-
-		if (c == '"' || c == '\\')
-			fprintf(f, "\\%c", c);
-		else if (c < 0x20 || c >= 0x7f)
-			fprintf(f, "\\u%04x", c);
-		else
-			fputc(c, f);
-	}
-}
-
 static const char *tier_name(uint32_t f)
 {
 	if ((f & KVFS_KEY_DRAM) && (f & KVFS_KEY_SSD))
@@ -618,7 +603,7 @@ static void trace_batch(struct ioc *io, enum kv_ioc_kind kind, const struct kvfs
 		memcpy(&k, bt->bt_data + i * KEY_SIZE, sizeof(k));
 		fprintf(f, "{\"type\": \"key\", \"trace_id\": %" PRIu64 ", \"key\": \"", id);
 		if (kv_ioc_in_data(bt->bt_nkeys, k.ik_name_off, k.ik_name_len))
-			json_str(f, (const char *)bt->bt_data + k.ik_name_off, k.ik_name_len);
+			kv_json_str(f, (const char *)bt->bt_data + k.ik_name_off, k.ik_name_len);
 		fprintf(f,
 			"\", \"size\": %" PRIu64 ", \"tier\": \"%s\", \"status\": %" PRId64 "}\n",
 			k.ik_size, tier_name(k.ik_flags), k.ik_result);

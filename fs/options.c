@@ -150,28 +150,42 @@ static int set_bucket_keys(struct kv_config *cfg, const char *val)
 	return err;
 }
 
-static int set_flush_delay(struct kv_config *cfg, const char *val)
+#define SEC (1000ull * 1000 * 1000)
+
+/* An on/off switch. Returns 0 or -EINVAL. */
+static int parse_switch(const char *val, bool *out)
+{
+	if (!strcmp(val, "on"))
+		*out = true;
+	else if (!strcmp(val, "off"))
+		*out = false;
+	else
+		return -EINVAL;
+	return 0;
+}
+
+/* A duration (kv_parse_duration) in [lo, hi] ns. Returns 0, -EINVAL or -ERANGE. */
+static int parse_duration_in(const char *val, uint64_t lo, uint64_t hi, uint64_t *out)
 {
 	uint64_t v;
 	int err = kv_parse_duration(val, &v);
 
 	if (err)
 		return err;
-	if (v > 10ull * 1000 * 1000 * 1000)
+	if (v < lo || v > hi)
 		return -ERANGE;
-	cfg->kc_flush_delay_ns = v;
+	*out = v;
 	return 0;
+}
+
+static int set_flush_delay(struct kv_config *cfg, const char *val)
+{
+	return parse_duration_in(val, 0, 10 * SEC, &cfg->kc_flush_delay_ns);
 }
 
 static int set_promote(struct kv_config *cfg, const char *val)
 {
-	if (!strcmp(val, "on"))
-		cfg->kc_promote = true;
-	else if (!strcmp(val, "off"))
-		cfg->kc_promote = false;
-	else
-		return -EINVAL;
-	return 0;
+	return parse_switch(val, &cfg->kc_promote);
 }
 
 static int set_trace(struct kv_config *cfg, const char *val)
@@ -192,26 +206,12 @@ static int set_trace(struct kv_config *cfg, const char *val)
 
 static int set_gc(struct kv_config *cfg, const char *val)
 {
-	if (!strcmp(val, "on"))
-		cfg->kc_gc = true;
-	else if (!strcmp(val, "off"))
-		cfg->kc_gc = false;
-	else
-		return -EINVAL;
-	return 0;
+	return parse_switch(val, &cfg->kc_gc);
 }
 
 static int set_gc_interval(struct kv_config *cfg, const char *val)
 {
-	uint64_t v;
-	int err = kv_parse_duration(val, &v);
-
-	if (err)
-		return err;
-	if (v < 1000 * 1000 || v > 3600ull * 1000 * 1000 * 1000)
-		return -ERANGE;
-	cfg->kc_gc_interval_ns = v;
-	return 0;
+	return parse_duration_in(val, 1000 * 1000, 3600 * SEC, &cfg->kc_gc_interval_ns);
 }
 
 /* A ratio: a decimal number in [0, 1]. */
@@ -323,39 +323,17 @@ static int set_rados_namespace(struct kv_config *cfg, const char *val)
 
 static int set_rados_timeout(struct kv_config *cfg, const char *val)
 {
-	uint64_t v;
-	int err = kv_parse_duration(val, &v);
-
-	if (err)
-		return err;
-	if (v < 1000ull * 1000 * 1000 || v > 3600ull * 1000 * 1000 * 1000)
-		return -ERANGE;
-	cfg->kc_rados_timeout_ns = v;
-	return 0;
+	return parse_duration_in(val, SEC, 3600 * SEC, &cfg->kc_rados_timeout_ns);
 }
 
 static int set_rados_cache_ttl(struct kv_config *cfg, const char *val)
 {
-	uint64_t v;
-	int err = kv_parse_duration(val, &v);
-
-	if (err)
-		return err;
-	if (v > 3600ull * 1000 * 1000 * 1000)
-		return -ERANGE;
-	cfg->kc_rados_cache_ttl_ns = v;
-	return 0;
+	return parse_duration_in(val, 0, 3600 * SEC, &cfg->kc_rados_cache_ttl_ns);
 }
 
 static int set_rados_sync(struct kv_config *cfg, const char *val)
 {
-	if (!strcmp(val, "on"))
-		cfg->kc_rados_sync = true;
-	else if (!strcmp(val, "off"))
-		cfg->kc_rados_sync = false;
-	else
-		return -EINVAL;
-	return 0;
+	return parse_switch(val, &cfg->kc_rados_sync);
 }
 
 static const struct setting settings[] = {
