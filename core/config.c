@@ -34,6 +34,7 @@ void kv_config_defaults(struct kv_config *cfg)
 	cfg->kc_gc_max_buckets = 4;
 	cfg->kc_rados_timeout_ns = 10ull * 1000 * 1000 * 1000;
 	cfg->kc_rados_cache_ttl_ns = 1000ull * 1000 * 1000;
+	cfg->kc_rados_gc_grace_ns = 3600ull * 1000 * 1000 * 1000;
 }
 
 void kv_config_free(struct kv_config *cfg)

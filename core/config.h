@@ -37,6 +37,7 @@ struct kv_config {
 	bool kc_evict_lru;	       /* --evict=lru: a cache; --evict=none: ENOSPC at the quota */
 	bool kc_fsck;		     /* kvfs --fsck DATA_DIR: check and exit */
 	bool kc_salvage;	     /* kvfs --salvage DATA_DIR: rebuild metadata from buckets */
+	bool kc_rados_gc;	     /* kvfs --rados-gc: remove orphan objects from the pool, exit */
 	bool kc_foreground;
 	bool kc_debug;
 	bool kc_allow_other;
@@ -50,6 +51,7 @@ struct kv_config {
 	uint64_t kc_rados_timeout_ns; /* every librados wait, used in whole seconds (rounded up) */
 	uint64_t kc_rados_cache_ttl_ns; /* names looked up in RADOS may be this stale */
 	bool kc_rados_sync;		/* fsync also waits for the cluster */
+	uint64_t kc_rados_gc_grace_ns;	/* --rados-gc spares orphans younger than this */
 };
 
 #define KV_RADOS_CONF_DEFAULT "/etc/ceph/ceph.conf"

@@ -1,17 +1,31 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * core/shared.c — the shared tier on RADOS (see core/shared.h).
+ * core/shared.c — the shared tier on RADOS (see core/shared.h; the objects
+ * are drawn in ssd/rados_format.h).
  *
- * One thread, sh_thread, connects: it makes attempts until one works or
- * kv_shared_stop asks it to end, then exits; the connection it made stays
- * in sh_rados until kv_shared_stop closes it. Between attempts it sleeps
- * on sh_cond, which kv_shared_stop signals, so a stop never waits for a
- * backoff; it can wait for an attempt in flight, which librados bounds by
- * the timeouts kv_rados_open sets.
+ * One thread, sh_thread, does everything that changes the cluster: it
+ * connects (attempts until one works or kv_shared_stop, sleeping on sh_cond
+ * between them), then takes the change queue in order. The store's hooks
+ * (kh_sealed, kh_changed) append to that queue and never wait; since one
+ * thread applies the changes in the order they were made, a delete can
+ * never overtake the put it follows, and no lock is needed around the
+ * compare-and-set protocols. A change the cluster cannot take now (a
+ * timeout, a full cluster) stays at the head and is tried again after a
+ * backoff: the backlog waits, in order, bounded by the SSD quota (the
+ * values it names are local keys).
+ *
+ * FUSE threads read the cluster (lookups, readdir) and change only the
+ * local store, "quietly": tl_quiet tells the hooks that the change comes
+ * from the cluster and must not go back to it.
+ *
+ * The known table remembers, per local key (inode number), which local
+ * version (sequence number) is the same bytes as which cluster version
+ * (node, seq), and when that was last checked against the directory entry.
  */
 #include "core/shared.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -19,34 +33,99 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <xxhash.h>
 
 #include "core/stats.h"
+#include "core/store.h"
 #include "ssd/rados.h"
+#include "ssd/rados_format.h"
+
+#define KNOWN_BUCKETS 65536 /* the known table's chains (a power of two) */
+#define IO_BATCH 8	    /* data objects in flight per put or fetch */
+#define CAS_TRIES 16	    /* compare-and-set attempts before giving up */
+#define FETCH_PREFIX ".kvfs-fetch."
+
+/* A local key whose version is known in the cluster (sh_known_lock). */
+struct known {
+	struct known *kn_next;
+	uint64_t kn_ino;	  /* kv_inode_ino */
+	uint64_t kn_seq;	  /* the local version this describes */
+	uint64_t kn_node, kn_rseq; /* kn_clean: the cluster version with the same bytes */
+	bool kn_clean;		  /* the local version is the cluster's (fetched or published) */
+	uint64_t kn_checked_ns;	  /* CLOCK_MONOTONIC when last checked against the entry */
+};
+
+enum change_kind { CH_PUT, CH_DEL, CH_MKDIR, CH_RMDIR, CH_RENAME };
+
+/* A change for the cluster, in the queue (sh_q_lock). */
+struct change {
+	struct change *ch_next;
+	enum change_kind ch_kind;
+	uint64_t ch_id;		 /* its place in the queue, from 1 */
+	struct kv_inode *ch_ino; /* PUT: referenced */
+	uint64_t ch_seq, ch_size; /* PUT */
+	char *ch_path, *ch_path2; /* the others: "/a/b" (RENAME: from, to) */
+	mode_t ch_mode;		  /* MKDIR */
+};
 
 struct kv_shared {
 	/* immutable after kv_shared_start */
 	char *sh_pool, *sh_ns, *sh_conf, *sh_id;
 	unsigned sh_timeout_s;
+	uint64_t sh_ttl_ns;
+	bool sh_sync;
+	uint64_t sh_node;
+	struct kv_store *sh_st;
 	pthread_t sh_thread;
 
 	/*
 	 * sh_lock guards the fields below it and is a leaf (core/shared.h,
-	 * "Locks"); sh_cond (CLOCK_MONOTONIC) wakes the thread for a stop.
+	 * "Locks"); sh_cond (CLOCK_MONOTONIC) wakes the thread for a stop or
+	 * a change.
 	 */
 	pthread_mutex_t sh_lock;
 	pthread_cond_t sh_cond;
 	bool sh_stop; /* kv_shared_stop was called */
 	enum kv_shared_state sh_state;
-	struct kv_rados *sh_rados; /* set once, when connected */
-	int sh_last_err;	   /* -errno of the last failed attempt */
+	struct kv_rados *sh_rados; /* set once, when connected; read without the lock after */
+	int sh_last_err;	   /* -errno of the last failure */
 	char sh_last_text[160];	   /* its step and strerror */
+	/* the change queue */
+	struct change *sh_q_head, *sh_q_tail;
+	uint64_t sh_q_last;	 /* the id of the last change queued */
+	uint64_t sh_q_done;	 /* every change up to this id is done */
+	uint64_t sh_q_n, sh_q_bytes; /* the backlog */
+	pthread_cond_t sh_done_cond; /* sh_q_done moved */
+
+	/* sh_known_lock (a leaf) guards the known table */
+	pthread_mutex_t sh_known_lock;
+	struct known **sh_known;
+
+	_Atomic bool sh_healthy; /* the last cluster operation answered */
+	_Atomic uint64_t sh_fetch_seq; /* names of fetches in flight */
+
+	/* only the thread: directories known to have their entry in the cluster */
+	uint64_t *sh_dirs;
+	size_t sh_ndirs, sh_cap_dirs;
 
 	/* atomics: read by the stats at any time */
 	_Atomic uint64_t sh_attempts, sh_failures;
 	_Atomic uint64_t sh_objects_read, sh_objects_written;
 	_Atomic uint64_t sh_bytes_read, sh_bytes_written;
-	_Atomic uint64_t sh_errors, sh_timeouts;
+	_Atomic uint64_t sh_errors, sh_timeouts, sh_hits, sh_puts, sh_deletes;
+	struct kv_hist sh_lat;
 };
+
+/* Set while a thread changes the local store for the cluster: the hooks ignore it. */
+static _Thread_local bool tl_quiet;
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 bool kv_shared_built(void)
 {
@@ -76,20 +155,681 @@ const char *kv_shared_namespace(const struct kv_shared *sh)
 	return sh->sh_ns;
 }
 
-/* Waits up to `s` seconds or until a stop (sh_lock held). Returns true on a stop. */
-static bool wait_stop(struct kv_shared *sh, unsigned s)
+/* --- talking to the cluster --- */
+
+/* The connection, once there; NULL before. */
+static struct kv_rados *conn(struct kv_shared *sh)
+{
+	struct kv_rados *r;
+
+	pthread_mutex_lock(&sh->sh_lock);
+	r = sh->sh_state == KV_SHARED_CONNECTED ? sh->sh_rados : NULL;
+	pthread_mutex_unlock(&sh->sh_lock);
+	return r;
+}
+
+/* A failure that may pass: the change is kept and tried again. */
+static bool transient(int err)
+{
+	return err == -ETIMEDOUT || err == -ENOTCONN || err == -ESHUTDOWN ||
+	       err == -ECONNREFUSED || err == -ENOSPC || err == -EAGAIN || err == -ENOMEM;
+}
+
+/*
+ * Counts a cluster operation that started at t0 and ended with err: its
+ * latency, and a timeout or error (told once per run of failures, the
+ * first time, on stderr). Returns err.
+ */
+static int counted(struct kv_shared *sh, uint64_t t0, int err, const char *what)
+{
+	kv_hist_record(&sh->sh_lat, kv_now_ns() - t0);
+	if (err >= 0 || err == -ENOENT || err == -ECANCELED) {
+		if (!atomic_exchange(&sh->sh_healthy, true))
+			fprintf(stderr, "kvfs: rados: pool '%s' answers again\n", sh->sh_pool);
+		return err;
+	}
+	if (err == -ETIMEDOUT)
+		atomic_fetch_add(&sh->sh_timeouts, 1);
+	else
+		atomic_fetch_add(&sh->sh_errors, 1);
+	pthread_mutex_lock(&sh->sh_lock);
+	sh->sh_last_err = err;
+	snprintf(sh->sh_last_text, sizeof(sh->sh_last_text), "%s: %s", what, strerror(-err));
+	pthread_mutex_unlock(&sh->sh_lock);
+	if (transient(err) && atomic_exchange(&sh->sh_healthy, false))
+		fprintf(stderr,
+			"kvfs: rados: pool '%s' does not answer (%s: %s): local keys are "
+			"served, changes wait\n",
+			sh->sh_pool, what, strerror(-err));
+	return err;
+}
+
+static void dir_oid_of(char *oid, const char *path)
+{
+	kv_rados_dir_oid(oid, path, strlen(path));
+}
+
+/* Splits "/a/b" into its parent ("/a", malloc'ed) and its last name (in path). */
+static char *parent_of(const char *path, const char **name)
+{
+	const char *slash = strrchr(path, '/');
+	size_t n = slash == path ? 1 : (size_t)(slash - path);
+	char *p = strndup(path, n);
+
+	*name = slash + 1;
+	return p;
+}
+
+/* Reads and checks an entry; the sums (FILE) follow the header in *ent. */
+static int entry_get(struct kv_shared *sh, struct kv_rados *r, const char *doid, const char *name,
+		     struct kv_rdent **ent, size_t *len)
+{
+	uint64_t t0 = kv_now_ns();
+	void *v = NULL;
+	int err = counted(sh, t0, kv_rados_omap_get(r, doid, name, &v, len), "read entry");
+	const struct kv_rdent *e = v;
+
+	if (err)
+		return err;
+	if (*len < sizeof(*e) || e->re_magic != KV_RDENT_MAGIC || e->re_format != KV_RDENT_FORMAT ||
+	    (e->re_type == KV_RDENT_FILE &&
+	     (e->re_extent == 0 || e->re_nobj > KV_RDENT_MAX_OBJ ||
+	      *len != sizeof(*e) + 8ull * e->re_nobj ||
+	      e->re_nobj != (e->re_size + e->re_extent - 1) / e->re_extent))) {
+		fprintf(stderr, "kvfs: rados: entry '%s' in %s is damaged: ignored\n", name, doid);
+		atomic_fetch_add(&sh->sh_errors, 1);
+		free(v);
+		return -EIO;
+	}
+	*ent = v;
+	return 0;
+}
+
+static bool same_version(const struct kv_rdent *a, uint64_t node, uint64_t seq)
+{
+	return a->re_type == KV_RDENT_FILE && a->re_node == node && a->re_seq == seq;
+}
+
+/* Removes the data objects of a FILE entry, best effort (--rados-gc takes what is left). */
+static void remove_objects(struct kv_shared *sh, struct kv_rados *r, const struct kv_rdent *e)
+{
+	char oid[KV_RADOS_OID_MAX];
+
+	if (e->re_type != KV_RDENT_FILE)
+		return;
+	for (uint32_t i = 0; i < e->re_nobj; i++) {
+		uint64_t t0 = kv_now_ns();
+
+		kv_rados_data_oid(oid, e->re_node, e->re_seq, i);
+		counted(sh, t0, kv_rados_remove(r, oid), "remove"); /* a failure: --rados-gc */
+	}
+}
+
+/* --- the known table --- */
+
+static struct known **known_slot(struct kv_shared *sh, uint64_t ino)
+{
+	struct known **k = &sh->sh_known[XXH3_64bits(&ino, sizeof(ino)) & (KNOWN_BUCKETS - 1)];
+
+	while (*k && (*k)->kn_ino != ino)
+		k = &(*k)->kn_next;
+	return k;
+}
+
+/* Copies the record of ino into *out; false when there is none. */
+static bool known_get(struct kv_shared *sh, uint64_t ino, struct known *out)
+{
+	struct known *k;
+
+	pthread_mutex_lock(&sh->sh_known_lock);
+	k = *known_slot(sh, ino);
+	if (k)
+		*out = *k;
+	pthread_mutex_unlock(&sh->sh_known_lock);
+	return k != NULL;
+}
+
+/* Records that local version seq of ino is (clean) cluster version (node, rseq), checked now. */
+static void known_set(struct kv_shared *sh, uint64_t ino, uint64_t seq, bool clean, uint64_t node,
+		      uint64_t rseq)
+{
+	struct known **slot, *k;
+
+	pthread_mutex_lock(&sh->sh_known_lock);
+	slot = known_slot(sh, ino);
+	k = *slot;
+	if (!k) {
+		k = calloc(1, sizeof(*k));
+		if (!k) { /* only a check too many later */
+			pthread_mutex_unlock(&sh->sh_known_lock);
+			return;
+		}
+		k->kn_ino = ino;
+		*slot = k;
+	}
+	k->kn_seq = seq;
+	k->kn_clean = clean;
+	k->kn_node = node;
+	k->kn_rseq = rseq;
+	k->kn_checked_ns = mono_ns();
+	pthread_mutex_unlock(&sh->sh_known_lock);
+}
+
+static void known_drop(struct kv_shared *sh, uint64_t ino)
+{
+	struct known **slot, *k;
+
+	pthread_mutex_lock(&sh->sh_known_lock);
+	slot = known_slot(sh, ino);
+	k = *slot;
+	if (k)
+		*slot = k->kn_next;
+	pthread_mutex_unlock(&sh->sh_known_lock);
+	free(k);
+}
+
+/* --- the change queue --- */
+
+static void change_free(struct change *ch)
+{
+	if (ch->ch_ino)
+		kv_inode_put(ch->ch_ino);
+	free(ch->ch_path);
+	free(ch->ch_path2);
+	free(ch);
+}
+
+/* Appends ch (sh_lock not held); wakes the thread. */
+static void enqueue(struct kv_shared *sh, struct change *ch)
+{
+	pthread_mutex_lock(&sh->sh_lock);
+	ch->ch_id = ++sh->sh_q_last;
+	if (sh->sh_q_tail)
+		sh->sh_q_tail->ch_next = ch;
+	else
+		sh->sh_q_head = ch;
+	sh->sh_q_tail = ch;
+	sh->sh_q_n++;
+	sh->sh_q_bytes += ch->ch_size;
+	pthread_cond_broadcast(&sh->sh_cond);
+	pthread_mutex_unlock(&sh->sh_lock);
+}
+
+/* kh_sealed: a named file has a new sealed value. */
+static void on_sealed(void *arg, struct kv_inode *ino, uint64_t seq, uint64_t size)
+{
+	struct kv_shared *sh = arg;
+	struct change *ch;
+
+	if (tl_quiet)
+		return;
+	ch = calloc(1, sizeof(*ch));
+	if (!ch) {
+		atomic_fetch_add(&sh->sh_errors, 1); /* a lookup on this node still finds it */
+		return;
+	}
+	ch->ch_kind = CH_PUT;
+	kv_inode_get(ino);
+	ch->ch_ino = ino;
+	ch->ch_seq = seq;
+	ch->ch_size = size;
+	enqueue(sh, ch);
+}
+
+/* "/dir" + "/" + name, malloc'ed; NULL when dir has no path (or no memory). */
+static char *path_in(struct kv_shared *sh, struct kv_inode *dir, const char *name)
+{
+	char *d = NULL, *p = NULL;
+
+	if (kv_store_path_of(sh->sh_st, dir, &d))
+		return NULL;
+	if (asprintf(&p, "%s%s%s", d, strcmp(d, "/") ? "/" : "", name) < 0)
+		p = NULL;
+	free(d);
+	return p;
+}
+
+/* kh_changed: the namespace changed through the store's API. */
+static void on_changed(void *arg, enum kv_store_change what, struct kv_inode *dir, const char *name,
+		       struct kv_inode *dir2, const char *name2)
+{
+	static const enum change_kind kinds[] = {[KV_CHANGE_MKDIR] = CH_MKDIR,
+						 [KV_CHANGE_UNLINK] = CH_DEL,
+						 [KV_CHANGE_RMDIR] = CH_RMDIR,
+						 [KV_CHANGE_RENAME] = CH_RENAME};
+	struct kv_shared *sh = arg;
+	struct change *ch;
+
+	if (tl_quiet || !strncmp(name, FETCH_PREFIX, strlen(FETCH_PREFIX)))
+		return;
+	ch = calloc(1, sizeof(*ch));
+	if (!ch)
+		goto fail;
+	ch->ch_kind = kinds[what];
+	ch->ch_mode = 0755;
+	ch->ch_path = path_in(sh, dir, name);
+	if (!ch->ch_path)
+		goto fail;
+	if (what == KV_CHANGE_RENAME && !(ch->ch_path2 = path_in(sh, dir2, name2)))
+		goto fail;
+	enqueue(sh, ch);
+	return;
+fail:
+	if (ch)
+		change_free(ch);
+	atomic_fetch_add(&sh->sh_errors, 1);
+}
+
+/* --- applying changes (the thread only) --- */
+
+static bool dir_known(struct kv_shared *sh, uint64_t h)
+{
+	for (size_t i = 0; i < sh->sh_ndirs; i++)
+		if (sh->sh_dirs[i] == h)
+			return true;
+	return false;
+}
+
+static void dir_remember(struct kv_shared *sh, uint64_t h)
+{
+	if (sh->sh_ndirs == sh->sh_cap_dirs) {
+		size_t cap = sh->sh_cap_dirs ? sh->sh_cap_dirs * 2 : 64;
+		uint64_t *d = cap > 65536 ? NULL : realloc(sh->sh_dirs, cap * sizeof(*d));
+
+		if (!d) { /* forget them all: they are only asked again */
+			sh->sh_ndirs = 0;
+			return;
+		}
+		sh->sh_dirs = d;
+		sh->sh_cap_dirs = cap;
+	}
+	sh->sh_dirs[sh->sh_ndirs++] = h;
+}
+
+/*
+ * Makes sure every directory of path ("/a/b": "a" in "/", "b" in "/a") has
+ * its entry in the cluster: creates the missing ones. An entry that exists
+ * is left as it is (another node made the directory, or a file has the
+ * name: the put below then lands in a directory nobody can reach, which
+ * --rados-gc reports).
+ */
+static int make_dirs(struct kv_shared *sh, struct kv_rados *r, const char *path, mode_t mode)
+{
+	const struct kv_rdent d = {.re_magic = KV_RDENT_MAGIC,
+				   .re_format = KV_RDENT_FORMAT,
+				   .re_type = KV_RDENT_DIR,
+				   .re_mode = mode & 07777};
+	size_t len = strlen(path);
+
+	for (size_t end = 1; end <= len; end++) {
+		char parent[KV_RADOS_OID_MAX], *sub, *pp;
+		const char *name;
+		uint64_t h, t0;
+		int err;
+
+		if (end < len && path[end] != '/')
+			continue;
+		h = XXH3_64bits(path, end);
+		if (dir_known(sh, h))
+			continue;
+		sub = strndup(path, end);
+		if (!sub)
+			return -ENOMEM;
+		pp = parent_of(sub, &name);
+		if (!pp) {
+			free(sub);
+			return -ENOMEM;
+		}
+		dir_oid_of(parent, pp);
+		t0 = kv_now_ns();
+		err = counted(sh, t0,
+			      kv_rados_omap_cas(r, parent, name, NULL, 0, &d, sizeof(d), pp),
+			      "make directory");
+		free(pp);
+		free(sub);
+		if (err && err != -ECANCELED) /* -ECANCELED: it is there */
+			return err;
+		dir_remember(sh, h);
+	}
+	return 0;
+}
+
+/*
+ * Sets the entry of path to ent (elen bytes) by compare-and-set, unless the
+ * entry holds a newer version (by mtime, then node): *lost. *old gets the
+ * FILE entry replaced (malloc'ed), if any.
+ */
+static int set_entry(struct kv_shared *sh, struct kv_rados *r, const char *path,
+		     const struct kv_rdent *ent, size_t elen, bool *lost, struct kv_rdent **old)
+{
+	const char *name;
+	char *pp = parent_of(path, &name);
+	char doid[KV_RADOS_OID_MAX];
+	int err = -ECANCELED;
+
+	*lost = false;
+	*old = NULL;
+	if (!pp)
+		return -ENOMEM;
+	dir_oid_of(doid, pp);
+	for (int tries = 0; tries < CAS_TRIES && err == -ECANCELED; tries++) {
+		struct kv_rdent *cur = NULL;
+		size_t clen = 0;
+		uint64_t t0;
+
+		err = entry_get(sh, r, doid, name, &cur, &clen);
+		if (err == -ENOENT)
+			cur = NULL, clen = 0, err = 0;
+		if (err)
+			break;
+		if (cur && cur->re_type != ent->re_type) {
+			/* a directory has the name there, or a file where we made a directory */
+			err = ent->re_type == KV_RDENT_DIR ? 0 : -EEXIST;
+			free(cur);
+			break;
+		}
+		if (cur && ent->re_type == KV_RDENT_FILE &&
+		    (same_version(cur, ent->re_node, ent->re_seq) ||
+		     cur->re_mtime_ns > ent->re_mtime_ns ||
+		     (cur->re_mtime_ns == ent->re_mtime_ns && cur->re_node > ent->re_node))) {
+			*lost = !same_version(cur, ent->re_node, ent->re_seq);
+			free(cur);
+			break;
+		}
+		t0 = kv_now_ns();
+		err = counted(sh, t0, kv_rados_omap_cas(r, doid, name, cur, clen, ent, elen, pp),
+			      "publish");
+		if (!err && cur && cur->re_type == KV_RDENT_FILE)
+			*old = cur;
+		else
+			free(cur);
+	}
+	free(pp);
+	return err;
+}
+
+/*
+ * Reads bytes [off, off + len) of ino's current value into buf. Returns 0,
+ * -ESTALE when the value is not version seq any more, or the read's error.
+ */
+static int read_local(struct kv_store *st, struct kv_inode *ino, uint64_t seq, uint64_t off,
+		      uint64_t len, char *buf)
+{
+	while (len) {
+		struct iovec iov[64];
+		struct kv_read_guard g;
+		struct kv_attr a;
+		uint64_t got = 0;
+		int n = kv_store_read(st, ino, off, len, iov, 64, &got, &g);
+
+		if (n < 0)
+			return n;
+		for (int i = 0; i < n; i++) {
+			memcpy(buf, iov[i].iov_base, iov[i].iov_len);
+			buf += iov[i].iov_len;
+		}
+		kv_read_done(&g);
+		kv_store_getattr(st, ino, &a);
+		if (a.ka_seq != seq)
+			return -ESTALE; /* a newer value came: its own put follows */
+		if (!got)
+			return -ESTALE; /* cut shorter: a newer value */
+		off += got;
+		len -= got;
+	}
+	return 0;
+}
+
+/* Writes version ch's objects and then its entry. */
+static int apply_put(struct kv_shared *sh, struct kv_rados *r, struct change *ch)
+{
+	struct kv_store *st = sh->sh_st;
+	struct kv_attr a;
+	struct known k;
+	struct kv_rdent *ent, *old = NULL;
+	uint64_t nobj = (ch->ch_size + KV_RADOS_EXTENT - 1) / KV_RADOS_EXTENT;
+	size_t elen = sizeof(*ent) + 8 * nobj;
+	uint64_t *sums;
+	char *path = NULL, *bufs[IO_BATCH] = {0};
+	bool lost;
+	int err;
+
+	kv_store_getattr(st, ch->ch_ino, &a);
+	if (a.ka_seq != ch->ch_seq || a.ka_nlink == 0)
+		return 0; /* replaced (its own put follows) or deleted */
+	if (known_get(sh, a.ka_ino, &k) && k.kn_seq == ch->ch_seq && k.kn_clean)
+		return 0; /* it is there already */
+	if (nobj > KV_RDENT_MAX_OBJ)
+		return -EFBIG;
+	ent = calloc(1, elen);
+	if (!ent)
+		return -ENOMEM;
+	sums = (uint64_t *)(ent + 1);
+	for (uint64_t first = 0; first < nobj; first += IO_BATCH) {
+		unsigned n = nobj - first < IO_BATCH ? (unsigned)(nobj - first) : IO_BATCH;
+		char oids[IO_BATCH][KV_RADOS_OID_MAX];
+		const char *op[IO_BATCH];
+		const void *bp[IO_BATCH];
+		size_t lens[IO_BATCH];
+		uint64_t t0, bytes = 0;
+
+		for (unsigned i = 0; i < n; i++) {
+			uint64_t off = (first + i) * KV_RADOS_EXTENT;
+
+			lens[i] = ch->ch_size - off < KV_RADOS_EXTENT ? ch->ch_size - off
+								       : KV_RADOS_EXTENT;
+			if (!bufs[i] && !(bufs[i] = malloc(KV_RADOS_EXTENT))) {
+				err = -ENOMEM;
+				goto out;
+			}
+			err = read_local(st, ch->ch_ino, ch->ch_seq, off, lens[i], bufs[i]);
+			if (err)
+				goto out;
+			sums[first + i] = XXH3_64bits(bufs[i], lens[i]);
+			kv_rados_data_oid(oids[i], sh->sh_node, ch->ch_seq, (uint32_t)(first + i));
+			op[i] = oids[i];
+			bp[i] = bufs[i];
+			bytes += lens[i];
+		}
+		t0 = kv_now_ns();
+		err = counted(sh, t0, kv_rados_put_many(r, n, op, bp, lens), "write data");
+		if (err)
+			goto out;
+		atomic_fetch_add(&sh->sh_objects_written, n);
+		atomic_fetch_add(&sh->sh_bytes_written, bytes);
+	}
+	kv_store_getattr(st, ch->ch_ino, &a);
+	if (a.ka_seq != ch->ch_seq || a.ka_nlink == 0) {
+		err = -ESTALE;
+		goto out;
+	}
+	err = kv_store_path_of(st, ch->ch_ino, &path);
+	if (err)
+		goto out;
+	*ent = (struct kv_rdent){.re_magic = KV_RDENT_MAGIC,
+				 .re_format = KV_RDENT_FORMAT,
+				 .re_type = KV_RDENT_FILE,
+				 .re_mode = a.ka_mode & 07777,
+				 .re_uid = a.ka_uid,
+				 .re_gid = a.ka_gid,
+				 .re_extent = KV_RADOS_EXTENT,
+				 .re_size = ch->ch_size,
+				 .re_mtime_ns = a.ka_mtime.tv_sec * 1000000000ll + a.ka_mtime.tv_nsec,
+				 .re_node = sh->sh_node,
+				 .re_seq = ch->ch_seq,
+				 .re_nobj = (uint32_t)nobj};
+	{
+		char *dir = strndup(path, strrchr(path, '/') - path);
+
+		err = dir ? make_dirs(sh, r, dir, 0755) : -ENOMEM;
+		free(dir);
+	}
+	if (!err)
+		err = set_entry(sh, r, path, ent, elen, &lost, &old);
+	if (!err) {
+		/* lost: a newer value is there; the next lookup brings it in */
+		known_set(sh, a.ka_ino, ch->ch_seq, true, lost ? 0 : sh->sh_node,
+			  lost ? 0 : ch->ch_seq);
+		atomic_fetch_add(&sh->sh_puts, 1);
+		if (lost)
+			remove_objects(sh, r, ent);
+	} else if (err == -EEXIST) {
+		fprintf(stderr, "kvfs: rados: '%s' is a directory in the cluster: not shared\n",
+			path);
+		remove_objects(sh, r, ent);
+	}
+	if (old)
+		remove_objects(sh, r, old);
+out:
+	if (err == -ESTALE) { /* not this version any more: what it wrote goes */
+		ent->re_nobj = (uint32_t)nobj;
+		ent->re_type = KV_RDENT_FILE;
+		ent->re_node = sh->sh_node;
+		ent->re_seq = ch->ch_seq;
+		remove_objects(sh, r, ent);
+		err = 0;
+	}
+	for (unsigned i = 0; i < IO_BATCH; i++)
+		free(bufs[i]);
+	free(old);
+	free(ent);
+	free(path);
+	return err == -ENOENT ? 0 : err; /* no path: deleted meanwhile */
+}
+
+/* Removes the entry of path (of type want), then its objects, or the directory object. */
+static int apply_remove(struct kv_shared *sh, struct kv_rados *r, const char *path,
+			enum kv_rdent_type want)
+{
+	const char *name;
+	char *pp = parent_of(path, &name);
+	char doid[KV_RADOS_OID_MAX];
+	int err = -ECANCELED;
+
+	if (!pp)
+		return -ENOMEM;
+	dir_oid_of(doid, pp);
+	for (int tries = 0; tries < CAS_TRIES && err == -ECANCELED; tries++) {
+		struct kv_rdent *cur = NULL;
+		size_t clen = 0;
+		uint64_t t0;
+
+		err = entry_get(sh, r, doid, name, &cur, &clen);
+		if (err == -ENOENT) {
+			err = 0;
+			break;
+		}
+		if (err)
+			break;
+		if (cur->re_type != want) { /* another node put something else there since */
+			free(cur);
+			break;
+		}
+		t0 = kv_now_ns();
+		err = counted(sh, t0, kv_rados_omap_cas(r, doid, name, cur, clen, NULL, 0, NULL),
+			      "delete");
+		if (!err) {
+			atomic_fetch_add(&sh->sh_deletes, 1);
+			remove_objects(sh, r, cur);
+		}
+		free(cur);
+	}
+	if (!err && want == KV_RDENT_DIR) {
+		uint64_t t0 = kv_now_ns();
+
+		dir_oid_of(doid, path);
+		/* Its entry is gone; the object goes too (a put racing this leaves it for gc). */
+		counted(sh, t0, kv_rados_remove(r, doid), "remove directory");
+		sh->sh_ndirs = 0; /* it, or one below, may come back: ask again */
+	}
+	free(pp);
+	return err;
+}
+
+/* Moves the entry of a file from path to path2 (replacing what path2 held). */
+static int apply_rename(struct kv_shared *sh, struct kv_rados *r, const char *path,
+			const char *path2)
+{
+	const char *name;
+	char *pp = parent_of(path, &name);
+	char doid[KV_RADOS_OID_MAX];
+	struct kv_rdent *cur = NULL, *old = NULL;
+	size_t clen = 0;
+	bool lost;
+	int err;
+
+	if (!pp)
+		return -ENOMEM;
+	dir_oid_of(doid, pp);
+	err = entry_get(sh, r, doid, name, &cur, &clen);
+	if (err == -ENOENT || (!err && cur->re_type != KV_RDENT_FILE)) {
+		/* not there yet (its put, queued after, uses the new name) or not a file */
+		free(cur);
+		free(pp);
+		return 0;
+	}
+	if (!err) {
+		char *dir = strndup(path2, strrchr(path2, '/') - path2);
+
+		err = dir ? make_dirs(sh, r, *dir ? dir : "/", 0755) : -ENOMEM;
+		free(dir);
+	}
+	if (!err) {
+		/* The same version under the new name: a newer mtime so that it wins there. */
+		err = set_entry(sh, r, path2, cur, clen, &lost, &old);
+		if (!err && old && !same_version(old, cur->re_node, cur->re_seq))
+			remove_objects(sh, r, old);
+	}
+	if (!err) {
+		uint64_t t0 = kv_now_ns();
+
+		err = counted(sh, t0, kv_rados_omap_cas(r, doid, name, cur, clen, NULL, 0, NULL),
+			      "rename");
+		if (err == -ECANCELED)
+			err = 0; /* changed there since: that change wins */
+	}
+	free(old);
+	free(cur);
+	free(pp);
+	return err;
+}
+
+static int apply(struct kv_shared *sh, struct kv_rados *r, struct change *ch)
+{
+	switch (ch->ch_kind) {
+	case CH_PUT:
+		return apply_put(sh, r, ch);
+	case CH_DEL:
+		return apply_remove(sh, r, ch->ch_path, KV_RDENT_FILE);
+	case CH_RMDIR:
+		return apply_remove(sh, r, ch->ch_path, KV_RDENT_DIR);
+	case CH_MKDIR:
+		return make_dirs(sh, r, ch->ch_path, ch->ch_mode);
+	case CH_RENAME:
+		return apply_rename(sh, r, ch->ch_path, ch->ch_path2);
+	}
+	return 0;
+}
+
+/* Waits up to `ms` milliseconds or until a stop (sh_lock held). Returns true on a stop. */
+static bool wait_stop_ms(struct kv_shared *sh, unsigned ms)
 {
 	struct timespec dl;
 
 	clock_gettime(CLOCK_MONOTONIC, &dl);
-	dl.tv_sec += s;
+	dl.tv_sec += ms / 1000;
+	dl.tv_nsec += (long)(ms % 1000) * 1000000;
+	if (dl.tv_nsec >= 1000000000) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000;
+	}
 	while (!sh->sh_stop)
 		if (pthread_cond_timedwait(&sh->sh_cond, &sh->sh_lock, &dl) == ETIMEDOUT)
 			break;
 	return sh->sh_stop;
 }
 
-/* Records a failed attempt (sh_lock held); logs the first of a run. */
+/* Records a failed connection attempt (sh_lock held); logs the first of a run. */
 static void attempt_failed(struct kv_shared *sh, int err, const char *step)
 {
 	const char *why = err == -ENOENT && !strcmp(step, "pool") ? "no such pool" : strerror(-err);
@@ -104,9 +844,9 @@ static void attempt_failed(struct kv_shared *sh, int err, const char *step)
 	sh->sh_state = KV_SHARED_UNREACHABLE;
 }
 
-static void *connect_thread(void *arg)
+/* Connects (sh_lock held, dropped meanwhile). Returns false on a stop. */
+static bool connect_loop(struct kv_shared *sh)
 {
-	struct kv_shared *sh = arg;
 	const struct kv_rados_params p = {.rp_conf = sh->sh_conf,
 					  .rp_id = sh->sh_id,
 					  .rp_pool = sh->sh_pool,
@@ -114,7 +854,6 @@ static void *connect_thread(void *arg)
 					  .rp_timeout_s = sh->sh_timeout_s};
 	unsigned backoff = 1;
 
-	pthread_mutex_lock(&sh->sh_lock);
 	while (!sh->sh_stop) {
 		struct kv_rados *r = NULL;
 		const char *step = "";
@@ -130,21 +869,100 @@ static void *connect_thread(void *arg)
 					sh->sh_pool);
 			sh->sh_rados = r;
 			sh->sh_state = KV_SHARED_CONNECTED;
-			break;
+			atomic_store(&sh->sh_healthy, true);
+			return true;
 		}
 		attempt_failed(sh, err, step);
-		if (wait_stop(sh, backoff))
+		if (wait_stop_ms(sh, backoff * 1000))
 			break;
 		backoff = backoff * 2 > KV_SHARED_RETRY_MAX_S ? KV_SHARED_RETRY_MAX_S : backoff * 2;
 	}
+	return false;
+}
+
+/*
+ * The thread: connects, then applies the queue in order. After a stop it
+ * goes on while the cluster answers, for at most --rados-timeout, so that
+ * an unmount sends what it can.
+ */
+static void *worker(void *arg)
+{
+	struct kv_shared *sh = arg;
+	uint64_t drain_until = 0;
+	unsigned backoff_ms = 250;
+
+	pthread_mutex_lock(&sh->sh_lock);
+	if (!connect_loop(sh)) {
+		pthread_mutex_unlock(&sh->sh_lock);
+		return NULL;
+	}
+	for (;;) {
+		struct change *ch;
+		int err;
+
+		while (!sh->sh_stop && !sh->sh_q_head)
+			pthread_cond_wait(&sh->sh_cond, &sh->sh_lock);
+		if (sh->sh_stop && !drain_until)
+			drain_until = mono_ns() + sh->sh_timeout_s * 1000000000ull;
+		if (!sh->sh_q_head || (sh->sh_stop && mono_ns() > drain_until))
+			break;
+		ch = sh->sh_q_head;
+		pthread_mutex_unlock(&sh->sh_lock);
+		err = apply(sh, sh->sh_rados, ch);
+		pthread_mutex_lock(&sh->sh_lock);
+		if (transient(err)) {
+			if (sh->sh_stop)
+				break;
+			/* kept at the head: tried again, after a pause that grows to 5 s */
+			wait_stop_ms(sh, backoff_ms);
+			backoff_ms = backoff_ms * 2 > 5000 ? 5000 : backoff_ms * 2;
+			continue;
+		}
+		backoff_ms = 250;
+		if (err) {
+			atomic_fetch_add(&sh->sh_errors, 1);
+			fprintf(stderr, "kvfs: rados: a change to '%s' was not shared: %s\n",
+				ch->ch_path ? ch->ch_path : "a key", strerror(-err));
+		}
+		sh->sh_q_head = ch->ch_next;
+		if (!sh->sh_q_head)
+			sh->sh_q_tail = NULL;
+		sh->sh_q_n--;
+		sh->sh_q_bytes -= ch->ch_size;
+		sh->sh_q_done = ch->ch_id;
+		pthread_cond_broadcast(&sh->sh_done_cond);
+		pthread_mutex_unlock(&sh->sh_lock);
+		change_free(ch);
+		pthread_mutex_lock(&sh->sh_lock);
+	}
+	if (sh->sh_q_n)
+		fprintf(stderr, "kvfs: rados: %" PRIu64 " changes were not sent to pool '%s'\n",
+			sh->sh_q_n, sh->sh_pool);
 	pthread_mutex_unlock(&sh->sh_lock);
 	return NULL;
 }
 
 static void shared_free(struct kv_shared *sh)
 {
+	while (sh->sh_q_head) {
+		struct change *ch = sh->sh_q_head;
+
+		sh->sh_q_head = ch->ch_next;
+		change_free(ch);
+	}
+	for (unsigned b = 0; sh->sh_known && b < KNOWN_BUCKETS; b++)
+		while (sh->sh_known[b]) {
+			struct known *k = sh->sh_known[b];
+
+			sh->sh_known[b] = k->kn_next;
+			free(k);
+		}
+	free(sh->sh_known);
+	free(sh->sh_dirs);
 	kv_rados_close(sh->sh_rados);
+	pthread_cond_destroy(&sh->sh_done_cond);
 	pthread_cond_destroy(&sh->sh_cond);
+	pthread_mutex_destroy(&sh->sh_known_lock);
 	pthread_mutex_destroy(&sh->sh_lock);
 	free(sh->sh_pool);
 	free(sh->sh_ns);
@@ -153,9 +971,13 @@ static void shared_free(struct kv_shared *sh)
 	free(sh);
 }
 
-int kv_shared_start(const struct kv_config *cfg, struct kv_shared **out)
+int kv_shared_start(const struct kv_config *cfg, struct kv_store *st, uint64_t node,
+		    struct kv_shared **out)
 {
 	const uint64_t sec = 1000ull * 1000 * 1000;
+	const struct kv_store_hooks hooks = {
+	    .kh_sealed = on_sealed, .kh_changed = on_changed, .kh_arg = NULL};
+	struct kv_store_hooks h = hooks;
 	struct kv_shared *sh;
 	pthread_condattr_t ca;
 	int err;
@@ -169,24 +991,33 @@ int kv_shared_start(const struct kv_config *cfg, struct kv_shared **out)
 	sh->sh_ns = strdup(cfg->kc_rados_namespace ? cfg->kc_rados_namespace : "");
 	sh->sh_conf = strdup(cfg->kc_rados_conf ? cfg->kc_rados_conf : KV_RADOS_CONF_DEFAULT);
 	sh->sh_id = strdup(cfg->kc_rados_id ? cfg->kc_rados_id : KV_RADOS_ID_DEFAULT);
+	sh->sh_known = calloc(KNOWN_BUCKETS, sizeof(*sh->sh_known));
 	sh->sh_timeout_s = (unsigned)((cfg->kc_rados_timeout_ns + sec - 1) / sec);
 	if (sh->sh_timeout_s < 1)
 		sh->sh_timeout_s = 1;
+	sh->sh_ttl_ns = cfg->kc_rados_cache_ttl_ns;
+	sh->sh_sync = cfg->kc_rados_sync;
+	sh->sh_node = node;
+	sh->sh_st = st;
 	pthread_mutex_init(&sh->sh_lock, NULL);
+	pthread_mutex_init(&sh->sh_known_lock, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&sh->sh_cond, &ca);
+	pthread_cond_init(&sh->sh_done_cond, &ca);
 	pthread_condattr_destroy(&ca);
 	sh->sh_state = KV_SHARED_CONNECTING;
-	if (!sh->sh_pool || !sh->sh_ns || !sh->sh_conf || !sh->sh_id) {
+	if (!sh->sh_pool || !sh->sh_ns || !sh->sh_conf || !sh->sh_id || !sh->sh_known) {
 		shared_free(sh);
 		return -ENOMEM;
 	}
-	err = pthread_create(&sh->sh_thread, NULL, connect_thread, sh);
+	err = pthread_create(&sh->sh_thread, NULL, worker, sh);
 	if (err) {
 		shared_free(sh);
 		return -err;
 	}
+	h.kh_arg = sh;
+	kv_store_set_hooks(st, &h);
 	*out = sh;
 	return 0;
 }
@@ -197,22 +1028,488 @@ void kv_shared_stop(struct kv_shared *sh)
 
 	if (!sh)
 		return;
+	kv_store_set_hooks(sh->sh_st, NULL);
 	pthread_mutex_lock(&sh->sh_lock);
 	sh->sh_stop = true;
 	pthread_cond_broadcast(&sh->sh_cond);
 	pthread_mutex_unlock(&sh->sh_lock);
-	/* An attempt in flight ends within the timeout; a little slack for shutdown. */
+	/* The drain and an operation in flight end within twice the timeout; a little slack. */
 	clock_gettime(CLOCK_REALTIME, &dl);
-	dl.tv_sec += sh->sh_timeout_s + 2;
+	dl.tv_sec += 2 * sh->sh_timeout_s + 2;
 	if (pthread_timedjoin_np(sh->sh_thread, NULL, &dl) != 0) {
 		fprintf(stderr,
-			"kvfs: rados: a connection attempt to pool '%s' is stuck in "
-			"librados: left behind\n",
+			"kvfs: rados: an operation on pool '%s' is stuck in librados: left "
+			"behind\n",
 			sh->sh_pool);
 		return;
 	}
 	shared_free(sh);
 }
+
+int kv_shared_sync(struct kv_shared *sh)
+{
+	struct timespec dl;
+	uint64_t want;
+	int err = 0;
+
+	clock_gettime(CLOCK_MONOTONIC, &dl);
+	dl.tv_sec += sh->sh_timeout_s;
+	pthread_mutex_lock(&sh->sh_lock);
+	want = sh->sh_q_last;
+	while (sh->sh_q_done < want && !err)
+		if (pthread_cond_timedwait(&sh->sh_done_cond, &sh->sh_lock, &dl) == ETIMEDOUT)
+			err = -EIO;
+	pthread_mutex_unlock(&sh->sh_lock);
+	return err;
+}
+
+bool kv_shared_sync_on(const struct kv_shared *sh)
+{
+	return sh->sh_sync;
+}
+
+/* --- reading the cluster (FUSE threads) --- */
+
+/* The credentials a key from the cluster is made with. */
+static struct kv_cred cred_of(const struct kv_rdent *e)
+{
+	return (struct kv_cred){.kc_uid = e->re_uid, .kc_gid = e->re_gid};
+}
+
+/*
+ * Brings cluster version e (a FILE entry, its sums after it) in as the
+ * value of `name` in dir: written under a temporary name, then renamed
+ * over the name, so that nobody here sees it partly. -EAGAIN when an
+ * object is missing (the version was replaced meanwhile), -EIO when a
+ * checksum does not match, the cluster's errors.
+ */
+static int fetch(struct kv_shared *sh, struct kv_rados *r, struct kv_inode *dir, const char *name,
+		 const struct kv_rdent *e)
+{
+	struct kv_store *st = sh->sh_st;
+	const uint64_t *sums = (const uint64_t *)(e + 1);
+	struct kv_cred cred = cred_of(e);
+	char tmp[64], *bufs[IO_BATCH] = {0};
+	struct kv_inode *ino = NULL;
+	struct kv_setattr sa = {.ksa_valid = KV_SET_MTIME | KV_SET_MODE};
+	struct kv_attr a;
+	int err;
+
+	snprintf(tmp, sizeof(tmp), FETCH_PREFIX "%016" PRIx64 ".%" PRIu64, sh->sh_node,
+		 atomic_fetch_add(&sh->sh_fetch_seq, 1));
+	tl_quiet = true;
+	err = kv_store_create_open(st, dir, tmp, e->re_mode & 07777, &cred, &ino, &a);
+	if (err)
+		goto out;
+	for (uint64_t first = 0; first < e->re_nobj && !err; first += IO_BATCH) {
+		unsigned n = e->re_nobj - first < IO_BATCH ? (unsigned)(e->re_nobj - first)
+							   : IO_BATCH;
+		char oids[IO_BATCH][KV_RADOS_OID_MAX];
+		const char *op[IO_BATCH];
+		void *bp[IO_BATCH];
+		size_t lens[IO_BATCH];
+		uint64_t t0, bytes = 0;
+
+		for (unsigned i = 0; i < n; i++) {
+			uint64_t off = (first + i) * e->re_extent;
+
+			lens[i] = e->re_size - off < e->re_extent ? e->re_size - off : e->re_extent;
+			if (!bufs[i] && !(bufs[i] = malloc(e->re_extent))) {
+				err = -ENOMEM;
+				goto out_close;
+			}
+			kv_rados_data_oid(oids[i], e->re_node, e->re_seq, (uint32_t)(first + i));
+			op[i] = oids[i];
+			bp[i] = bufs[i];
+			bytes += lens[i];
+		}
+		t0 = kv_now_ns();
+		err = counted(sh, t0, kv_rados_get_many(r, n, op, bp, lens), "read data");
+		if (err == -ENOENT)
+			err = -EAGAIN;
+		for (unsigned i = 0; i < n && !err; i++) {
+			if (XXH3_64bits(bufs[i], lens[i]) != sums[first + i]) {
+				fprintf(stderr, "kvfs: rados: object %s does not match its checksum\n",
+					oids[i]);
+				atomic_fetch_add(&sh->sh_errors, 1);
+				err = -EIO;
+			} else
+				err = kv_store_write(st, ino, (first + i) * e->re_extent, bufs[i],
+						     lens[i]);
+		}
+		if (!err) {
+			atomic_fetch_add(&sh->sh_objects_read, n);
+			atomic_fetch_add(&sh->sh_bytes_read, bytes);
+		}
+	}
+out_close:
+	kv_store_release(st, ino, O_WRONLY);
+	if (!err) {
+		sa.ksa_mode = e->re_mode & 07777;
+		sa.ksa_mtime.tv_sec = e->re_mtime_ns / 1000000000;
+		sa.ksa_mtime.tv_nsec = e->re_mtime_ns % 1000000000;
+		err = kv_store_setattr(st, ino, &sa, &a);
+	}
+	if (!err)
+		err = kv_store_rename(st, dir, tmp, dir, name, 0);
+	if (err)
+		kv_store_unlink(st, dir, tmp);
+	else {
+		known_set(sh, a.ka_ino, a.ka_seq, true, e->re_node, e->re_seq);
+		atomic_fetch_add(&sh->sh_hits, 1);
+	}
+	kv_store_forget(st, ino, 1);
+out:
+	tl_quiet = false;
+	for (unsigned i = 0; i < IO_BATCH; i++)
+		free(bufs[i]);
+	return err;
+}
+
+/* Removes a local copy the cluster no longer has (quietly). */
+static void drop_local(struct kv_shared *sh, struct kv_inode *dir, const char *name, uint64_t ino)
+{
+	tl_quiet = true;
+	kv_store_unlink(sh->sh_st, dir, name);
+	tl_quiet = false;
+	known_drop(sh, ino);
+}
+
+int kv_shared_lookup(struct kv_shared *sh, struct kv_inode *dir, const char *name)
+{
+	struct kv_store *st = sh->sh_st;
+	struct kv_rados *r = conn(sh);
+	char doid[KV_RADOS_OID_MAX], *dpath = NULL;
+	int err = 0;
+
+	if (!r || !atomic_load(&sh->sh_healthy) || !strncmp(name, FETCH_PREFIX, strlen(FETCH_PREFIX)))
+		return 0; /* the local answer is all there is */
+	if (kv_store_path_of(st, dir, &dpath))
+		return 0;
+	dir_oid_of(doid, dpath);
+	for (int tries = 0; tries < 3; tries++) {
+		struct kv_inode *ino = NULL;
+		struct kv_attr a;
+		struct known k;
+		struct kv_rdent *e = NULL;
+		size_t elen;
+		bool local = !kv_store_lookup(st, dir, name, &ino, &a), clean = false, have = false;
+
+		if (local) {
+			kv_inode_put(ino);
+			if (!S_ISREG(a.ka_mode))
+				break; /* directories and symlinks: made once, not checked */
+			have = known_get(sh, a.ka_ino, &k) && k.kn_seq == a.ka_seq;
+			clean = have && k.kn_clean;
+			if (have && mono_ns() - k.kn_checked_ns < sh->sh_ttl_ns)
+				break; /* checked within the TTL */
+		}
+		err = entry_get(sh, r, doid, name, &e, &elen);
+		if (err == -ENOENT) {
+			err = 0;
+			if (local && clean)
+				drop_local(sh, dir, name, a.ka_ino); /* deleted in the cluster */
+			else if (local)
+				known_set(sh, a.ka_ino, a.ka_seq, false, 0, 0);
+			break;
+		}
+		if (err) {
+			err = local ? 0 : -EIO; /* a local copy is served as it is */
+			break;
+		}
+		if (!local && e->re_type == KV_RDENT_DIR) {
+			struct kv_inode *d;
+			struct kv_cred cred = cred_of(e);
+
+			tl_quiet = true;
+			if (!kv_store_mkdir(st, dir, name, e->re_mode & 07777, &cred, &d, &a))
+				kv_store_forget(st, d, 1);
+			tl_quiet = false;
+		} else if (!local && e->re_type == KV_RDENT_SYMLINK) {
+			/* symlinks are not shared (yet): kept local */
+		} else if (e->re_type == KV_RDENT_FILE) {
+			int64_t lmtime = local ? a.ka_mtime.tv_sec * 1000000000ll + a.ka_mtime.tv_nsec
+					       : 0;
+
+			if (local && clean && same_version(e, k.kn_node, k.kn_rseq)) {
+				known_set(sh, a.ka_ino, a.ka_seq, true, e->re_node, e->re_seq);
+			} else if (local && e->re_node == sh->sh_node && e->re_seq == a.ka_seq) {
+				/* ours, published before a restart */
+				known_set(sh, a.ka_ino, a.ka_seq, true, e->re_node, e->re_seq);
+			} else if (local && !clean && lmtime >= e->re_mtime_ns) {
+				/* a newer local value: its put is queued (or, after a restart, is
+				 * not: the next seal sends it) */
+				known_set(sh, a.ka_ino, a.ka_seq, false, 0, 0);
+			} else {
+				err = fetch(sh, r, dir, name, e);
+				if (err == -EAGAIN) {
+					free(e);
+					err = 0;
+					continue; /* replaced meanwhile: read the entry again */
+				}
+				if (err && local)
+					err = 0; /* the old copy stays */
+				else if (err && err != -ENOSPC && err != -EIO)
+					err = -EIO;
+			}
+		}
+		free(e);
+		break;
+	}
+	free(dpath);
+	return err;
+}
+
+struct listing {
+	char **names;
+	mode_t *types;
+	size_t n, cap;
+	int err;
+};
+
+static int list_one(void *arg, const char *key, size_t klen, const void *val, size_t vlen)
+{
+	struct listing *l = arg;
+	const struct kv_rdent *e = val;
+
+	if (vlen < sizeof(*e) || e->re_magic != KV_RDENT_MAGIC)
+		return 0;
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 64;
+		char **n = realloc(l->names, cap * sizeof(*n));
+		mode_t *t = n ? realloc(l->types, cap * sizeof(*t)) : NULL;
+
+		if (n)
+			l->names = n;
+		if (!n || !t)
+			return -ENOMEM;
+		l->types = t;
+		l->cap = cap;
+	}
+	l->names[l->n] = strndup(key, klen);
+	if (!l->names[l->n])
+		return -ENOMEM;
+	l->types[l->n++] = e->re_type == KV_RDENT_DIR ? S_IFDIR
+			   : e->re_type == KV_RDENT_SYMLINK ? S_IFLNK
+							    : S_IFREG;
+	return 0;
+}
+
+static bool listed(const struct listing *l, const char *name)
+{
+	for (size_t i = 0; i < l->n; i++)
+		if (!strcmp(l->names[i], name))
+			return true;
+	return false;
+}
+
+int kv_shared_readdir(struct kv_shared *sh, struct kv_inode *dir, struct kv_dir_snap *snap)
+{
+	struct kv_store *st = sh->sh_st;
+	struct kv_rados *r = conn(sh);
+	struct listing l = {0};
+	char doid[KV_RADOS_OID_MAX], *dpath = NULL;
+	uint32_t keep = 0;
+	uint64_t t0;
+	int err;
+
+	if (!r || !atomic_load(&sh->sh_healthy) || kv_store_path_of(st, dir, &dpath))
+		return 0;
+	dir_oid_of(doid, dpath);
+	free(dpath);
+	t0 = kv_now_ns();
+	err = counted(sh, t0, kv_rados_omap_each(r, doid, 0, list_one, &l), "list directory");
+	if (err)
+		goto out;
+	/* Local copies of keys the cluster no longer has go; local-only keys stay. */
+	for (uint32_t i = 0; i < snap->kds_count; i++) {
+		struct kv_dirent *d = &snap->kds_ent[i];
+		struct known k;
+		struct kv_inode *ino;
+		struct kv_attr a;
+
+		if (S_ISREG(d->kde_type) && !listed(&l, d->kde_name) &&
+		    known_get(sh, d->kde_ino, &k) && k.kn_clean &&
+		    !kv_store_lookup(st, dir, d->kde_name, &ino, &a)) {
+			kv_inode_put(ino);
+			if (a.ka_ino == k.kn_ino && a.ka_seq == k.kn_seq) {
+				drop_local(sh, dir, d->kde_name, a.ka_ino);
+				free(d->kde_name);
+				continue;
+			}
+		}
+		if (!strncmp(d->kde_name, FETCH_PREFIX, strlen(FETCH_PREFIX))) {
+			free(d->kde_name);
+			continue;
+		}
+		snap->kds_ent[keep++] = *d;
+	}
+	snap->kds_count = keep;
+	/* Names only the cluster has: listed with inode number 0 (a lookup brings them in). */
+	for (size_t i = 0; i < l.n; i++) {
+		bool here = false;
+		struct kv_dirent *ent;
+
+		for (uint32_t j = 0; j < snap->kds_count && !here; j++)
+			here = !strcmp(snap->kds_ent[j].kde_name, l.names[i]);
+		if (here)
+			continue;
+		ent = realloc(snap->kds_ent, (snap->kds_count + 1) * sizeof(*ent));
+		if (!ent) {
+			err = -ENOMEM;
+			break;
+		}
+		snap->kds_ent = ent;
+		ent[snap->kds_count++] =
+		    (struct kv_dirent){.kde_ino = 0, .kde_type = l.types[i], .kde_name = l.names[i]};
+		l.names[i] = NULL;
+	}
+out:
+	for (size_t i = 0; i < l.n; i++)
+		free(l.names[i]);
+	free(l.names);
+	free(l.types);
+	return err == -ENOMEM ? err : 0; /* an unreachable cluster: the local listing */
+}
+
+/* --- --rados-gc --- */
+
+struct gc_state {
+	struct kv_rados *r;
+	char **dirs; /* d.* objects */
+	size_t ndirs, cap_dirs;
+	char **data; /* x.* objects */
+	size_t ndata, cap_data;
+	uint64_t (*refs)[2]; /* referenced (node, seq), sorted */
+	size_t nrefs, cap_refs;
+	int err;
+};
+
+static int push(char ***v, size_t *n, size_t *cap, const char *s)
+{
+	if (*n == *cap) {
+		size_t c = *cap ? *cap * 2 : 256;
+		char **nv = realloc(*v, c * sizeof(*nv));
+
+		if (!nv)
+			return -ENOMEM;
+		*v = nv;
+		*cap = c;
+	}
+	(*v)[*n] = strdup(s);
+	return (*v)[(*n)++] ? 0 : -ENOMEM;
+}
+
+static int gc_list(void *arg, const char *oid)
+{
+	struct gc_state *g = arg;
+
+	if (!strncmp(oid, "d.", 2))
+		return push(&g->dirs, &g->ndirs, &g->cap_dirs, oid);
+	if (!strncmp(oid, "x.", 2))
+		return push(&g->data, &g->ndata, &g->cap_data, oid);
+	return 0;
+}
+
+static int gc_ref(void *arg, const char *key, size_t klen, const void *val, size_t vlen)
+{
+	struct gc_state *g = arg;
+	const struct kv_rdent *e = val;
+
+	if (vlen < sizeof(*e) || e->re_magic != KV_RDENT_MAGIC || e->re_type != KV_RDENT_FILE)
+		return 0;
+	if (g->nrefs == g->cap_refs) {
+		size_t c = g->cap_refs ? g->cap_refs * 2 : 256;
+		uint64_t(*nr)[2] = realloc(g->refs, c * sizeof(*nr));
+
+		if (!nr)
+			return -ENOMEM;
+		g->refs = nr;
+		g->cap_refs = c;
+	}
+	g->refs[g->nrefs][0] = e->re_node;
+	g->refs[g->nrefs++][1] = e->re_seq;
+	return 0;
+}
+
+static int ref_cmp(const void *a, const void *b)
+{
+	const uint64_t *x = a, *y = b;
+
+	if (x[0] != y[0])
+		return x[0] < y[0] ? -1 : 1;
+	return x[1] < y[1] ? -1 : x[1] > y[1];
+}
+
+int kv_shared_gc(const struct kv_config *cfg, uint64_t grace_ns, FILE *out)
+{
+	const uint64_t sec = 1000ull * 1000 * 1000;
+	const struct kv_rados_params p = {
+	    .rp_conf = cfg->kc_rados_conf ? cfg->kc_rados_conf : KV_RADOS_CONF_DEFAULT,
+	    .rp_id = cfg->kc_rados_id ? cfg->kc_rados_id : KV_RADOS_ID_DEFAULT,
+	    .rp_pool = cfg->kc_rados_pool,
+	    .rp_namespace = cfg->kc_rados_namespace ? cfg->kc_rados_namespace : "",
+	    .rp_timeout_s = (unsigned)((cfg->kc_rados_timeout_ns + sec - 1) / sec)};
+	struct gc_state g = {0};
+	const char *step = "";
+	uint64_t removed = 0, young = 0, kept = 0;
+	time_t now = time(NULL);
+	int err;
+
+	if (!kv_shared_built())
+		return -ENOTSUP;
+	err = kv_rados_open(&p, &g.r, &step);
+	if (err) {
+		fprintf(out, "rados-gc: cannot connect to pool '%s' (%s): %s\n", p.rp_pool, step,
+			strerror(-err));
+		return err;
+	}
+	err = kv_rados_list(g.r, gc_list, &g);
+	for (size_t i = 0; !err && i < g.ndirs; i++)
+		err = kv_rados_omap_each(g.r, g.dirs[i], 0, gc_ref, &g);
+	if (!err)
+		qsort(g.refs, g.nrefs, sizeof(*g.refs), ref_cmp);
+	for (size_t i = 0; !err && i < g.ndata; i++) {
+		uint64_t key[2];
+		uint32_t idx;
+		time_t mtime;
+
+		if (!kv_rados_parse_data_oid(g.data[i], &key[0], &key[1], &idx))
+			continue;
+		if (bsearch(key, g.refs, g.nrefs, sizeof(*g.refs), ref_cmp)) {
+			kept++;
+			continue;
+		}
+		if (kv_rados_mtime(g.r, g.data[i], &mtime))
+			continue; /* gone meanwhile */
+		if ((uint64_t)(now - mtime) * sec < grace_ns) {
+			young++; /* maybe a put in flight */
+			continue;
+		}
+		if (!kv_rados_remove(g.r, g.data[i]))
+			removed++;
+	}
+	if (err)
+		fprintf(out, "rados-gc: pool '%s': %s\n", p.rp_pool, strerror(-err));
+	else
+		fprintf(out,
+			"rados-gc: pool '%s' namespace '%s': %zu directories, %zu referenced "
+			"versions; data objects: %" PRIu64 " in use, %" PRIu64
+			" orphans removed, %" PRIu64 " orphans younger than the grace period "
+			"kept\n",
+			p.rp_pool, p.rp_namespace, g.ndirs, g.nrefs, kept, removed, young);
+	for (size_t i = 0; i < g.ndirs; i++)
+		free(g.dirs[i]);
+	for (size_t i = 0; i < g.ndata; i++)
+		free(g.data[i]);
+	free(g.dirs);
+	free(g.data);
+	free(g.refs);
+	kv_rados_close(g.r);
+	return err;
+}
+
+/* --- stats --- */
 
 void kv_shared_stats(struct kv_shared *sh, struct kv_shared_stats *out)
 {
@@ -221,7 +1518,10 @@ void kv_shared_stats(struct kv_shared *sh, struct kv_shared_stats *out)
 	out->ss_state = sh->sh_state;
 	out->ss_last_err = sh->sh_last_err;
 	memcpy(out->ss_last_error_text, sh->sh_last_text, sizeof(out->ss_last_error_text));
+	out->ss_backlog = sh->sh_q_n;
+	out->ss_backlog_bytes = sh->sh_q_bytes;
 	pthread_mutex_unlock(&sh->sh_lock);
+	out->ss_healthy = atomic_load(&sh->sh_healthy);
 	out->ss_connect_attempts = atomic_load(&sh->sh_attempts);
 	out->ss_connect_failures = atomic_load(&sh->sh_failures);
 	out->ss_objects_read = atomic_load(&sh->sh_objects_read);
@@ -230,6 +1530,12 @@ void kv_shared_stats(struct kv_shared *sh, struct kv_shared_stats *out)
 	out->ss_bytes_written = atomic_load(&sh->sh_bytes_written);
 	out->ss_errors = atomic_load(&sh->sh_errors);
 	out->ss_timeouts = atomic_load(&sh->sh_timeouts);
+	out->ss_hits = atomic_load(&sh->sh_hits);
+	out->ss_puts = atomic_load(&sh->sh_puts);
+	out->ss_deletes = atomic_load(&sh->sh_deletes);
+	out->ss_lat_p50 = kv_hist_percentile(&sh->sh_lat, 50);
+	out->ss_lat_p90 = kv_hist_percentile(&sh->sh_lat, 90);
+	out->ss_lat_p99 = kv_hist_percentile(&sh->sh_lat, 99);
 }
 
 /* Writes s as a JSON string literal, quotes included. */
@@ -260,11 +1566,15 @@ int kv_shared_render(const char *pool, const char *ns, const struct kv_shared_st
 	fputs(", \"last_error_text\": ", f);
 	json_string(f, s->ss_last_error_text);
 	fprintf(f,
-		", \"objects_read\": %" PRIu64 ", \"objects_written\": %" PRIu64
-		", \"bytes_read\": %" PRIu64 ", \"bytes_written\": %" PRIu64
-		", \"errors\": %" PRIu64 ", \"timeouts\": %" PRIu64 "}",
-		s->ss_objects_read, s->ss_objects_written, s->ss_bytes_read, s->ss_bytes_written,
-		s->ss_errors, s->ss_timeouts);
+		", \"healthy\": %s, \"objects_read\": %" PRIu64 ", \"objects_written\": %" PRIu64
+		", \"bytes_read\": %" PRIu64 ", \"bytes_written\": %" PRIu64 ", \"hits\": %" PRIu64
+		", \"puts\": %" PRIu64 ", \"deletes\": %" PRIu64 ", \"backlog\": %" PRIu64
+		", \"backlog_bytes\": %" PRIu64 ", \"errors\": %" PRIu64 ", \"timeouts\": %" PRIu64
+		", \"lat_ns\": {\"p50\": %" PRIu64 ", \"p90\": %" PRIu64 ", \"p99\": %" PRIu64 "}}",
+		s->ss_healthy ? "true" : "false", s->ss_objects_read, s->ss_objects_written,
+		s->ss_bytes_read, s->ss_bytes_written, s->ss_hits, s->ss_puts, s->ss_deletes,
+		s->ss_backlog, s->ss_backlog_bytes, s->ss_errors, s->ss_timeouts, s->ss_lat_p50,
+		s->ss_lat_p90, s->ss_lat_p99);
 	if (fclose(f) != 0)
 		return -ENOMEM;
 	return 0;

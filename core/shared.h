@@ -9,31 +9,49 @@
  * TTL cache of directory entries. It calls down to ssd/rados.h for every
  * librados call; the store will call it through this header.
  *
- * Today (step 1) it connects, in the background: kv_shared_start returns at
- * once and a thread connects with every client timeout set to
- * --rados-timeout, so a mount never waits for the cluster. A failed attempt
- * logs one line on stderr (the first of a run of failures only), counts
- * in the stats, and is retried after 1 s, then 2 s, 4 s, ... at most
- * KV_SHARED_RETRY_MAX_S apart, until it works or kv_shared_stop. Local keys
- * are served all along: nothing waits for this tier.
+ * It connects in the background: kv_shared_start returns at once and its
+ * thread connects with every client timeout set to --rados-timeout, so a
+ * mount never waits for the cluster. A failed attempt logs one line on
+ * stderr (the first of a run of failures only), counts in the stats, and is
+ * retried after 1 s, then 2 s, 4 s, ... at most KV_SHARED_RETRY_MAX_S
+ * apart, until it works or kv_shared_stop. Local keys are served all along.
+ *
+ * Once connected, the same thread sends the node's changes to the cluster
+ * in the order they were made (core/shared.c): the store's hooks queue a
+ * put for every sealed value of a named file, and a change for every
+ * mkdir, unlink, rmdir and rename. The FUSE layer asks the cluster before
+ * a lookup (kv_shared_lookup: brings a key in, or drops a local copy the
+ * cluster deleted, at most once per --rados-cache-ttl per key) and a
+ * readdir (kv_shared_readdir).
+ *
+ * Consistency (close-to-open): once kv_shared_sync returned 0 on node A
+ * (fsync and the ioctl put call it with --rados-sync), a lookup on node B
+ * that starts afterwards sees A's changes, or newer ones; a name B checked
+ * within the last --rados-cache-ttl may be that stale. Without
+ * --rados-sync, changes reach the cluster in the background, in order
+ * (rados.backlog counts those waiting).
  *
  * States: CONNECTING (the first attempt runs), CONNECTED (a cluster handle
  * and an I/O context on the pool and namespace are open), UNREACHABLE (the
- * last attempt failed; the next one is due). The stats counters of data
- * traffic stay zero until the write-back and read paths exist.
+ * last attempt failed; the next one is due). While connected, "healthy"
+ * says whether the last operation answered: while it is false, lookups and
+ * readdir answer from the local store at once, and the queue waits.
  *
- * Locks: sh_lock (struct kv_shared, core/shared.c) is a leaf. It guards the
- * connection state and the last error, is held for a few field accesses
- * only, never across a librados call, and is never taken with any lock of
- * the store (core/store_int.h) held, nor does it take one.
+ * Locks: sh_lock and sh_known_lock (struct kv_shared, core/shared.c) are
+ * leaves: held for a few field accesses only, never across a librados call
+ * or a call into the store, and never taken with each other. The hooks run
+ * under store locks and take only sh_lock. The functions below take store
+ * locks through the store's API, holding none of their own.
  */
 #ifndef KVFS_CORE_SHARED_H
 #define KVFS_CORE_SHARED_H
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "core/config.h"
+#include "core/store.h"
 
 #define KV_SHARED_RETRY_MAX_S 30
 
@@ -52,10 +70,14 @@ struct kv_shared_stats {
 	uint64_t ss_connect_failures;
 	int ss_last_err;	      /* the last failure's -errno; 0: none yet */
 	char ss_last_error_text[160]; /* "connect: Connection timed out", or "" */
-	/* data traffic (filled from step 2 on) */
+	bool ss_healthy; /* the last cluster operation answered */
 	uint64_t ss_objects_read, ss_objects_written;
 	uint64_t ss_bytes_read, ss_bytes_written;
+	uint64_t ss_hits;		     /* values brought in from the cluster */
+	uint64_t ss_puts, ss_deletes;	     /* entries published and removed */
+	uint64_t ss_backlog, ss_backlog_bytes; /* changes waiting, and the bytes of their values */
 	uint64_t ss_errors, ss_timeouts;
+	uint64_t ss_lat_p50, ss_lat_p90, ss_lat_p99; /* of each cluster operation, ns */
 };
 
 /* Whether this kvfs was built with librados (CMake -DKVFS_RADOS). */
@@ -63,19 +85,61 @@ bool kv_shared_built(void);
 
 /*
  * Starts the tier for cfg->kc_rados_pool (which must be set) and the other
- * kc_rados_* settings, copied: cfg may go after this returns. Never waits
- * for the cluster. Returns 0 and sets *out, -ENOTSUP when built without
+ * kc_rados_* settings, copied: cfg may go after this returns, st may not.
+ * node is this node's id (kv_datadir_node). Installs the store's hooks
+ * (kv_store_set_hooks): call it before the store serves. Never waits for
+ * the cluster. Returns 0 and sets *out, -ENOTSUP when built without
  * librados, -ENOMEM, or pthread_create's -errno.
  */
-int kv_shared_start(const struct kv_config *cfg, struct kv_shared **out);
+int kv_shared_start(const struct kv_config *cfg, struct kv_store *st, uint64_t node,
+		    struct kv_shared **out);
 
 /*
- * Stops the connecting thread, closes the connection and frees sh. Waits
- * at most about --rados-timeout for an attempt in flight; a thread still
- * stuck in librados after that is left behind with its memory (logged),
- * the process being about to exit. NULL is fine.
+ * After the FUSE session ended: removes the store's hooks, lets the thread
+ * send what is queued while the cluster answers (for at most
+ * --rados-timeout; what is left is logged as not sent), closes the
+ * connection and frees sh. A thread still stuck in librados after twice
+ * the timeout is left behind with its memory (logged), the process being
+ * about to exit. NULL is fine.
  */
 void kv_shared_stop(struct kv_shared *sh);
+
+/*
+ * Before a lookup of name in dir: brings the local store up to date with
+ * the cluster for that name. A key only the cluster has is brought in (its
+ * value read, checked and stored as a local key; a directory is made);
+ * a local copy of a cluster value is checked against the entry at most
+ * once per --rados-cache-ttl: replaced when the cluster has a newer
+ * version, removed when the cluster deleted it. A local value not yet
+ * published, or newer, stays. Returns 0 (then look name up in the store),
+ * or -EIO when the name is not here and the cluster does not answer.
+ */
+int kv_shared_lookup(struct kv_shared *sh, struct kv_inode *dir, const char *name);
+
+/*
+ * Before listing dir (snap: kv_store_readdir's): removes local copies of
+ * keys the cluster deleted (from the store and from snap) and appends the
+ * names only the cluster has, with kde_ino 0 (a lookup brings them in).
+ * An unreachable cluster leaves snap as it is. Returns 0 or -ENOMEM.
+ */
+int kv_shared_readdir(struct kv_shared *sh, struct kv_inode *dir, struct kv_dir_snap *snap);
+
+/*
+ * Waits until every change queued so far reached the cluster. Returns 0,
+ * or -EIO when that did not happen within --rados-timeout.
+ */
+int kv_shared_sync(struct kv_shared *sh);
+
+/* --rados-sync: fsync and the ioctl put call kv_shared_sync. */
+bool kv_shared_sync_on(const struct kv_shared *sh);
+
+/*
+ * kvfs --rados-gc: removes the data objects of the pool's namespace that no
+ * directory entry refers to and that are older than grace_ns (a put in
+ * flight writes its objects before its entry). Reports to out. Returns 0
+ * or -errno.
+ */
+int kv_shared_gc(const struct kv_config *cfg, uint64_t grace_ns, FILE *out);
 
 /* Fills *out with a snapshot; thread-safe. */
 void kv_shared_stats(struct kv_shared *sh, struct kv_shared_stats *out);
@@ -90,8 +154,10 @@ const char *kv_shared_state_name(enum kv_shared_state st);
  * "rados": {"state": "connected", "pool": "P", "namespace": "NS",
  *           "connect_attempts": N, "connect_failures": N,
  *           "last_error": "ETIMEDOUT", "last_error_text": "connect: ...",
- *           "objects_read": N, "objects_written": N, "bytes_read": N,
- *           "bytes_written": N, "errors": N, "timeouts": N}
+ *           "healthy": true, "objects_read": N, "objects_written": N,
+ *           "bytes_read": N, "bytes_written": N, "hits": N, "puts": N,
+ *           "deletes": N, "backlog": N, "backlog_bytes": N, "errors": N,
+ *           "timeouts": N, "lat_ns": {"p50": N, "p90": N, "p99": N}}
  *
  * last_error is the errno's name, "" before any failure. Pool and
  * namespace are JSON-escaped. Returns 0 or -ENOMEM.

@@ -934,6 +934,9 @@ static void seal(struct kv_inode *ino)
 					       : atomic_fetch_add(&st->ks_seq, 1) + 1);
 	if (st->ks_tier)
 		kv_tier_enqueue(st->ks_tier, ino);
+	if (st->ks_hooks.kh_sealed && atomic_load(&ino->ki_nlink))
+		st->ks_hooks.kh_sealed(st->ks_hooks.kh_arg, ino, ino->ki_obj->ko_seq,
+				       ino->ki_obj->ko_size);
 }
 
 void kv_store_settle(struct kv_inode *ino)
@@ -1202,10 +1205,22 @@ static int new_node(struct kv_store *st, struct kv_inode *dir, const char *name,
 	return 0;
 }
 
+/* Tells the kh_changed hook about a change that worked (err 0); returns err. */
+static int changed(struct kv_store *st, int err, enum kv_store_change what, struct kv_inode *dir,
+		   const char *name, struct kv_inode *dir2, const char *name2)
+{
+	if (!err && st->ks_hooks.kh_changed)
+		st->ks_hooks.kh_changed(st->ks_hooks.kh_arg, what, dir, name, dir2, name2);
+	return err;
+}
+
 int kv_store_mkdir(struct kv_store *st, struct kv_inode *dir, const char *name, mode_t mode,
 		   const struct kv_cred *cred, struct kv_inode **out, struct kv_attr *attr)
 {
-	return new_node(st, dir, name, S_IFDIR | (mode & 07777), NULL, cred, false, out, attr);
+	return changed(st,
+		       new_node(st, dir, name, S_IFDIR | (mode & 07777), NULL, cred, false, out,
+				attr),
+		       KV_CHANGE_MKDIR, dir, name, NULL, NULL);
 }
 
 int kv_store_mknod(struct kv_store *st, struct kv_inode *dir, const char *name, mode_t mode,
@@ -1449,6 +1464,36 @@ void kv_store_set_evicted(struct kv_store *st, kv_store_evicted_fn fn, void *arg
 	pthread_mutex_unlock(&st->ks_evict_lock);
 }
 
+void kv_store_set_hooks(struct kv_store *st, const struct kv_store_hooks *h)
+{
+	if (h)
+		st->ks_hooks = *h;
+	else
+		memset(&st->ks_hooks, 0, sizeof(st->ks_hooks));
+}
+
+int kv_store_path_of(struct kv_store *st, struct kv_inode *ino, char **out)
+{
+	char *p = malloc(KV_JPATH_MAX + 1);
+	const struct kv_inode *top = ino;
+	int len;
+
+	if (!p)
+		return -ENOMEM;
+	pthread_rwlock_rdlock(&st->ks_ns_lock);
+	while (top->ki_parent)
+		top = top->ki_parent;
+	len = top == st->ks_root ? kv_store_path(ino, p + 1, KV_JPATH_MAX) : -ENOENT;
+	pthread_rwlock_unlock(&st->ks_ns_lock);
+	if (len < 0) {
+		free(p);
+		return len;
+	}
+	p[0] = '/';
+	*out = p;
+	return 0;
+}
+
 int kv_store_gc(struct kv_store *st)
 {
 	return st->ks_gc ? kv_gc_run(st->ks_gc) : 0;
@@ -1463,12 +1508,14 @@ bool kv_store_gc_stats(struct kv_store *st, struct kv_gc_stats *out)
 
 int kv_store_unlink(struct kv_store *st, struct kv_inode *dir, const char *name)
 {
-	return remove_name(st, dir, name, false);
+	return changed(st, remove_name(st, dir, name, false), KV_CHANGE_UNLINK, dir, name, NULL,
+		       NULL);
 }
 
 int kv_store_rmdir(struct kv_store *st, struct kv_inode *dir, const char *name)
 {
-	return remove_name(st, dir, name, true);
+	return changed(st, remove_name(st, dir, name, true), KV_CHANGE_RMDIR, dir, name, NULL,
+		       NULL);
 }
 
 /* True when `dir` is `anc` or lies below it (ks_ns_lock held). */
@@ -1615,7 +1662,7 @@ int kv_store_rename(struct kv_store *st, struct kv_inode *odir, const char *onam
 	pthread_rwlock_unlock(&st->ks_ns_lock);
 	if (victim)
 		kv_inode_put(victim); /* its name's reference */
-	return err;
+	return changed(st, err, KV_CHANGE_RENAME, odir, oname, ndir, nname);
 }
 
 /* --- whole values (ioctl puts) --- */

@@ -410,6 +410,40 @@ typedef void (*kv_store_evicted_fn)(void *arg, struct kv_inode *dir, const char 
  */
 void kv_store_set_evicted(struct kv_store *st, kv_store_evicted_fn fn, void *arg);
 
+/*
+ * Hooks for the shared tier (core/shared.h), set before the store serves
+ * (kv_store_set_hooks, not thread-safe; NULL members: none).
+ *
+ * kh_sealed: a named file's value was sealed (its last close, fsync, a
+ * publish); it has sequence number seq and size bytes. Called with the
+ * inode's ki_lock held exclusive and maybe ks_ns_lock: the hook must take
+ * no lock of the store, call nothing of it but kv_inode_get, and return at
+ * once (copy and queue).
+ *
+ * kh_changed: a caller of kv_store_mkdir, _unlink, _rmdir or _rename (never
+ * recovery, cache mode or compaction) changed the namespace: `name` in
+ * `dir` (and, for a rename, its new place `name2` in `dir2`). Called after
+ * the change, in the caller's thread, with no lock of the store held; dir
+ * and dir2 are referenced for the call. The hook may call the store.
+ */
+enum kv_store_change { KV_CHANGE_MKDIR, KV_CHANGE_UNLINK, KV_CHANGE_RMDIR, KV_CHANGE_RENAME };
+
+struct kv_store_hooks {
+	void (*kh_sealed)(void *arg, struct kv_inode *ino, uint64_t seq, uint64_t size);
+	void (*kh_changed)(void *arg, enum kv_store_change what, struct kv_inode *dir,
+			   const char *name, struct kv_inode *dir2, const char *name2);
+	void *kh_arg;
+};
+
+/* Sets the hooks (copied); NULL: none. Before the store serves. */
+void kv_store_set_hooks(struct kv_store *st, const struct kv_store_hooks *h);
+
+/*
+ * Sets *out to ino's path from the root ("/" for the root, "/a/b"),
+ * malloc'ed. -ENOENT when ino, or a directory above it, has no name.
+ */
+int kv_store_path_of(struct kv_store *st, struct kv_inode *ino, char **out);
+
 struct kv_gc_stats;
 
 /*

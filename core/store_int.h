@@ -118,6 +118,7 @@ struct kv_store {
 	/* ks_evict_lock guards ks_evicted and ks_evicted_arg, and is held across their call */
 	pthread_mutex_t ks_evict_lock;
 	kv_store_evicted_fn ks_evicted; /* NULL: nobody to tell */
+	struct kv_store_hooks ks_hooks; /* kv_store_set_hooks: before serving, then immutable */
 	void *ks_evicted_arg;
 };
 

@@ -351,6 +351,13 @@ int main(int argc, char **argv)
 		goto out_cfg;
 	}
 	mode = rc;
+	if (mode == KV_OPT_RADOS_GC) {
+		rc = kv_shared_gc(&cfg, cfg.kc_rados_gc_grace_ns, stdout);
+		if (rc == -ENOTSUP)
+			fprintf(stderr, "kvfs: --rados-gc: this kvfs was built without librados\n");
+		ret = rc ? 1 : 0;
+		goto out_cfg;
+	}
 	if (mode == KV_OPT_RUN && cfg.kc_rados_pool && !kv_shared_built()) {
 		fprintf(stderr, "kvfs: --rados-pool: this kvfs was built without librados "
 				"(rebuild with librados-dev installed, -DKVFS_RADOS=ON)\n");
@@ -410,9 +417,16 @@ int main(int argc, char **argv)
 	if (open_ioctl_path(&fs))
 		goto out_store;
 	/* in the background: the mount never waits for the cluster */
-	if (cfg.kc_rados_pool && (rc = kv_shared_start(&cfg, &fs.kf_shared))) {
-		fprintf(stderr, "kvfs: cannot start the RADOS tier: %s\n", strerror(-rc));
-		goto out_store;
+	if (cfg.kc_rados_pool) {
+		uint64_t node;
+
+		rc = kv_datadir_node(&dd, &node);
+		if (!rc)
+			rc = kv_shared_start(&cfg, fs.kf_store, node, &fs.kf_shared);
+		if (rc) {
+			fprintf(stderr, "kvfs: cannot start the RADOS tier: %s\n", strerror(-rc));
+			goto out_store;
+		}
 	}
 	kv_stats_init(&fs.kf_stats);
 	clock_gettime(CLOCK_REALTIME, &fs.kf_mounted);

@@ -19,6 +19,7 @@
  * pool's memory: no copy in the daemon.
  */
 #include "fs/fs.h"
+#include "core/shared.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -120,13 +121,31 @@ static void to_stat(const struct kv_attr *a, struct stat *st)
 	st->st_ctim = a->ka_ctime;
 }
 
+/*
+ * Seconds the kernel may keep names and attributes: KV_FS_TIMEOUT, or the
+ * shared tier's --rados-cache-ttl when shorter (names change elsewhere).
+ */
+static double cache_timeout(const struct kv_fs *fs)
+{
+	double ttl = fs->kf_cfg->kc_rados_cache_ttl_ns / 1e9;
+
+	return fs->kf_shared && ttl < KV_FS_TIMEOUT ? ttl : KV_FS_TIMEOUT;
+}
+
+/* With --rados-sync, a namespace change returns once the cluster has it (or after the timeout). */
+static void shared_sync(struct kv_fs *fs)
+{
+	if (fs->kf_shared && kv_shared_sync_on(fs->kf_shared))
+		kv_shared_sync(fs->kf_shared);
+}
+
 static void to_entry(struct kv_fs *fs, struct kv_inode *ino, const struct kv_attr *a,
 		     struct fuse_entry_param *e)
 {
 	memset(e, 0, sizeof(*e));
 	e->ino = nodeid_of(fs, ino);
-	e->attr_timeout = KV_FS_TIMEOUT;
-	e->entry_timeout = KV_FS_TIMEOUT;
+	e->attr_timeout = cache_timeout(fs);
+	e->entry_timeout = cache_timeout(fs);
 	to_stat(a, &e->attr);
 }
 
@@ -188,7 +207,10 @@ static void kv_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		fuse_reply_entry(req, &e);
 		return;
 	}
-	err = kv_store_lookup(fs->kf_store, inode_of(fs, parent), name, &ino, &a);
+	/* The shared tier first: it may bring the name in, or drop a stale copy. */
+	err = fs->kf_shared ? kv_shared_lookup(fs->kf_shared, inode_of(fs, parent), name) : 0;
+	if (!err)
+		err = kv_store_lookup(fs->kf_store, inode_of(fs, parent), name, &ino, &a);
 	if (err)
 		return reply_err(req, KV_OP_LOOKUP, t0, err);
 	to_entry(fs, ino, &a, &e);
@@ -228,13 +250,13 @@ static void kv_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	if (kv_ctl_is(ino)) {
 		kv_ctl_entry(fs, ino, &e);
 		done(req, KV_OP_GETATTR, t0, 0, 0);
-		fuse_reply_attr(req, &e.attr, KV_FS_TIMEOUT);
+		fuse_reply_attr(req, &e.attr, cache_timeout(fs));
 		return;
 	}
 	kv_store_getattr(fs->kf_store, inode_of(fs, ino), &a);
 	to_stat(&a, &st);
 	done(req, KV_OP_GETATTR, t0, 0, 0);
-	fuse_reply_attr(req, &st, KV_FS_TIMEOUT);
+	fuse_reply_attr(req, &st, cache_timeout(fs));
 }
 
 static void kv_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
@@ -282,7 +304,7 @@ static void kv_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 		return reply_err(req, KV_OP_SETATTR, t0, err);
 	to_stat(&a, &st);
 	done(req, KV_OP_SETATTR, t0, 0, 0);
-	fuse_reply_attr(req, &st, KV_FS_TIMEOUT);
+	fuse_reply_attr(req, &st, cache_timeout(fs));
 }
 
 /* Replies to a call that made a new node: an entry, or an error. */
@@ -312,6 +334,8 @@ static void kv_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 	if (kv_ctl_is(parent))
 		return reply_err(req, KV_OP_MKDIR, t0, -EPERM);
 	err = kv_store_mkdir(fs->kf_store, inode_of(fs, parent), name, mode, &c, &ino, &a);
+	if (!err)
+		shared_sync(fs);
 	reply_new(req, KV_OP_MKDIR, t0, err, ino, &a);
 }
 
@@ -381,8 +405,30 @@ static void kv_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 		err = kv_store_unlink(fs->kf_store, inode_of(fs, parent), name);
 	if (err)
 		return reply_err(req, KV_OP_UNLINK, t0, err);
+	shared_sync(fs);
 	done(req, KV_OP_UNLINK, t0, 0, 0);
 	fuse_reply_err(req, 0);
+}
+
+/* A directory that holds keys only the shared tier has is not empty: -ENOTEMPTY. */
+static int shared_rmdir_check(struct kv_fs *fs, fuse_ino_t parent, const char *name)
+{
+	struct kv_dir_snap snap = {0};
+	struct kv_inode *dir;
+	struct kv_attr a;
+	int err;
+
+	if (!fs->kf_shared ||
+	    kv_store_lookup(fs->kf_store, inode_of(fs, parent), name, &dir, &a))
+		return 0; /* the rmdir says why */
+	err = kv_store_readdir(fs->kf_store, dir, &snap);
+	if (!err && !snap.kds_count)
+		err = kv_shared_readdir(fs->kf_shared, dir, &snap);
+	if (!err && snap.kds_count)
+		err = -ENOTEMPTY;
+	kv_dir_snap_free(&snap);
+	kv_inode_put(dir);
+	return err == -ENOTDIR ? 0 : err;
 }
 
 static void kv_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -392,11 +438,36 @@ static void kv_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 	int err = -EPERM;
 
 	if (!kv_ctl_is(parent))
+		err = shared_rmdir_check(fs, parent, name);
+	if (!err)
 		err = kv_store_rmdir(fs->kf_store, inode_of(fs, parent), name);
 	if (err)
 		return reply_err(req, KV_OP_RMDIR, t0, err);
+	shared_sync(fs);
 	done(req, KV_OP_RMDIR, t0, 0, 0);
 	fuse_reply_err(req, 0);
+}
+
+/*
+ * The shared tier names directories by their path (ssd/rados_format.h):
+ * renaming one, or exchanging two names, would move every key below in
+ * the cluster. Refused with -EXDEV, as between filesystems: mv copies and
+ * deletes instead.
+ */
+static int shared_rename_check(struct kv_fs *fs, fuse_ino_t parent, const char *name,
+			       unsigned flags)
+{
+	struct kv_inode *ino;
+	struct kv_attr a;
+
+	if (!fs->kf_shared)
+		return 0;
+	if (flags & RENAME_EXCHANGE)
+		return -EXDEV;
+	if (kv_store_lookup(fs->kf_store, inode_of(fs, parent), name, &ino, &a))
+		return 0; /* the rename says why */
+	kv_inode_put(ino);
+	return S_ISDIR(a.ka_mode) ? -EXDEV : 0;
 }
 
 static void kv_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
@@ -407,10 +478,13 @@ static void kv_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 	int err = -EPERM;
 
 	if (!kv_ctl_is(parent) && !kv_ctl_is(newparent))
+		err = shared_rename_check(fs, parent, name, flags);
+	if (!err)
 		err = kv_store_rename(fs->kf_store, inode_of(fs, parent), name,
 				      inode_of(fs, newparent), newname, flags);
 	if (err)
 		return reply_err(req, KV_OP_RENAME, t0, err);
+	shared_sync(fs);
 	done(req, KV_OP_RENAME, t0, 0, 0);
 	fuse_reply_err(req, 0);
 }
@@ -597,6 +671,9 @@ static void kv_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 
 	if (!kv_ctl_is(ino))
 		err = kv_store_fsync(fs->kf_store, inode_of(fs, ino));
+	/* --rados-sync: and in the cluster (the seal queued its put) */
+	if (!err && !kv_ctl_is(ino) && fs->kf_shared && kv_shared_sync_on(fs->kf_shared))
+		err = kv_shared_sync(fs->kf_shared);
 	if (err)
 		return reply_err(req, KV_OP_FSYNC, t0, err);
 	done(req, KV_OP_FSYNC, t0, 0, 0);
@@ -660,7 +737,11 @@ static size_t add_entry(fuse_req_t req, fuse_ino_t dino, struct dir_handle *h, u
 		name = d->kde_name;
 		e.attr.st_ino = d->kde_ino;
 		e.attr.st_mode = d->kde_type;
-		if (plus) {
+		if (!d->kde_ino) {
+			/* a name only the shared tier has: listed without attributes (nodeid 0
+			 * tells the kernel to look it up when used) */
+			e.attr.st_ino = (uint64_t)1 << 63 | i;
+		} else if (plus) {
 			if (kv_store_lookup(fs->kf_store, inode_of(fs, dino), name, &ino, &a)) {
 				*skip = true;
 				return 0;
@@ -697,6 +778,8 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	if (!kv_ctl_is(ino) && (off == 0 || !h->dh_valid)) {
 		kv_dir_snap_free(&h->dh_snap);
 		err = kv_store_readdir(fs->kf_store, inode_of(fs, ino), &h->dh_snap);
+		if (!err && fs->kf_shared)
+			err = kv_shared_readdir(fs->kf_shared, inode_of(fs, ino), &h->dh_snap);
 		if (err)
 			return reply_err(req, KV_OP_READDIR, t0, err);
 		h->dh_valid = true;

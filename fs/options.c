@@ -54,6 +54,9 @@ const char kv_options_usage[] =
     "  --rados-cache-ttl=TIME  names looked up in the cluster may be this stale\n"
     "                      (default: 1s)\n"
     "  --rados-sync[=on|off]  fsync also waits for the cluster (default: off)\n"
+    "  --rados-gc          kvfs --rados-gc --rados-pool=POOL [--rados-*]: remove the\n"
+    "                      data objects no entry refers to, then exit\n"
+    "  --rados-gc-grace=TIME  --rados-gc spares objects younger than this (default 1h)\n"
     "  --fsck              kvfs --fsck DATA_DIR: check a data directory, report, exit\n"
     "  --salvage           kvfs --salvage DATA_DIR: rebuild the metadata from the buckets\n"
     "  -f                  stay in the foreground\n"
@@ -331,6 +334,11 @@ static int set_rados_cache_ttl(struct kv_config *cfg, const char *val)
 	return parse_duration_in(val, 0, 3600 * SEC, &cfg->kc_rados_cache_ttl_ns);
 }
 
+static int set_rados_gc_grace(struct kv_config *cfg, const char *val)
+{
+	return parse_duration_in(val, 0, 30 * 24 * 3600 * SEC, &cfg->kc_rados_gc_grace_ns);
+}
+
 static int set_rados_sync(struct kv_config *cfg, const char *val)
 {
 	return parse_switch(val, &cfg->kc_rados_sync);
@@ -362,6 +370,7 @@ static const struct setting settings[] = {
     {"rados-timeout", set_rados_timeout},
     {"rados-cache-ttl", set_rados_cache_ttl},
     {"rados-sync", set_rados_sync},
+    {"rados-gc-grace", set_rados_gc_grace},
 };
 
 /* A switch that may stand alone: --NAME and -o KEY without a value mean "on". */
@@ -567,6 +576,8 @@ static int parse_pass(int argc, char **argv, int pass, struct kv_config *cfg, ch
 			cfg->kc_fsck = true;
 		else if (!strcmp(a, "--salvage"))
 			cfg->kc_salvage = true;
+		else if (!strcmp(a, "--rados-gc"))
+			cfg->kc_rados_gc = true;
 		else if (!strcmp(a, "-d"))
 			cfg->kc_debug = cfg->kc_foreground = true;
 		else if (!strncmp(a, "-o", 2) && (a[2] || i + 1 < argc)) {
@@ -594,8 +605,14 @@ int kv_options_parse(int argc, char **argv, char **environ_, struct kv_config *c
 		rc = parse_pass(argc, argv, pass, cfg, fuse_opts, err, err_len);
 	if (rc)
 		return rc;
-	if (cfg->kc_fsck && cfg->kc_salvage)
-		return fail(err, err_len, "kvfs: --fsck and --salvage exclude each other");
+	if (cfg->kc_fsck + cfg->kc_salvage + cfg->kc_rados_gc > 1)
+		return fail(err, err_len, "kvfs: --fsck, --salvage and --rados-gc exclude each other");
+	if (cfg->kc_rados_gc) {
+		if (!cfg->kc_rados_pool || cfg->kc_data_dir)
+			return fail(err, err_len, "kvfs: --rados-gc takes --rados-pool (and the other "
+						  "--rados-* options) only");
+		return KV_OPT_RADOS_GC;
+	}
 	if (cfg->kc_fsck || cfg->kc_salvage) {
 		if (!cfg->kc_data_dir || cfg->kc_mountpoint)
 			return fail(err, err_len, "kvfs: --%s takes DATA_DIR only",

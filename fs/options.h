@@ -25,6 +25,7 @@ enum kv_opt_action {
 	KV_OPT_VERSION, /* print the version, exit 0 */
 	KV_OPT_FSCK,	/* check DATA_DIR offline */
 	KV_OPT_SALVAGE, /* rebuild DATA_DIR's metadata from its buckets */
+	KV_OPT_RADOS_GC, /* remove orphan objects from the shared pool */
 };
 
 /*

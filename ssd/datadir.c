@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <inttypes.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/statvfs.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -124,4 +126,44 @@ void kv_datadir_close(struct kv_datadir *dd)
 {
 	close(dd->kd_lockfd);
 	close(dd->kd_dirfd);
+}
+
+int kv_datadir_node(const struct kv_datadir *dd, uint64_t *node)
+{
+	char buf[32];
+	uint64_t id = 0;
+	ssize_t n;
+	int fd = openat(dd->kd_dirfd, "node", O_RDONLY | O_CLOEXEC), err = 0;
+
+	if (fd >= 0) {
+		n = pread(fd, buf, sizeof(buf) - 1, 0);
+		close(fd);
+		if (n > 0) {
+			buf[n] = '\0';
+			id = strtoull(buf, NULL, 16);
+		}
+		if (id) {
+			*node = id;
+			return 0;
+		}
+		/* empty or damaged (a crash while it was made): make it again */
+	} else if (errno != ENOENT)
+		return -errno;
+	while (!id)
+		if (getrandom(&id, sizeof(id), 0) != sizeof(id))
+			return -errno;
+	fd = openat(dd->kd_dirfd, "node.tmp", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	n = snprintf(buf, sizeof(buf), "%016" PRIx64 "\n", id);
+	if (write(fd, buf, (size_t)n) != n || fsync(fd) < 0)
+		err = errno ? -errno : -EIO;
+	close(fd);
+	if (!err && renameat(dd->kd_dirfd, "node.tmp", dd->kd_dirfd, "node") < 0)
+		err = -errno;
+	if (!err && fsync(dd->kd_dirfd) < 0)
+		err = -errno;
+	if (!err)
+		*node = id;
+	return err;
 }

@@ -33,6 +33,14 @@ int kv_datadir_open(struct kv_datadir *dd, const char *path, pid_t *holder);
  */
 int kv_datadir_default_quota(const struct kv_datadir *dd, uint64_t *quota);
 
+/*
+ * This data directory's node id for the shared tier (ssd/rados_format.h):
+ * a random nonzero 64-bit number made at the first call and kept in
+ * DATA_DIR/node (16 hex digits), written and synced before it is used.
+ * Returns 0 or -errno.
+ */
+int kv_datadir_node(const struct kv_datadir *dd, uint64_t *node);
+
 /* Releases the lock and closes the directory. */
 void kv_datadir_close(struct kv_datadir *dd);
 
