@@ -7,6 +7,7 @@
  * kv_store_unlink / kv_store_rmdir.
  */
 #include "core/batch.h"
+#include "core/shared.h"
 
 #include <errno.h>
 #include <string.h>
@@ -76,7 +77,9 @@ static int walk(struct kv_batch *b, const char *name, size_t len, char *path, bo
 	kv_inode_get(dir);
 	while ((slash = strchr(p, '/'))) {
 		*slash = '\0';
-		err = kv_store_lookup(st, dir, p, &c, &a);
+		err = b->kb_shared ? kv_shared_lookup(b->kb_shared, dir, p) : 0;
+		if (!err)
+			err = kv_store_lookup(st, dir, p, &c, &a);
 		if (err == -ENOENT && mkdir) {
 			err = kv_store_mkdir(st, dir, p, 0755, &b->kb_cred, &c, &a);
 			if (err == -EEXIST) /* made meanwhile by someone else */
@@ -127,7 +130,9 @@ static int find(struct kv_batch *b, const char *name, size_t len, struct kv_key_
 	ki->kki_flags = 0;
 	err = walk(b, name, len, path, false, &dir, &last);
 	if (!err) {
-		err = kv_store_lookup(b->kb_st, dir, last, &ino, &a);
+		err = b->kb_shared ? kv_shared_lookup(b->kb_shared, dir, last) : 0;
+		if (!err)
+			err = kv_store_lookup(b->kb_st, dir, last, &ino, &a);
 		kv_inode_put(dir);
 	}
 	add_ns(b, KV_STAGE_INDEX, t0);

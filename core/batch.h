@@ -111,8 +111,11 @@ struct kv_batch_inflight {
 };
 
 /* One batch's context: where names start, who asks, and where time went. */
+struct kv_shared;
+
 struct kv_batch {
 	struct kv_store *kb_st;
+	struct kv_shared *kb_shared;	 /* the shared tier, asked before each lookup; NULL: off */
 	struct kv_inode *kb_dir;	 /* a directory; the caller holds a reference */
 	struct kv_cred kb_cred;		 /* owner of what a put creates */
 	uint64_t kb_ns[KV_STAGE__COUNT]; /* accumulated per stage, in ns */

@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "core/stats.h"
@@ -41,18 +42,29 @@
 #include "ssd/rados_format.h"
 
 #define KNOWN_BUCKETS 65536 /* the known table's chains (a power of two) */
-#define IO_BATCH 8	    /* data objects in flight per put or fetch */
-#define CAS_TRIES 16	    /* compare-and-set attempts before giving up */
-#define FETCH_PREFIX ".kvfs-fetch."
+#define IO_BATCH      8	    /* data objects in flight per put or fetch */
+#define CAS_TRIES     16    /* compare-and-set attempts before giving up */
+#define FETCH_PREFIX  ".kvfs-fetch."
+
+/*
+ * A connection and its users: FUSE threads count themselves in (conn_get,
+ * under sh_lock) so that the thread can replace a connection that stopped
+ * answering and close the old one once they are out.
+ */
+struct conn {
+	struct kv_rados *c_r;
+	_Atomic unsigned c_users;
+	struct conn *c_next; /* on sh_retired */
+};
 
 /* A local key whose version is known in the cluster (sh_known_lock). */
 struct known {
 	struct known *kn_next;
-	uint64_t kn_ino;	  /* kv_inode_ino */
-	uint64_t kn_seq;	  /* the local version this describes */
+	uint64_t kn_ino;	   /* kv_inode_ino */
+	uint64_t kn_seq;	   /* the local version this describes */
 	uint64_t kn_node, kn_rseq; /* kn_clean: the cluster version with the same bytes */
-	bool kn_clean;		  /* the local version is the cluster's (fetched or published) */
-	uint64_t kn_checked_ns;	  /* CLOCK_MONOTONIC when last checked against the entry */
+	bool kn_clean;		   /* the local version is the cluster's (fetched or published) */
+	uint64_t kn_checked_ns;	   /* CLOCK_MONOTONIC when last checked against the entry */
 };
 
 enum change_kind { CH_PUT, CH_DEL, CH_MKDIR, CH_RMDIR, CH_RENAME };
@@ -61,8 +73,8 @@ enum change_kind { CH_PUT, CH_DEL, CH_MKDIR, CH_RMDIR, CH_RENAME };
 struct change {
 	struct change *ch_next;
 	enum change_kind ch_kind;
-	uint64_t ch_id;		 /* its place in the queue, from 1 */
-	struct kv_inode *ch_ino; /* PUT: referenced */
+	uint64_t ch_id;		  /* its place in the queue, from 1 */
+	struct kv_inode *ch_ino;  /* PUT: referenced */
 	uint64_t ch_seq, ch_size; /* PUT */
 	char *ch_path, *ch_path2; /* the others: "/a/b" (RENAME: from, to) */
 	mode_t ch_mode;		  /* MKDIR */
@@ -75,6 +87,8 @@ struct kv_shared {
 	uint64_t sh_ttl_ns;
 	bool sh_sync;
 	uint64_t sh_node;
+	unsigned sh_pause_ms;	    /* KVFS_TEST_RADOS_PUBLISH_PAUSE_MS: tests only */
+	uint64_t sh_reconnected_ns; /* the thread only: when probe() last replaced the connection */
 	struct kv_store *sh_st;
 	pthread_t sh_thread;
 
@@ -87,13 +101,14 @@ struct kv_shared {
 	pthread_cond_t sh_cond;
 	bool sh_stop; /* kv_shared_stop was called */
 	enum kv_shared_state sh_state;
-	struct kv_rados *sh_rados; /* set once, when connected; read without the lock after */
+	struct conn *sh_conn;	   /* the connection (NULL before); replaced by reconnect() */
+	struct conn *sh_retired;   /* connections replaced, closed once nobody uses them */
 	int sh_last_err;	   /* -errno of the last failure */
 	char sh_last_text[160];	   /* its step and strerror */
 	/* the change queue */
 	struct change *sh_q_head, *sh_q_tail;
-	uint64_t sh_q_last;	 /* the id of the last change queued */
-	uint64_t sh_q_done;	 /* every change up to this id is done */
+	uint64_t sh_q_last;	     /* the id of the last change queued */
+	uint64_t sh_q_done;	     /* every change up to this id is done */
 	uint64_t sh_q_n, sh_q_bytes; /* the backlog */
 	pthread_cond_t sh_done_cond; /* sh_q_done moved */
 
@@ -101,7 +116,7 @@ struct kv_shared {
 	pthread_mutex_t sh_known_lock;
 	struct known **sh_known;
 
-	_Atomic bool sh_healthy; /* the last cluster operation answered */
+	_Atomic bool sh_healthy;       /* the last cluster operation answered */
 	_Atomic uint64_t sh_fetch_seq; /* names of fetches in flight */
 
 	/* only the thread: directories known to have their entry in the cluster */
@@ -157,22 +172,58 @@ const char *kv_shared_namespace(const struct kv_shared *sh)
 
 /* --- talking to the cluster --- */
 
-/* The connection, once there; NULL before. */
-static struct kv_rados *conn(struct kv_shared *sh)
+/* The connection, counted in, once there; NULL before. Pair with conn_put. */
+static struct conn *conn_get(struct kv_shared *sh)
 {
-	struct kv_rados *r;
+	struct conn *c;
 
 	pthread_mutex_lock(&sh->sh_lock);
-	r = sh->sh_state == KV_SHARED_CONNECTED ? sh->sh_rados : NULL;
+	c = sh->sh_state == KV_SHARED_CONNECTED ? sh->sh_conn : NULL;
+	if (c)
+		atomic_fetch_add(&c->c_users, 1);
 	pthread_mutex_unlock(&sh->sh_lock);
-	return r;
+	return c;
+}
+
+static void conn_put(struct conn *c)
+{
+	if (c)
+		atomic_fetch_sub(&c->c_users, 1);
+}
+
+/* Wraps r; NULL (r closed) without memory. */
+static struct conn *conn_new(struct kv_rados *r)
+{
+	struct conn *c = calloc(1, sizeof(*c));
+
+	if (c)
+		c->c_r = r;
+	else
+		kv_rados_close(r);
+	return c;
+}
+
+/* Closes the retired connections nobody uses any more (the thread only; sh_lock held). */
+static void conn_sweep(struct kv_shared *sh, bool all)
+{
+	for (struct conn **p = &sh->sh_retired; *p;) {
+		struct conn *c = *p;
+
+		if (!all && atomic_load(&c->c_users)) {
+			p = &c->c_next;
+			continue;
+		}
+		*p = c->c_next;
+		kv_rados_close(c->c_r);
+		free(c);
+	}
 }
 
 /* A failure that may pass: the change is kept and tried again. */
 static bool transient(int err)
 {
-	return err == -ETIMEDOUT || err == -ENOTCONN || err == -ESHUTDOWN ||
-	       err == -ECONNREFUSED || err == -ENOSPC || err == -EAGAIN || err == -ENOMEM;
+	return err == -ETIMEDOUT || err == -ENOTCONN || err == -ESHUTDOWN || err == -ECONNREFUSED ||
+	       err == -ENOSPC || err == -EAGAIN || err == -ENOMEM;
 }
 
 /*
@@ -196,11 +247,16 @@ static int counted(struct kv_shared *sh, uint64_t t0, int err, const char *what)
 	sh->sh_last_err = err;
 	snprintf(sh->sh_last_text, sizeof(sh->sh_last_text), "%s: %s", what, strerror(-err));
 	pthread_mutex_unlock(&sh->sh_lock);
-	if (transient(err) && atomic_exchange(&sh->sh_healthy, false))
+	if (transient(err) && atomic_exchange(&sh->sh_healthy, false)) {
+		/* the thread probes while nothing else is to be sent */
+		pthread_mutex_lock(&sh->sh_lock);
+		pthread_cond_broadcast(&sh->sh_cond);
+		pthread_mutex_unlock(&sh->sh_lock);
 		fprintf(stderr,
 			"kvfs: rados: pool '%s' does not answer (%s: %s): local keys are "
 			"served, changes wait\n",
 			sh->sh_pool, what, strerror(-err));
+	}
 	return err;
 }
 
@@ -482,9 +538,9 @@ static int make_dirs(struct kv_shared *sh, struct kv_rados *r, const char *path,
 		}
 		dir_oid_of(parent, pp);
 		t0 = kv_now_ns();
-		err = counted(sh, t0,
-			      kv_rados_omap_cas(r, parent, name, NULL, 0, &d, sizeof(d), pp),
-			      "make directory");
+		err =
+		    counted(sh, t0, kv_rados_omap_cas(r, parent, name, NULL, 0, &d, sizeof(d), pp),
+			    "make directory");
 		free(pp);
 		free(sub);
 		if (err && err != -ECANCELED) /* -ECANCELED: it is there */
@@ -617,7 +673,7 @@ static int apply_put(struct kv_shared *sh, struct kv_rados *r, struct change *ch
 			uint64_t off = (first + i) * KV_RADOS_EXTENT;
 
 			lens[i] = ch->ch_size - off < KV_RADOS_EXTENT ? ch->ch_size - off
-								       : KV_RADOS_EXTENT;
+								      : KV_RADOS_EXTENT;
 			if (!bufs[i] && !(bufs[i] = malloc(KV_RADOS_EXTENT))) {
 				err = -ENOMEM;
 				goto out;
@@ -646,24 +702,27 @@ static int apply_put(struct kv_shared *sh, struct kv_rados *r, struct change *ch
 	err = kv_store_path_of(st, ch->ch_ino, &path);
 	if (err)
 		goto out;
-	*ent = (struct kv_rdent){.re_magic = KV_RDENT_MAGIC,
-				 .re_format = KV_RDENT_FORMAT,
-				 .re_type = KV_RDENT_FILE,
-				 .re_mode = a.ka_mode & 07777,
-				 .re_uid = a.ka_uid,
-				 .re_gid = a.ka_gid,
-				 .re_extent = KV_RADOS_EXTENT,
-				 .re_size = ch->ch_size,
-				 .re_mtime_ns = a.ka_mtime.tv_sec * 1000000000ll + a.ka_mtime.tv_nsec,
-				 .re_node = sh->sh_node,
-				 .re_seq = ch->ch_seq,
-				 .re_nobj = (uint32_t)nobj};
+	*ent =
+	    (struct kv_rdent){.re_magic = KV_RDENT_MAGIC,
+			      .re_format = KV_RDENT_FORMAT,
+			      .re_type = KV_RDENT_FILE,
+			      .re_mode = a.ka_mode & 07777,
+			      .re_uid = a.ka_uid,
+			      .re_gid = a.ka_gid,
+			      .re_extent = KV_RADOS_EXTENT,
+			      .re_size = ch->ch_size,
+			      .re_mtime_ns = a.ka_mtime.tv_sec * 1000000000ll + a.ka_mtime.tv_nsec,
+			      .re_node = sh->sh_node,
+			      .re_seq = ch->ch_seq,
+			      .re_nobj = (uint32_t)nobj};
 	{
 		char *dir = strndup(path, strrchr(path, '/') - path);
 
 		err = dir ? make_dirs(sh, r, dir, 0755) : -ENOMEM;
 		free(dir);
 	}
+	if (!err && sh->sh_pause_ms) /* tests: a window between the data and the entry */
+		usleep(sh->sh_pause_ms * 1000);
 	if (!err)
 		err = set_entry(sh, r, path, ent, elen, &lost, &old);
 	if (!err) {
@@ -863,11 +922,12 @@ static bool connect_loop(struct kv_shared *sh)
 		atomic_fetch_add(&sh->sh_attempts, 1);
 		err = kv_rados_open(&p, &r, &step);
 		pthread_mutex_lock(&sh->sh_lock);
+		if (!err && !(sh->sh_conn = conn_new(r)))
+			err = -ENOMEM;
 		if (!err) {
 			if (sh->sh_state == KV_SHARED_UNREACHABLE)
 				fprintf(stderr, "kvfs: rados: connected to pool '%s'\n",
 					sh->sh_pool);
-			sh->sh_rados = r;
 			sh->sh_state = KV_SHARED_CONNECTED;
 			atomic_store(&sh->sh_healthy, true);
 			return true;
@@ -878,6 +938,46 @@ static bool connect_loop(struct kv_shared *sh)
 		backoff = backoff * 2 > KV_SHARED_RETRY_MAX_S ? KV_SHARED_RETRY_MAX_S : backoff * 2;
 	}
 	return false;
+}
+
+/*
+ * Reads an entry nobody has: an answer (-ENOENT) makes the tier healthy
+ * again. librados clients whose operations timed out while an OSD was
+ * down were seen to time out for good after it came back, while a new
+ * client worked at once: a probe that fails replaces the connection (at
+ * most every 10 s); the old one is closed once no FUSE thread uses it.
+ */
+static void probe(struct kv_shared *sh)
+{
+	const struct kv_rados_params p = {.rp_conf = sh->sh_conf,
+					  .rp_id = sh->sh_id,
+					  .rp_pool = sh->sh_pool,
+					  .rp_namespace = sh->sh_ns,
+					  .rp_timeout_s = sh->sh_timeout_s};
+	char doid[KV_RADOS_OID_MAX];
+	struct kv_rdent *e = NULL;
+	struct kv_rados *r = NULL;
+	struct conn *c;
+	const char *step;
+	size_t len;
+	int err;
+
+	dir_oid_of(doid, "/");
+	err = entry_get(sh, sh->sh_conn->c_r, doid, FETCH_PREFIX "probe", &e, &len);
+	free(e);
+	if (err != -ETIMEDOUT || mono_ns() - sh->sh_reconnected_ns < 10000000000ull)
+		return;
+	sh->sh_reconnected_ns = mono_ns();
+	if (kv_rados_open(&p, &r, &step) || !(c = conn_new(r)))
+		return;
+	pthread_mutex_lock(&sh->sh_lock);
+	sh->sh_conn->c_next = sh->sh_retired;
+	sh->sh_retired = sh->sh_conn;
+	sh->sh_conn = c;
+	conn_sweep(sh, false);
+	pthread_mutex_unlock(&sh->sh_lock);
+	err = entry_get(sh, c->c_r, doid, FETCH_PREFIX "probe", &e, &len);
+	free(e);
 }
 
 /*
@@ -900,22 +1000,36 @@ static void *worker(void *arg)
 		struct change *ch;
 		int err;
 
-		while (!sh->sh_stop && !sh->sh_q_head)
-			pthread_cond_wait(&sh->sh_cond, &sh->sh_lock);
+		while (!sh->sh_stop && !sh->sh_q_head) {
+			if (atomic_load(&sh->sh_healthy)) {
+				pthread_cond_wait(&sh->sh_cond, &sh->sh_lock);
+				continue;
+			}
+			/* Nothing to send, and the cluster did not answer: ask it every second. */
+			if (wait_stop_ms(sh, 1000) || sh->sh_q_head)
+				continue;
+			pthread_mutex_unlock(&sh->sh_lock);
+			probe(sh);
+			pthread_mutex_lock(&sh->sh_lock);
+		}
 		if (sh->sh_stop && !drain_until)
 			drain_until = mono_ns() + sh->sh_timeout_s * 1000000000ull;
 		if (!sh->sh_q_head || (sh->sh_stop && mono_ns() > drain_until))
 			break;
 		ch = sh->sh_q_head;
 		pthread_mutex_unlock(&sh->sh_lock);
-		err = apply(sh, sh->sh_rados, ch);
+		err = apply(sh, sh->sh_conn->c_r, ch);
 		pthread_mutex_lock(&sh->sh_lock);
 		if (transient(err)) {
 			if (sh->sh_stop)
 				break;
 			/* kept at the head: tried again, after a pause that grows to 5 s */
-			wait_stop_ms(sh, backoff_ms);
+			if (wait_stop_ms(sh, backoff_ms))
+				continue;
 			backoff_ms = backoff_ms * 2 > 5000 ? 5000 : backoff_ms * 2;
+			pthread_mutex_unlock(&sh->sh_lock);
+			probe(sh); /* replaces a connection that stopped answering */
+			pthread_mutex_lock(&sh->sh_lock);
 			continue;
 		}
 		backoff_ms = 250;
@@ -959,7 +1073,11 @@ static void shared_free(struct kv_shared *sh)
 		}
 	free(sh->sh_known);
 	free(sh->sh_dirs);
-	kv_rados_close(sh->sh_rados);
+	if (sh->sh_conn) {
+		kv_rados_close(sh->sh_conn->c_r);
+		free(sh->sh_conn);
+	}
+	conn_sweep(sh, true);
 	pthread_cond_destroy(&sh->sh_done_cond);
 	pthread_cond_destroy(&sh->sh_cond);
 	pthread_mutex_destroy(&sh->sh_known_lock);
@@ -999,6 +1117,9 @@ int kv_shared_start(const struct kv_config *cfg, struct kv_store *st, uint64_t n
 	sh->sh_sync = cfg->kc_rados_sync;
 	sh->sh_node = node;
 	sh->sh_st = st;
+	if (getenv("KVFS_TEST_RADOS_PUBLISH_PAUSE_MS"))
+		sh->sh_pause_ms =
+		    (unsigned)strtoul(getenv("KVFS_TEST_RADOS_PUBLISH_PAUSE_MS"), NULL, 10);
 	pthread_mutex_init(&sh->sh_lock, NULL);
 	pthread_mutex_init(&sh->sh_known_lock, NULL);
 	pthread_condattr_init(&ca);
@@ -1102,8 +1223,8 @@ static int fetch(struct kv_shared *sh, struct kv_rados *r, struct kv_inode *dir,
 	if (err)
 		goto out;
 	for (uint64_t first = 0; first < e->re_nobj && !err; first += IO_BATCH) {
-		unsigned n = e->re_nobj - first < IO_BATCH ? (unsigned)(e->re_nobj - first)
-							   : IO_BATCH;
+		unsigned n =
+		    e->re_nobj - first < IO_BATCH ? (unsigned)(e->re_nobj - first) : IO_BATCH;
 		char oids[IO_BATCH][KV_RADOS_OID_MAX];
 		const char *op[IO_BATCH];
 		void *bp[IO_BATCH];
@@ -1129,7 +1250,8 @@ static int fetch(struct kv_shared *sh, struct kv_rados *r, struct kv_inode *dir,
 			err = -EAGAIN;
 		for (unsigned i = 0; i < n && !err; i++) {
 			if (XXH3_64bits(bufs[i], lens[i]) != sums[first + i]) {
-				fprintf(stderr, "kvfs: rados: object %s does not match its checksum\n",
+				fprintf(stderr,
+					"kvfs: rados: object %s does not match its checksum\n",
 					oids[i]);
 				atomic_fetch_add(&sh->sh_errors, 1);
 				err = -EIO;
@@ -1175,14 +1297,58 @@ static void drop_local(struct kv_shared *sh, struct kv_inode *dir, const char *n
 	known_drop(sh, ino);
 }
 
-int kv_shared_lookup(struct kv_shared *sh, struct kv_inode *dir, const char *name)
+/*
+ * Removes a directory brought in from the cluster that the cluster no
+ * longer has, with the local copies below it; what was made or changed
+ * here (not clean) stays, and so does the directory then. depth bounds
+ * the walk.
+ */
+static void drop_tree(struct kv_shared *sh, struct kv_inode *parent, const char *name, int depth)
 {
 	struct kv_store *st = sh->sh_st;
-	struct kv_rados *r = conn(sh);
+	struct kv_dir_snap snap;
+	struct kv_inode *dir;
+	struct kv_attr a;
+	struct known k;
+
+	if (depth > 64 || kv_store_lookup(st, parent, name, &dir, &a))
+		return;
+	if (!S_ISDIR(a.ka_mode) || !known_get(sh, a.ka_ino, &k) || !k.kn_clean ||
+	    kv_store_readdir(st, dir, &snap)) {
+		kv_inode_put(dir);
+		return;
+	}
+	for (uint32_t i = 0; i < snap.kds_count; i++) {
+		const struct kv_dirent *d = &snap.kds_ent[i];
+		struct kv_inode *c;
+		struct kv_attr ca;
+
+		if (S_ISDIR(d->kde_type)) {
+			drop_tree(sh, dir, d->kde_name, depth + 1);
+		} else if (S_ISREG(d->kde_type) && known_get(sh, d->kde_ino, &k) && k.kn_clean &&
+			   !kv_store_lookup(st, dir, d->kde_name, &c, &ca)) {
+			kv_inode_put(c);
+			if (ca.ka_ino == k.kn_ino && ca.ka_seq == k.kn_seq)
+				drop_local(sh, dir, d->kde_name, ca.ka_ino);
+		}
+	}
+	kv_dir_snap_free(&snap);
+	kv_inode_put(dir);
+	tl_quiet = true;
+	if (!kv_store_rmdir(st, parent, name))
+		known_drop(sh, a.ka_ino);
+	tl_quiet = false;
+}
+
+static int lookup_in(struct kv_shared *sh, struct kv_rados *r, struct kv_inode *dir,
+		     const char *name)
+{
+	struct kv_store *st = sh->sh_st;
 	char doid[KV_RADOS_OID_MAX], *dpath = NULL;
 	int err = 0;
 
-	if (!r || !atomic_load(&sh->sh_healthy) || !strncmp(name, FETCH_PREFIX, strlen(FETCH_PREFIX)))
+	if (!r || !atomic_load(&sh->sh_healthy) ||
+	    !strncmp(name, FETCH_PREFIX, strlen(FETCH_PREFIX)))
 		return 0; /* the local answer is all there is */
 	if (kv_store_path_of(st, dir, &dpath))
 		return 0;
@@ -1197,17 +1363,19 @@ int kv_shared_lookup(struct kv_shared *sh, struct kv_inode *dir, const char *nam
 
 		if (local) {
 			kv_inode_put(ino);
-			if (!S_ISREG(a.ka_mode))
-				break; /* directories and symlinks: made once, not checked */
 			have = known_get(sh, a.ka_ino, &k) && k.kn_seq == a.ka_seq;
 			clean = have && k.kn_clean;
+			if (!S_ISREG(a.ka_mode) && !(S_ISDIR(a.ka_mode) && clean))
+				break; /* made here, or not a key: not checked */
 			if (have && mono_ns() - k.kn_checked_ns < sh->sh_ttl_ns)
 				break; /* checked within the TTL */
 		}
 		err = entry_get(sh, r, doid, name, &e, &elen);
 		if (err == -ENOENT) {
 			err = 0;
-			if (local && clean)
+			if (local && clean && S_ISDIR(a.ka_mode))
+				drop_tree(sh, dir, name, 0); /* removed in the cluster */
+			else if (local && clean)
 				drop_local(sh, dir, name, a.ka_ino); /* deleted in the cluster */
 			else if (local)
 				known_set(sh, a.ka_ino, a.ka_seq, false, 0, 0);
@@ -1217,19 +1385,24 @@ int kv_shared_lookup(struct kv_shared *sh, struct kv_inode *dir, const char *nam
 			err = local ? 0 : -EIO; /* a local copy is served as it is */
 			break;
 		}
-		if (!local && e->re_type == KV_RDENT_DIR) {
+		if (local && S_ISDIR(a.ka_mode)) {
+			known_set(sh, a.ka_ino, 0, true, 0, 0); /* still there */
+		} else if (!local && e->re_type == KV_RDENT_DIR) {
 			struct kv_inode *d;
 			struct kv_cred cred = cred_of(e);
 
 			tl_quiet = true;
-			if (!kv_store_mkdir(st, dir, name, e->re_mode & 07777, &cred, &d, &a))
+			if (!kv_store_mkdir(st, dir, name, e->re_mode & 07777, &cred, &d, &a)) {
+				/* brought in: dropped when the cluster removes it */
+				known_set(sh, a.ka_ino, 0, true, 0, 0);
 				kv_store_forget(st, d, 1);
+			}
 			tl_quiet = false;
 		} else if (!local && e->re_type == KV_RDENT_SYMLINK) {
 			/* symlinks are not shared (yet): kept local */
 		} else if (e->re_type == KV_RDENT_FILE) {
-			int64_t lmtime = local ? a.ka_mtime.tv_sec * 1000000000ll + a.ka_mtime.tv_nsec
-					       : 0;
+			int64_t lmtime =
+			    local ? a.ka_mtime.tv_sec * 1000000000ll + a.ka_mtime.tv_nsec : 0;
 
 			if (local && clean && same_version(e, k.kn_node, k.kn_rseq)) {
 				known_set(sh, a.ka_ino, a.ka_seq, true, e->re_node, e->re_seq);
@@ -1289,7 +1462,7 @@ static int list_one(void *arg, const char *key, size_t klen, const void *val, si
 	l->names[l->n] = strndup(key, klen);
 	if (!l->names[l->n])
 		return -ENOMEM;
-	l->types[l->n++] = e->re_type == KV_RDENT_DIR ? S_IFDIR
+	l->types[l->n++] = e->re_type == KV_RDENT_DIR	    ? S_IFDIR
 			   : e->re_type == KV_RDENT_SYMLINK ? S_IFLNK
 							    : S_IFREG;
 	return 0;
@@ -1303,10 +1476,10 @@ static bool listed(const struct listing *l, const char *name)
 	return false;
 }
 
-int kv_shared_readdir(struct kv_shared *sh, struct kv_inode *dir, struct kv_dir_snap *snap)
+static int readdir_in(struct kv_shared *sh, struct kv_rados *r, struct kv_inode *dir,
+		      struct kv_dir_snap *snap)
 {
 	struct kv_store *st = sh->sh_st;
-	struct kv_rados *r = conn(sh);
 	struct listing l = {0};
 	char doid[KV_RADOS_OID_MAX], *dpath = NULL;
 	uint32_t keep = 0;
@@ -1328,6 +1501,15 @@ int kv_shared_readdir(struct kv_shared *sh, struct kv_inode *dir, struct kv_dir_
 		struct kv_inode *ino;
 		struct kv_attr a;
 
+		if (S_ISDIR(d->kde_type) && !listed(&l, d->kde_name) &&
+		    known_get(sh, d->kde_ino, &k) && k.kn_clean) {
+			drop_tree(sh, dir, d->kde_name, 0);
+			if (kv_store_lookup(st, dir, d->kde_name, &ino, &a)) {
+				free(d->kde_name); /* gone */
+				continue;
+			}
+			kv_inode_put(ino);
+		}
 		if (S_ISREG(d->kde_type) && !listed(&l, d->kde_name) &&
 		    known_get(sh, d->kde_ino, &k) && k.kn_clean &&
 		    !kv_store_lookup(st, dir, d->kde_name, &ino, &a)) {
@@ -1360,8 +1542,8 @@ int kv_shared_readdir(struct kv_shared *sh, struct kv_inode *dir, struct kv_dir_
 			break;
 		}
 		snap->kds_ent = ent;
-		ent[snap->kds_count++] =
-		    (struct kv_dirent){.kde_ino = 0, .kde_type = l.types[i], .kde_name = l.names[i]};
+		ent[snap->kds_count++] = (struct kv_dirent){
+		    .kde_ino = 0, .kde_type = l.types[i], .kde_name = l.names[i]};
 		l.names[i] = NULL;
 	}
 out:
@@ -1370,6 +1552,24 @@ out:
 	free(l.names);
 	free(l.types);
 	return err == -ENOMEM ? err : 0; /* an unreachable cluster: the local listing */
+}
+
+int kv_shared_lookup(struct kv_shared *sh, struct kv_inode *dir, const char *name)
+{
+	struct conn *c = conn_get(sh);
+	int err = c ? lookup_in(sh, c->c_r, dir, name) : 0;
+
+	conn_put(c);
+	return err;
+}
+
+int kv_shared_readdir(struct kv_shared *sh, struct kv_inode *dir, struct kv_dir_snap *snap)
+{
+	struct conn *c = conn_get(sh);
+	int err = c ? readdir_in(sh, c->c_r, dir, snap) : 0;
+
+	conn_put(c);
+	return err;
 }
 
 /* --- --rados-gc --- */

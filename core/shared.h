@@ -70,11 +70,11 @@ struct kv_shared_stats {
 	uint64_t ss_connect_failures;
 	int ss_last_err;	      /* the last failure's -errno; 0: none yet */
 	char ss_last_error_text[160]; /* "connect: Connection timed out", or "" */
-	bool ss_healthy; /* the last cluster operation answered */
+	bool ss_healthy;	      /* the last cluster operation answered */
 	uint64_t ss_objects_read, ss_objects_written;
 	uint64_t ss_bytes_read, ss_bytes_written;
-	uint64_t ss_hits;		     /* values brought in from the cluster */
-	uint64_t ss_puts, ss_deletes;	     /* entries published and removed */
+	uint64_t ss_hits;		       /* values brought in from the cluster */
+	uint64_t ss_puts, ss_deletes;	       /* entries published and removed */
 	uint64_t ss_backlog, ss_backlog_bytes; /* changes waiting, and the bytes of their values */
 	uint64_t ss_errors, ss_timeouts;
 	uint64_t ss_lat_p50, ss_lat_p90, ss_lat_p99; /* of each cluster operation, ns */

@@ -47,6 +47,7 @@
 
 #include "core/batch.h"
 #include "fs/ioctl.h"
+#include "core/shared.h"
 #include "gpu/dev.h"
 #include "gpu/region.h"
 #include "kvfs/kvfs_ioctl.h"
@@ -503,6 +504,7 @@ static int do_batch(struct ioc *io, enum kv_ioc_kind kind, struct kvfs_ioc_batch
 	struct changed ch = {.ch_fs = fs};
 	struct kv_batch b = {
 	    .kb_st = fs->kf_store,
+	    .kb_shared = fs->kf_shared,
 	    .kb_cred = {fuse_req_ctx(io->io_req)->uid, fuse_req_ctx(io->io_req)->gid},
 	    .kb_changed = name_changed,
 	    .kb_arg = &ch,
@@ -561,6 +563,10 @@ static int do_batch(struct ioc *io, enum kv_ioc_kind kind, struct kvfs_ioc_batch
 	if (event)
 		kv_dev_event_end();
 	changed_flush(&ch);
+	/* --rados-sync: puts and removes return once the cluster has them (or after the timeout) */
+	if ((kind == KV_IOC_PUT || kind == KV_IOC_REMOVE) && bt->bt_ok && fs->kf_shared &&
+	    kv_shared_sync_on(fs->kf_shared))
+		kv_shared_sync(fs->kf_shared);
 	total = kv_now_ns() - t0;
 	bt->bt_ns = total;
 	kv_stats_ioc(&fs->kf_stats, kind, t0, bt->bt_nkeys, failed, bt->bt_bytes, b.kb_ns);

@@ -70,8 +70,7 @@ void kv_rados_close(struct kv_rados *r)
 	free(r);
 }
 
-int kv_rados_omap_get(struct kv_rados *r, const char *oid, const char *key, void **val,
-		      size_t *len)
+int kv_rados_omap_get(struct kv_rados *r, const char *oid, const char *key, void **val, size_t *len)
 {
 	rados_read_op_t op = rados_create_read_op();
 	rados_omap_iter_t it = NULL;
@@ -171,8 +170,7 @@ int kv_rados_omap_cas(struct kv_rados *r, const char *oid, const char *key, cons
 	if (val)
 		rados_write_op_create(op, LIBRADOS_CREATE_IDEMPOTENT, NULL);
 	/* A missing key compares equal to the empty value. */
-	rados_write_op_omap_cmp(op, key, LIBRADOS_CMPXATTR_OP_EQ, elen ? expect : "", elen,
-				&prval);
+	rados_write_op_omap_cmp(op, key, LIBRADOS_CMPXATTR_OP_EQ, elen ? expect : "", elen, &prval);
 	if (val) {
 		rados_write_op_omap_set2(op, keys, vals, klens, vlens, 1);
 		if (path)
@@ -186,7 +184,8 @@ int kv_rados_omap_cas(struct kv_rados *r, const char *oid, const char *key, cons
 	return err;
 }
 
-/* Waits for n completions and releases them; a read shorter than want[i] is -EIO. Returns the first error. */
+/* Waits for n completions and releases them; a read shorter than want[i] is -EIO. Returns the first
+ * error. */
 static int wait_all(rados_completion_t *c, unsigned n, const size_t *want)
 {
 	int first = 0;
@@ -244,8 +243,8 @@ int kv_rados_put_many(struct kv_rados *r, unsigned n, const char *const *oids,
 	return err ? err : werr;
 }
 
-int kv_rados_get_many(struct kv_rados *r, unsigned n, const char *const *oids,
-		      void *const *bufs, const size_t *lens)
+int kv_rados_get_many(struct kv_rados *r, unsigned n, const char *const *oids, void *const *bufs,
+		      const size_t *lens)
 {
 	rados_completion_t *c = calloc(n, sizeof(*c));
 	int err = 0, werr;

@@ -124,8 +124,8 @@ int kv_rados_put_many(struct kv_rados *r, unsigned n, const char *const *oids,
  * Reads n whole objects, all in flight at once: each must hold exactly
  * lens[i] bytes (-EIO otherwise). Returns 0 or the first error.
  */
-int kv_rados_get_many(struct kv_rados *r, unsigned n, const char *const *oids,
-		      void *const *bufs, const size_t *lens);
+int kv_rados_get_many(struct kv_rados *r, unsigned n, const char *const *oids, void *const *bufs,
+		      const size_t *lens);
 
 /* Removes an object. -ENOENT when it is missing. */
 int kv_rados_remove(struct kv_rados *r, const char *oid);

@@ -55,7 +55,7 @@
 #include <assert.h>
 #include <stdint.h>
 
-#define KV_RDENT_MAGIC 0x4552564bu /* "KVRE" */
+#define KV_RDENT_MAGIC	0x4552564bu /* "KVRE" */
 #define KV_RDENT_FORMAT 1
 #define KV_RADOS_EXTENT (2u << 20) /* bytes per data object */
 

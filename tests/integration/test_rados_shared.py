@@ -1,0 +1,278 @@
+# SPDX-License-Identifier: MIT
+"""The shared tier on Ceph RADOS: two kvfs nodes, one namespace (issue 10;
+core/shared.h, ssd/rados_format.h).
+
+Against the test cluster (scripts/ceph-cluster.sh), two daemons A and B with
+their own DATA_DIRs and mounts on one pool and namespace:
+
+- write on A, read on B byte-exact: small keys, a file three times B's
+  pool, a 32-layer ioctl put (read on B through the ioctl batch get, which
+  asks the cluster too); an overwrite on A is seen on B within the TTL; an
+  unlink and an `rm -rf` on A (which takes B's key in the tree too) are
+  seen on B;
+- A's DATA_DIR wiped and A restarted: its keys come back from the cluster;
+- the OSD stopped: local reads work, a lookup of a name only the cluster
+  could have fails with EIO within the timeout, and then the node answers
+  from its own store (ENOENT), so puts are made and queue (stats: backlog);
+  the OSD back: the queue drains and B sees the keys;
+- kill -9 of A between a large put's data objects and its entry: B never
+  sees the key; `kvfs --rados-gc` removes the orphan objects and keeps
+  those in use.
+
+Skipped (77) where Ceph's packages cannot be installed or FUSE is missing.
+"""
+
+import errno
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "client", "python"))
+import cephtest  # noqa: E402
+import kvfstest  # noqa: E402
+from kvfstest import pattern, read_file, write_file  # noqa: E402
+
+TIMEOUT_S = 2  # --rados-timeout
+TTL_S = 0.3    # --rados-cache-ttl
+MiB = 1 << 20
+
+
+def built_with_librados():
+    r = subprocess.run([kvfstest.KVFS, "--version"], stdout=subprocess.PIPE, timeout=20)
+    return "rados librados" in r.stdout.decode()
+
+
+def fsync_path(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_synced(path, data):
+    write_file(path, data)
+    fsync_path(path)
+
+
+def sha256_file(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(4 * MiB), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def rados_stats(m):
+    return m.stats()["rados"]
+
+
+def wait_connected(m):
+    kvfstest.wait_until(lambda: rados_stats(m)["state"] == "connected", timeout=20,
+                        what="rados state 'connected'")
+
+
+class SharedTierTest(kvfstest.KvfsTestCase, cephtest.CephTestCase):
+    def setUp(self):
+        if not built_with_librados():
+            self.skipTest("this kvfs was built without librados (-DKVFS_RADOS=OFF or no "
+                          "librados-dev)")
+
+    def node(self, c, mem="64M", sync=True, extra=(), **kw):
+        opts = ["--mem-size=" + mem, "--rados-pool=" + c.pool, "--rados-conf=" + c.conf,
+                "--rados-namespace=" + self._testMethodName, "--rados-timeout=%ds" % TIMEOUT_S,
+                "--rados-cache-ttl=%dms" % int(TTL_S * 1000)]
+        if sync:
+            opts.append("--rados-sync")
+        m = self.mount(opts + list(extra), **kw)
+        wait_connected(m)
+        return m
+
+    def data_objects(self, c):
+        st, out = c.rados("--namespace", self._testMethodName, "ls")
+        self.assertEqual(st, 0, out)
+        return sorted(o for o in out.split() if o.startswith("x."))
+
+    def test_keys_cross_nodes(self):
+        c = self.cluster()
+        a, b = self.node(c, name="A"), self.node(c, mem="32M", name="B")
+        os.makedirs(a.path("model", "tp0"))
+        small = {"k%02d" % i: pattern("small%d" % i, 1000 + 4096 * i) for i in range(8)}
+        for k, v in small.items():
+            write_synced(a.path("model", "tp0", k), v)
+        big = pattern("big", 96 * MiB + 12345)  # 3x B's pool, not a multiple of an object
+        write_synced(a.path("model", "big"), big)
+        # a 32-layer ioctl put of two 2 MiB blocks on A
+        import kvfs as client
+        lib = os.path.join(os.path.dirname(kvfstest.KVFS), "client", "libkvfs.so")
+        if os.path.exists(lib):
+            os.environ["KVFS_LIB"] = lib
+        client.load()
+        ca = client.Client(a.mnt)
+        self.addCleanup(ca.close)
+        layers, lb, nblocks = 32, 64 * 1024, 2
+        tensor = nblocks * lb
+        src = ca.alloc(layers * tensor)
+        src.buffer[:] = pattern("layers", layers * tensor)
+        lay = ca.layout([(src, l * tensor, lb, lb) for l in range(layers)])
+        r = ca.put(["kv/blk0", "kv/blk1"], layout=lay, blocks=range(nblocks),
+                   flags=client.PUT_MKDIR)
+        self.assertEqual(r.ok, nblocks, r.errors())
+
+        def block(buf, n):
+            return b"".join(bytes(buf[l * tensor + n * lb:l * tensor + (n + 1) * lb])
+                            for l in range(layers))
+
+        sa = rados_stats(a)
+        self.assertEqual(sa["backlog"], 0)
+        self.assertGreaterEqual(sa["puts"], len(small) + 3)
+        self.assertGreaterEqual(sa["bytes_written"], sum(map(len, small.values())) + len(big))
+
+        # B: every byte, from the cluster
+        self.assertEqual(sorted(os.listdir(b.path("model", "tp0"))), sorted(small))
+        for k, v in small.items():
+            self.assertEqual(read_file(b.path("model", "tp0", k)), v, k)
+        self.assertEqual(os.path.getsize(b.path("model", "big")), len(big))
+        self.assertEqual(sha256_file(b.path("model", "big")), hashlib.sha256(big).hexdigest())
+        self.assertEqual(read_file(b.path("kv", "blk0")), block(src.buffer, 0))
+        # blk1 through B's ioctl batch get, never looked up on B before
+        cb = client.Client(b.mnt)
+        self.addCleanup(cb.close)
+        dst = cb.alloc(layers * tensor)
+        lay_b = cb.layout([(dst, l * tensor, lb, lb) for l in range(layers)])
+        g = cb.get(["kv/blk1"], layout=lay_b, blocks=[1])
+        self.assertEqual(g.ok, 1, g.errors())
+        self.assertEqual(block(dst.buffer, 1), block(src.buffer, 1))
+        sb = rados_stats(b)
+        self.assertGreaterEqual(sb["hits"], len(small) + 3)
+        self.assertGreaterEqual(sb["bytes_read"], sum(map(len, small.values())) + len(big))
+        self.assertEqual(sb["errors"] + sb["timeouts"], 0)
+        # a second read is local: no more cluster reads
+        before = rados_stats(b)["objects_read"]
+        self.assertEqual(read_file(b.path("model", "tp0", "k03")), small["k03"])
+        self.assertEqual(rados_stats(b)["objects_read"], before)
+
+        # overwrite on A: B sees the new bytes within the TTL
+        new = pattern("new", 5000)
+        write_synced(a.path("model", "tp0", "k03"), new)
+        t0 = time.monotonic()
+        kvfstest.wait_until(lambda: read_file(b.path("model", "tp0", "k03")) == new,
+                            timeout=TTL_S + 5, what="the overwrite seen on B")
+        print("  overwrite seen on B after %.2fs" % (time.monotonic() - t0))
+        # unlink on A (with --rados-sync it returns once the cluster has it)
+        os.unlink(a.path("model", "tp0", "k00"))
+        kvfstest.wait_until(lambda: not os.path.exists(b.path("model", "tp0", "k00")),
+                            timeout=TTL_S + 5, what="the unlink seen on B")
+        # a key B put there is in the shared tree too: A sees it, and its rm -rf takes it
+        write_synced(b.path("model", "tp0", "from-b"), b"B's key")
+        self.assertEqual(read_file(a.path("model", "tp0", "from-b")), b"B's key")
+        shutil.rmtree(a.path("model"))
+        kvfstest.wait_until(lambda: not os.path.exists(b.path("model")),
+                            timeout=TTL_S + 5, what="rm -rf seen on B")
+        self.assertEqual(sorted(os.listdir(b.mnt)), [".kvfs", "kv"])
+        # the tree's objects are gone from the cluster: only the two ioctl blocks' remain
+        self.assertEqual(len(self.data_objects(c)), 2)
+
+    def test_wiped_node_gets_its_keys_back(self):
+        c = self.cluster()
+        a = self.node(c, name="A")
+        data = {"d/k%d" % i: pattern("w%d" % i, 3 * MiB + i) for i in range(4)}
+        os.makedirs(a.path("d"))
+        for k, v in data.items():
+            write_synced(a.path(k), v)
+        a.stop()  # and its directory goes, DATA_DIR included: a new node id next
+        self.assertFalse(os.path.exists(a.data))
+        a2 = self.node(c, name="A-again")
+        for k, v in data.items():
+            self.assertEqual(read_file(a2.path(k)), v, k)
+        s = rados_stats(a2)
+        self.assertEqual(s["hits"], len(data))
+        self.assertEqual(s["bytes_read"], sum(map(len, data.values())))
+
+    def test_cluster_down_and_back(self):
+        c = self.cluster()
+        a = self.node(c, sync=False, name="A")
+        b = self.node(c, name="B")
+        write_file(a.path("k1"), b"one")
+        write_file(a.path("only-remote"), pattern("r", 100000))
+        kvfstest.wait_until(lambda: rados_stats(a)["backlog"] == 0, what="A's backlog sent")
+        c.osd_stop()
+        # local keys are served
+        self.assertEqual(read_file(a.path("k1")), b"one")
+        # a key only the cluster has: EIO within the timeout
+        t0 = time.monotonic()
+        self.assertErrno(errno.EIO, os.stat, b.path("only-remote"))
+        took = time.monotonic() - t0
+        print("  EIO after %.2fs" % took)
+        self.assertLess(took, TIMEOUT_S + 3)
+        # A learns the same way: its first lookup of a new name waits for the timeout;
+        # from then on it answers from its own store, so new keys can be made
+        self.assertErrno(errno.EIO, os.stat, a.path("k2"))
+        self.assertFalse(rados_stats(a)["healthy"])
+        self.assertErrno(errno.ENOENT, os.stat, a.path("k2"))
+        # puts are kept and queued
+        write_file(a.path("k2"), pattern("k2", 3 * MiB))
+        write_file(a.path("k3"), b"three")
+        kvfstest.wait_until(lambda: rados_stats(a)["backlog"] >= 2, what="A's backlog")
+        self.assertEqual(read_file(a.path("k2")), pattern("k2", 3 * MiB))
+        self.assertFalse(rados_stats(a)["healthy"])
+        self.assertIn("does not answer", a.log_text())
+        c.osd_start()
+        kvfstest.wait_until(lambda: rados_stats(a)["backlog"] == 0, timeout=30,
+                            what="A's backlog flushed")
+        kvfstest.wait_until(lambda: rados_stats(b)["healthy"], timeout=15,
+                            what="B healthy again")
+        self.assertEqual(read_file(b.path("k2")), pattern("k2", 3 * MiB))
+        self.assertEqual(read_file(b.path("k3")), b"three")
+        self.assertEqual(read_file(b.path("only-remote")), pattern("r", 100000))
+        self.assertGreater(rados_stats(a)["timeouts"], 0)
+
+    def test_kill9_mid_put_then_gc(self):
+        c = self.cluster()
+        a = self.node(c, sync=False, name="A", env={"KVFS_TEST_RADOS_PUBLISH_PAUSE_MS": "60000"})
+        b = self.node(c, name="B")
+        write_file(a.path("kept"), pattern("kept", 3 * MiB))
+        kvfstest.wait_until(lambda: rados_stats(a)["objects_written"] == 2,
+                            what="the first put's objects")
+        # the first put waits in its pause: kill A with the second one queued behind
+        write_file(a.path("big"), pattern("big", 20 * MiB))
+        a.signal(signal.SIGKILL)
+        self.assertEqual(a.wait_exit(), -signal.SIGKILL)
+        a.cleanup()
+        # B sees neither key: the first put's objects are there, its entry is not
+        self.assertErrno(errno.ENOENT, os.stat, b.path("kept"))
+        self.assertErrno(errno.ENOENT, os.stat, b.path("big"))
+        orphans = self.data_objects(c)
+        self.assertEqual(len(orphans), 2)
+        # a key published by B stays through the gc
+        write_synced(b.path("live"), pattern("live", 5 * MiB))
+        live = [o for o in self.data_objects(c) if o not in orphans]
+        self.assertEqual(len(live), 3)
+        gc = [kvfstest.KVFS, "--rados-gc", "--rados-pool=" + c.pool, "--rados-conf=" + c.conf,
+              "--rados-namespace=" + self._testMethodName, "--rados-timeout=%ds" % TIMEOUT_S]
+        # within the grace period nothing goes
+        r = subprocess.run(gc, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+        print("  " + r.stdout.decode().strip())
+        self.assertEqual(r.returncode, 0, r.stdout)
+        self.assertIn("0 orphans removed, 2 orphans younger", r.stdout.decode())
+        r = subprocess.run(gc + ["--rados-gc-grace=0"], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=60)
+        print("  " + r.stdout.decode().strip())
+        self.assertEqual(r.returncode, 0, r.stdout)
+        self.assertIn("3 in use, 2 orphans removed", r.stdout.decode())
+        self.assertEqual(self.data_objects(c), live)
+        self.assertEqual(read_file(b.path("live")), pattern("live", 5 * MiB))
+        # bad input: gc without a pool is refused
+        r = subprocess.run([kvfstest.KVFS, "--rados-gc"], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=20)
+        self.assertEqual(r.returncode, 2, r.stdout)
+
+
+if __name__ == "__main__":
+    kvfstest.main(skip_if=cephtest.ceph_problem)
