@@ -1356,7 +1356,7 @@ static int lookup_in(struct kv_shared *sh, struct kv_rados *r, struct kv_inode *
 	for (int tries = 0; tries < 3; tries++) {
 		struct kv_inode *ino = NULL;
 		struct kv_attr a;
-		struct known k;
+		struct known k = {0};
 		struct kv_rdent *e = NULL;
 		size_t elen;
 		bool local = !kv_store_lookup(st, dir, name, &ino, &a), clean = false, have = false;
@@ -1497,7 +1497,7 @@ static int readdir_in(struct kv_shared *sh, struct kv_rados *r, struct kv_inode 
 	/* Local copies of keys the cluster no longer has go; local-only keys stay. */
 	for (uint32_t i = 0; i < snap->kds_count; i++) {
 		struct kv_dirent *d = &snap->kds_ent[i];
-		struct known k;
+		struct known k = {0};
 		struct kv_inode *ino;
 		struct kv_attr a;
 
