@@ -38,7 +38,16 @@
 #            with an SSD tier, each fsync'ed: SSD bytes written per version
 #            (the untouched extents' records are shared, not written).
 #
-#   scripts/bench.sh [dram] [ssd] [ioctl] [gc] [meta] [cow] [--keys=N]  (default: every part)
+#   rados    the shared tier (issue 10) on the one-host test cluster
+#            (scripts/ceph-cluster.sh): 256 keys of 2 MiB put on node A
+#            (16 writers, then fsync with --rados-sync: until the cluster
+#            has them) next to the same puts with the tier off; cold reads
+#            of those keys on node B (16 readers: every byte comes from the
+#            cluster) next to `rados bench seq` of 2 MiB objects, 16 in
+#            flight, on the same pool; reads of local keys on A (DRAM hits)
+#            with the tier on next to off.
+#
+#   scripts/bench.sh [dram] [ssd] [ioctl] [gc] [meta] [cow] [rados] [--keys=N]  (default: every part)
 # KVFS_BIN=PATH runs another kvfs binary (a "before" build) instead of build/kvfs.
 # Needs root (mounts, drop_caches).
 set -euo pipefail
@@ -49,12 +58,12 @@ kvfs_install_deps
 parts=() keys=100000
 for a in "$@"; do
 	case $a in
-	dram | ssd | ioctl | gc | meta | cow) parts+=("$a") ;;
+	dram | ssd | ioctl | gc | meta | cow | rados) parts+=("$a") ;;
 	--keys=*) keys=${a#*=} ;;
 	*) echo "bench.sh: unknown argument '$a'" >&2; exit 2 ;;
 	esac
 done
-[ ${#parts[@]} -gt 0 ] || parts=(dram ssd ioctl gc meta cow)
+[ ${#parts[@]} -gt 0 ] || parts=(dram ssd ioctl gc meta cow rados)
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DKVFS_CUDA=OFF >/dev/null # as test.sh: no rebuild
 cmake --build build -j"$(nproc)" --target kvfs kvfs-bench >/dev/null
 
@@ -471,6 +480,77 @@ bench_meta() {
 		umount_kvfs
 	done
 	rm -rf "$work/data"
+}
+
+# keys_io write|read DIR N -> MB/s: N keys of 2 MiB, 16 threads; a write
+# ends with an fsync of DIR (with --rados-sync: until the cluster has all).
+keys_io() {
+	python3 - "$@" <<'PY'
+import os, sys, threading, time
+op, d, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+blk = os.urandom(2 << 20)
+def work(i0):
+    for i in range(i0, n, 16):
+        p = os.path.join(d, "k%05d" % i)
+        if op == "write":
+            with open(p, "wb") as f:
+                f.write(blk)
+        else:
+            with open(p, "rb") as f:
+                while f.read(1 << 20):
+                    pass
+t0 = time.monotonic()
+ts = [threading.Thread(target=work, args=(i,)) for i in range(16)]
+[t.start() for t in ts]
+[t.join() for t in ts]
+if op == "write":
+    fd = os.open(d, os.O_RDONLY); os.fsync(fd); os.close(fd)
+print("%.0f" % (n * 2 * 1.048576 / (time.monotonic() - t0)))
+PY
+}
+
+bench_rados() {
+	local c="$work/ceph" n=256 bin="${KVFS_BIN:-build/kvfs}" pa pb
+	if ! "$bin" --version | grep -q 'rados librados' || ! scripts/ceph-cluster.sh install >/dev/null; then
+		echo "rados: no librados build or no Ceph here: skipped"
+		return 0
+	fi
+	KVFS_CEPH_MEM=4G scripts/ceph-cluster.sh start "$c" >/dev/null
+	. "$c/env"
+	local rados_=(rados -c "$CEPH_CONF" -p "$KVFS_CEPH_POOL")
+	local tier=(--mem-size=1G "--rados-pool=$KVFS_CEPH_POOL" "--rados-conf=$CEPH_CONF" --rados-sync)
+	"${rados_[@]}" bench 2 write -b 2097152 -t 16 --no-cleanup >"$work/rb.w" 2>&1
+	"${rados_[@]}" bench 10 seq -t 16 >"$work/rb.r" 2>&1
+	"${rados_[@]}" cleanup >/dev/null 2>&1
+	local seq_bw
+	seq_bw=$(awk '/^Bandwidth/ {print $3}' "$work/rb.r")
+	mkdir -p "$work/a/m" "$work/b/m" "$work/o/m"
+	"$bin" -f "${tier[@]}" "$work/a/d" "$work/a/m" 2>>"$work/log" & pa=$!
+	"$bin" -f "${tier[@]}" "$work/b/d" "$work/b/m" 2>>"$work/log" & pb=$!
+	"$bin" -f --mem-size=1G "$work/o/d" "$work/o/m" 2>>"$work/log" & local po=$!
+	for _ in $(seq 300); do
+		grep -q '"state": "connected"' "$work/a/m/.kvfs/stats" 2>/dev/null &&
+			grep -q '"state": "connected"' "$work/b/m/.kvfs/stats" 2>/dev/null &&
+			[ -e "$work/o/m/.kvfs/stats" ] && break
+		sleep 0.1
+	done
+	local put_on put_off cold warm_on warm_off
+	put_off=$(keys_io write "$work/o/m" $n)
+	put_on=$(keys_io write "$work/a/m" $n)
+	sync; echo 3 >/proc/sys/vm/drop_caches
+	cold=$(keys_io read "$work/b/m" $n)
+	grep -q "\"hits\": $n," "$work/b/m/.kvfs/stats" || { echo "rados: B did not read every key from the cluster" >&2; exit 1; }
+	sync; echo 3 >/proc/sys/vm/drop_caches
+	warm_off=$(keys_io read "$work/o/m" $n)
+	sync; echo 3 >/proc/sys/vm/drop_caches
+	warm_on=$(keys_io read "$work/a/m" $n)
+	printf '\n%-34s %10s %10s %8s\n' "rados: $n x 2 MiB keys" "kvfs MB/s" "base MB/s" "ratio"
+	row "put, tier on vs off" "$put_on" "$put_off"
+	row "cold read on B vs rados bench seq" "$cold" "$seq_bw"
+	row "local read on A, tier on vs off" "$warm_on" "$warm_off"
+	for m in a b o; do fusermount3 -u "$work/$m/m"; done
+	wait "$pa" "$pb" "$po"
+	scripts/ceph-cluster.sh stop "$c" >/dev/null
 }
 
 for p in "${parts[@]}"; do "bench_$p"; done

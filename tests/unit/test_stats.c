@@ -538,6 +538,10 @@ static void test_render_rados(void **state)
 	    .ss_last_err = -ETIMEDOUT,
 	    .ss_bytes_written = 1ull << 40,
 	    .ss_timeouts = 7,
+	    .ss_hits = 5,
+	    .ss_backlog = 2,
+	    .ss_backlog_bytes = 4096,
+	    .ss_lat_p99 = 123456,
 	};
 	struct kv_stats_gauges g = {0};
 	char *sec = NULL, *buf = NULL, *path, *cmd;
@@ -563,7 +567,10 @@ static void test_render_rados(void **state)
 		     "\"connect_failures\": 2, \"last_error\": \"ETIMEDOUT\", "
 		     "\"last_error_text\": \"connect: Connection timed out\", "
 		     "\"objects_read\": 0, \"objects_written\": 0, \"bytes_read\": 0, "
-		     "\"bytes_written\": 2**40, \"errors\": 0, \"timeouts\": 7}, r' %s",
+		     "\"bytes_written\": 2**40, \"errors\": 0, \"timeouts\": 7, "
+		     "\"healthy\": False, \"hits\": 5, \"puts\": 0, \"deletes\": 0, "
+		     "\"backlog\": 2, \"backlog_bytes\": 4096, "
+		     "\"lat_ns\": {\"p50\": 0, \"p90\": 0, \"p99\": 123456}}, r' %s",
 		     path) > 0);
 	rc = system(cmd);
 	unlink(path);
