@@ -209,7 +209,8 @@ int64_t kv_batch_put(struct kv_batch *b, const char *name, size_t len, unsigned 
 	if (err)
 		goto out_dir;
 	t0 = kv_now_ns();
-	err = kv_store_publish(b->kb_st, dir, last, obj, &b->kb_cred, flags & KV_BATCH_NOREPLACE);
+	err = kv_store_publish(b->kb_st, dir, last, obj, &b->kb_cred, flags & KV_BATCH_NOREPLACE,
+			       NULL);
 	add_ns(b, KV_STAGE_INDEX, t0);
 	if (err == 1 && b->kb_changed)
 		b->kb_changed(b->kb_arg, dir, last);

@@ -36,6 +36,8 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "core/obj.h"
+#include "core/pool.h"
 #include "core/stats.h"
 #include "core/store.h"
 #include "ssd/rados.h"
@@ -45,6 +47,8 @@
 #define IO_BATCH      8	    /* data objects in flight per put or fetch */
 #define CAS_TRIES     16    /* compare-and-set attempts before giving up */
 #define FETCH_PREFIX  ".kvfs-fetch."
+#define DC_DIRS	      256  /* directory listings kept (for the TTL) */
+#define DC_MAX	      4096 /* entries of the largest listing kept; larger: asked per key */
 
 /*
  * A connection and its users: FUSE threads count themselves in (conn_get,
@@ -79,6 +83,8 @@ struct change {
 	char *ch_path, *ch_path2; /* the others: "/a/b" (RENAME: from, to) */
 	mode_t ch_mode;		  /* MKDIR */
 };
+
+struct dlist; /* a directory's listing (below) */
 
 struct kv_shared {
 	/* immutable after kv_shared_start */
@@ -115,6 +121,11 @@ struct kv_shared {
 	/* sh_known_lock (a leaf) guards the known table */
 	pthread_mutex_t sh_known_lock;
 	struct known **sh_known;
+
+	/* sh_dc_lock (a leaf) guards sh_dc and sh_ndc: the cached listings */
+	pthread_mutex_t sh_dc_lock;
+	struct dlist *sh_dc[DC_DIRS];
+	unsigned sh_ndc;
 
 	_Atomic bool sh_healthy;       /* the last cluster operation answered */
 	_Atomic uint64_t sh_fetch_seq; /* names of fetches in flight */
@@ -276,6 +287,34 @@ static char *parent_of(const char *path, const char **name)
 	return p;
 }
 
+/*
+ * Where the entry of path lives: sets *name to its last name and doid to its
+ * parent's object; returns the parent's path (malloc'ed; NULL: no memory).
+ */
+static char *entry_place(const char *path, const char **name, char *doid)
+{
+	char *pp = parent_of(path, name);
+
+	if (pp)
+		dir_oid_of(doid, pp);
+	return pp;
+}
+
+/* Whether an entry (len bytes) is well formed; a damaged one is counted and told. */
+static bool entry_ok(struct kv_shared *sh, const char *doid, const char *name,
+		     const struct kv_rdent *e, size_t len)
+{
+	if (len >= sizeof(*e) && e->re_magic == KV_RDENT_MAGIC && e->re_format == KV_RDENT_FORMAT &&
+	    (e->re_type != KV_RDENT_FILE ||
+	     (e->re_extent && e->re_nobj <= KV_RDENT_MAX_OBJ &&
+	      len == sizeof(*e) + 8ull * e->re_nobj &&
+	      e->re_nobj == (e->re_size + e->re_extent - 1) / e->re_extent)))
+		return true;
+	fprintf(stderr, "kvfs: rados: entry '%s' in %s is damaged: ignored\n", name, doid);
+	atomic_fetch_add(&sh->sh_errors, 1);
+	return false;
+}
+
 /* Reads and checks an entry; the sums (FILE) follow the header in *ent. */
 static int entry_get(struct kv_shared *sh, struct kv_rados *r, const char *doid, const char *name,
 		     struct kv_rdent **ent, size_t *len)
@@ -287,18 +326,212 @@ static int entry_get(struct kv_shared *sh, struct kv_rados *r, const char *doid,
 
 	if (err)
 		return err;
-	if (*len < sizeof(*e) || e->re_magic != KV_RDENT_MAGIC || e->re_format != KV_RDENT_FORMAT ||
-	    (e->re_type == KV_RDENT_FILE &&
-	     (e->re_extent == 0 || e->re_nobj > KV_RDENT_MAX_OBJ ||
-	      *len != sizeof(*e) + 8ull * e->re_nobj ||
-	      e->re_nobj != (e->re_size + e->re_extent - 1) / e->re_extent))) {
-		fprintf(stderr, "kvfs: rados: entry '%s' in %s is damaged: ignored\n", name, doid);
-		atomic_fetch_add(&sh->sh_errors, 1);
+	if (!entry_ok(sh, doid, name, e, *len)) {
 		free(v);
 		return -EIO;
 	}
 	*ent = v;
 	return 0;
+}
+
+/* --- listings of directories, kept for the TTL --- */
+
+/*
+ * A directory's entries in the cluster, sorted by name, as read at
+ * dl_fetched_ns. Immutable once built; shared by reference count. The
+ * cache (sh_dc, under sh_dc_lock) keeps the newest listing of up to
+ * DC_DIRS directories of at most DC_MAX entries each: a lookup within the
+ * TTL of a listing answers from it, so checking the keys of one directory
+ * costs one cluster read per TTL, not one per key. A listing older than
+ * what the known table says of a key, or than a change this node made in
+ * that directory (the thread drops it), is not used.
+ */
+struct dl_ent {
+	char *de_name;
+	struct kv_rdent *de_e;
+	size_t de_len;
+};
+
+struct dlist {
+	_Atomic unsigned dl_refs;
+	char dl_oid[KV_RADOS_OID_MAX];
+	uint64_t dl_fetched_ns;
+	size_t dl_n, dl_cap;
+	struct dl_ent *dl_ent;
+};
+
+static void dlist_put(struct dlist *dl)
+{
+	if (!dl || atomic_fetch_sub(&dl->dl_refs, 1) != 1)
+		return;
+	for (size_t i = 0; i < dl->dl_n; i++) {
+		free(dl->dl_ent[i].de_name);
+		free(dl->dl_ent[i].de_e);
+	}
+	free(dl->dl_ent);
+	free(dl);
+}
+
+struct dl_fill {
+	struct kv_shared *sh;
+	struct dlist *dl;
+	unsigned max; /* 0: all */
+};
+
+static int dl_add(void *arg, const char *key, size_t klen, const void *val, size_t vlen)
+{
+	struct dl_fill *f = arg;
+	struct dlist *dl = f->dl;
+	struct dl_ent *d;
+
+	if (f->max && dl->dl_n >= f->max)
+		return -E2BIG;
+	if (!entry_ok(f->sh, dl->dl_oid, "(listed)", val, vlen))
+		return 0;
+	if (dl->dl_n == dl->dl_cap) {
+		size_t cap = dl->dl_cap ? dl->dl_cap * 2 : 64;
+
+		d = realloc(dl->dl_ent, cap * sizeof(*d));
+		if (!d)
+			return -ENOMEM;
+		dl->dl_ent = d;
+		dl->dl_cap = cap;
+	}
+	d = &dl->dl_ent[dl->dl_n];
+	d->de_name = strndup(key, klen);
+	d->de_e = malloc(vlen);
+	if (!d->de_name || !d->de_e) {
+		free(d->de_name);
+		free(d->de_e);
+		return -ENOMEM;
+	}
+	memcpy(d->de_e, val, vlen);
+	d->de_len = vlen;
+	dl->dl_n++;
+	return 0;
+}
+
+static int dl_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct dl_ent *)a)->de_name, ((const struct dl_ent *)b)->de_name);
+}
+
+/* Reads directory doid's listing (at most max entries, 0: all; -E2BIG past it). */
+static int dlist_fetch(struct kv_shared *sh, struct kv_rados *r, const char *doid, unsigned max,
+		       struct dlist **out)
+{
+	struct dl_fill f = {.sh = sh, .dl = calloc(1, sizeof(struct dlist)), .max = max};
+	uint64_t t0 = kv_now_ns();
+	int err;
+
+	if (!f.dl)
+		return -ENOMEM;
+	atomic_init(&f.dl->dl_refs, 1);
+	snprintf(f.dl->dl_oid, sizeof(f.dl->dl_oid), "%s", doid);
+	f.dl->dl_fetched_ns = mono_ns();
+	err = kv_rados_omap_each(r, doid, 0, dl_add, &f);
+	if (err != -E2BIG && err != -ENOMEM)
+		err = counted(sh, t0, err, "list directory");
+	if (err) {
+		dlist_put(f.dl);
+		return err;
+	}
+	/* omap order is bytewise already; sorting again costs little and makes bsearch safe */
+	qsort(f.dl->dl_ent, f.dl->dl_n, sizeof(*f.dl->dl_ent), dl_cmp);
+	*out = f.dl;
+	return 0;
+}
+
+/* The entry of name in dl, or NULL. */
+static const struct dl_ent *dlist_find(const struct dlist *dl, const char *name)
+{
+	const struct dl_ent key = {.de_name = (char *)name};
+
+	return bsearch(&key, dl->dl_ent, dl->dl_n, sizeof(key), dl_cmp);
+}
+
+/* A cached listing of doid read after not_before and within the TTL, referenced; or NULL. */
+static struct dlist *dlist_cached(struct kv_shared *sh, const char *doid, uint64_t not_before)
+{
+	uint64_t now = mono_ns();
+	struct dlist *dl = NULL;
+
+	pthread_mutex_lock(&sh->sh_dc_lock);
+	for (unsigned i = 0; i < sh->sh_ndc; i++)
+		if (!strcmp(sh->sh_dc[i]->dl_oid, doid)) {
+			struct dlist *c = sh->sh_dc[i];
+
+			if (now - c->dl_fetched_ns < sh->sh_ttl_ns &&
+			    c->dl_fetched_ns >= not_before) {
+				atomic_fetch_add(&c->dl_refs, 1);
+				dl = c;
+			}
+			break;
+		}
+	pthread_mutex_unlock(&sh->sh_dc_lock);
+	return dl;
+}
+
+/* Forgets the cached listing of doid (dl NULL), or puts dl in its place (taking a reference). */
+static void dlist_set(struct kv_shared *sh, const char *doid, struct dlist *dl)
+{
+	struct dlist *gone[DC_DIRS + 1];
+	unsigned ngone = 0, keep = 0;
+	uint64_t now = mono_ns();
+
+	pthread_mutex_lock(&sh->sh_dc_lock);
+	for (unsigned i = 0; i < sh->sh_ndc; i++) {
+		struct dlist *c = sh->sh_dc[i];
+
+		/* this directory's, and every one past its TTL, go */
+		if (!strcmp(c->dl_oid, doid) || now - c->dl_fetched_ns >= sh->sh_ttl_ns)
+			gone[ngone++] = c;
+		else
+			sh->sh_dc[keep++] = c;
+	}
+	sh->sh_ndc = keep;
+	if (dl && keep == DC_DIRS)
+		gone[ngone++] = sh->sh_dc[--sh->sh_ndc]; /* full of fresh ones: one goes */
+	if (dl) {
+		atomic_fetch_add(&dl->dl_refs, 1);
+		sh->sh_dc[sh->sh_ndc++] = dl;
+	}
+	pthread_mutex_unlock(&sh->sh_dc_lock);
+	for (unsigned i = 0; i < ngone; i++)
+		dlist_put(gone[i]);
+}
+
+/*
+ * The entry of name in directory doid, as a lookup wants it: from a fresh
+ * listing (read after not_before), else by reading the listing (cached
+ * when small), else by reading the one entry. *ent malloc'ed; -ENOENT.
+ */
+static int entry_lookup(struct kv_shared *sh, struct kv_rados *r, const char *doid,
+			const char *name, uint64_t not_before, struct kv_rdent **ent, size_t *len)
+{
+	struct dlist *dl = dlist_cached(sh, doid, not_before);
+	const struct dl_ent *d;
+	int err = 0;
+
+	if (!dl) {
+		err = dlist_fetch(sh, r, doid, DC_MAX, &dl);
+		if (err == -E2BIG)
+			return entry_get(sh, r, doid, name, ent, len);
+		if (err)
+			return err;
+		dlist_set(sh, doid, dl);
+	}
+	d = dlist_find(dl, name);
+	if (!d)
+		err = -ENOENT;
+	else if (!(*ent = malloc(d->de_len)))
+		err = -ENOMEM;
+	else {
+		memcpy(*ent, d->de_e, d->de_len);
+		*len = d->de_len;
+	}
+	dlist_put(dl);
+	return err;
 }
 
 static bool same_version(const struct kv_rdent *a, uint64_t node, uint64_t seq)
@@ -541,6 +774,8 @@ static int make_dirs(struct kv_shared *sh, struct kv_rados *r, const char *path,
 		err =
 		    counted(sh, t0, kv_rados_omap_cas(r, parent, name, NULL, 0, &d, sizeof(d), pp),
 			    "make directory");
+		if (!err)
+			dlist_set(sh, parent, NULL);
 		free(pp);
 		free(sub);
 		if (err && err != -ECANCELED) /* -ECANCELED: it is there */
@@ -558,16 +793,15 @@ static int make_dirs(struct kv_shared *sh, struct kv_rados *r, const char *path,
 static int set_entry(struct kv_shared *sh, struct kv_rados *r, const char *path,
 		     const struct kv_rdent *ent, size_t elen, bool *lost, struct kv_rdent **old)
 {
-	const char *name;
-	char *pp = parent_of(path, &name);
 	char doid[KV_RADOS_OID_MAX];
+	const char *name;
+	char *pp = entry_place(path, &name, doid);
 	int err = -ECANCELED;
 
 	*lost = false;
 	*old = NULL;
 	if (!pp)
 		return -ENOMEM;
-	dir_oid_of(doid, pp);
 	for (int tries = 0; tries < CAS_TRIES && err == -ECANCELED; tries++) {
 		struct kv_rdent *cur = NULL;
 		size_t clen = 0;
@@ -595,6 +829,8 @@ static int set_entry(struct kv_shared *sh, struct kv_rados *r, const char *path,
 		t0 = kv_now_ns();
 		err = counted(sh, t0, kv_rados_omap_cas(r, doid, name, cur, clen, ent, elen, pp),
 			      "publish");
+		if (!err)
+			dlist_set(sh, doid, NULL); /* our own listings do not hide our change */
 		if (!err && cur && cur->re_type == KV_RDENT_FILE)
 			*old = cur;
 		else
@@ -760,14 +996,13 @@ out:
 static int apply_remove(struct kv_shared *sh, struct kv_rados *r, const char *path,
 			enum kv_rdent_type want)
 {
-	const char *name;
-	char *pp = parent_of(path, &name);
 	char doid[KV_RADOS_OID_MAX];
+	const char *name;
+	char *pp = entry_place(path, &name, doid);
 	int err = -ECANCELED;
 
 	if (!pp)
 		return -ENOMEM;
-	dir_oid_of(doid, pp);
 	for (int tries = 0; tries < CAS_TRIES && err == -ECANCELED; tries++) {
 		struct kv_rdent *cur = NULL;
 		size_t clen = 0;
@@ -788,6 +1023,7 @@ static int apply_remove(struct kv_shared *sh, struct kv_rados *r, const char *pa
 		err = counted(sh, t0, kv_rados_omap_cas(r, doid, name, cur, clen, NULL, 0, NULL),
 			      "delete");
 		if (!err) {
+			dlist_set(sh, doid, NULL);
 			atomic_fetch_add(&sh->sh_deletes, 1);
 			remove_objects(sh, r, cur);
 		}
@@ -809,9 +1045,9 @@ static int apply_remove(struct kv_shared *sh, struct kv_rados *r, const char *pa
 static int apply_rename(struct kv_shared *sh, struct kv_rados *r, const char *path,
 			const char *path2)
 {
-	const char *name;
-	char *pp = parent_of(path, &name);
 	char doid[KV_RADOS_OID_MAX];
+	const char *name;
+	char *pp = entry_place(path, &name, doid);
 	struct kv_rdent *cur = NULL, *old = NULL;
 	size_t clen = 0;
 	bool lost;
@@ -819,7 +1055,6 @@ static int apply_rename(struct kv_shared *sh, struct kv_rados *r, const char *pa
 
 	if (!pp)
 		return -ENOMEM;
-	dir_oid_of(doid, pp);
 	err = entry_get(sh, r, doid, name, &cur, &clen);
 	if (err == -ENOENT || (!err && cur->re_type != KV_RDENT_FILE)) {
 		/* not there yet (its put, queued after, uses the new name) or not a file */
@@ -844,6 +1079,7 @@ static int apply_rename(struct kv_shared *sh, struct kv_rados *r, const char *pa
 
 		err = counted(sh, t0, kv_rados_omap_cas(r, doid, name, cur, clen, NULL, 0, NULL),
 			      "rename");
+		dlist_set(sh, doid, NULL);
 		if (err == -ECANCELED)
 			err = 0; /* changed there since: that change wins */
 	}
@@ -1080,6 +1316,9 @@ static void shared_free(struct kv_shared *sh)
 	conn_sweep(sh, true);
 	pthread_cond_destroy(&sh->sh_done_cond);
 	pthread_cond_destroy(&sh->sh_cond);
+	for (unsigned i = 0; i < sh->sh_ndc; i++)
+		dlist_put(sh->sh_dc[i]);
+	pthread_mutex_destroy(&sh->sh_dc_lock);
 	pthread_mutex_destroy(&sh->sh_known_lock);
 	pthread_mutex_destroy(&sh->sh_lock);
 	free(sh->sh_pool);
@@ -1122,6 +1361,7 @@ int kv_shared_start(const struct kv_config *cfg, struct kv_store *st, uint64_t n
 		    (unsigned)strtoul(getenv("KVFS_TEST_RADOS_PUBLISH_PAUSE_MS"), NULL, 10);
 	pthread_mutex_init(&sh->sh_lock, NULL);
 	pthread_mutex_init(&sh->sh_known_lock, NULL);
+	pthread_mutex_init(&sh->sh_dc_lock, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&sh->sh_cond, &ca);
@@ -1198,93 +1438,186 @@ static struct kv_cred cred_of(const struct kv_rdent *e)
 }
 
 /*
- * Brings cluster version e (a FILE entry, its sums after it) in as the
- * value of `name` in dir: written under a temporary name, then renamed
- * over the name, so that nobody here sees it partly. -EAGAIN when an
- * object is missing (the version was replaced meanwhile), -EIO when a
- * checksum does not match, the cluster's errors.
+ * Reads data objects [first, first + n) of version e (sums after it) into
+ * bufs (lens[i] bytes each) and checks each against its sum. -EAGAIN when
+ * one is missing (the version was replaced meanwhile), -EIO when one does
+ * not match, the cluster's errors.
+ */
+static int read_objects(struct kv_shared *sh, struct kv_rados *r, const struct kv_rdent *e,
+			uint64_t first, unsigned n, void *const *bufs, const size_t *lens)
+{
+	const uint64_t *sums = (const uint64_t *)(e + 1);
+	char oids[IO_BATCH][KV_RADOS_OID_MAX];
+	const char *op[IO_BATCH];
+	uint64_t t0 = kv_now_ns(), bytes = 0;
+	int err;
+
+	for (unsigned i = 0; i < n; i++) {
+		kv_rados_data_oid(oids[i], e->re_node, e->re_seq, (uint32_t)(first + i));
+		op[i] = oids[i];
+		bytes += lens[i];
+	}
+	err = counted(sh, t0, kv_rados_get_many(r, n, op, bufs, lens), "read data");
+	if (err)
+		return err == -ENOENT ? -EAGAIN : err;
+	for (unsigned i = 0; i < n; i++)
+		if (XXH3_64bits(bufs[i], lens[i]) != sums[first + i]) {
+			fprintf(stderr, "kvfs: rados: object %s does not match its checksum\n",
+				oids[i]);
+			atomic_fetch_add(&sh->sh_errors, 1);
+			return -EIO;
+		}
+	atomic_fetch_add(&sh->sh_objects_read, n);
+	atomic_fetch_add(&sh->sh_bytes_read, bytes);
+	return 0;
+}
+
+/* Bytes of data object i of e, and how many objects of e a batch from first takes. */
+static size_t object_len(const struct kv_rdent *e, uint64_t i)
+{
+	uint64_t off = i * e->re_extent;
+
+	return e->re_size - off < e->re_extent ? e->re_size - off : e->re_extent;
+}
+
+static unsigned batch_of(const struct kv_rdent *e, uint64_t first)
+{
+	return e->re_nobj - first < IO_BATCH ? (unsigned)(e->re_nobj - first) : IO_BATCH;
+}
+
+/*
+ * A value that fits a quarter of the pool: read straight into a new value's
+ * memory (each data object is one extent) and published over the name in
+ * one step (kv_store_publish), so nobody here sees it partly. *out: the
+ * new inode, referenced.
+ */
+static int fetch_whole(struct kv_shared *sh, struct kv_rados *r, struct kv_inode *dir,
+		       const char *name, const struct kv_rdent *e, struct kv_inode **out)
+{
+	struct kv_store *st = sh->sh_st;
+	struct kv_cred cred = cred_of(e);
+	void *bounce[IO_BATCH] = {0};
+	struct kv_obj *obj = NULL;
+	int err = kv_store_value_new(st, e->re_size, &obj);
+
+	for (uint64_t first = 0; !err && first < e->re_nobj; first += IO_BATCH) {
+		unsigned n = batch_of(e, first);
+		void *bufs[IO_BATCH];
+		size_t lens[IO_BATCH];
+
+		for (unsigned i = 0; i < n && !err; i++) {
+			struct iovec iov;
+			uint64_t got = 0;
+
+			lens[i] = object_len(e, first + i);
+			kv_obj_iov(obj, (first + i) * e->re_extent, lens[i], &iov, 1, &got);
+			bufs[i] = got == lens[i] ? iov.iov_base : bounce[i];
+			if (!bufs[i] && !(bufs[i] = bounce[i] = malloc(e->re_extent)))
+				err = -ENOMEM;
+		}
+		if (!err)
+			err = read_objects(sh, r, e, first, n, bufs, lens);
+		for (unsigned i = 0; i < n && !err; i++) /* an extent in pieces: copied */
+			for (uint64_t off = 0; bufs[i] == bounce[i] && off < lens[i];) {
+				struct iovec iov;
+				uint64_t got = 0;
+
+				kv_obj_iov(obj, (first + i) * e->re_extent + off, lens[i] - off,
+					   &iov, 1, &got);
+				memcpy(iov.iov_base, (char *)bufs[i] + off, got);
+				off += got;
+			}
+	}
+	for (unsigned i = 0; i < IO_BATCH; i++)
+		free(bounce[i]);
+	if (err) {
+		if (obj)
+			kv_obj_put(obj);
+		return err;
+	}
+	err = kv_store_publish(st, dir, name, obj, &cred, false, out);
+	return err < 0 ? err : 0;
+}
+
+/*
+ * A larger value: streamed through a new file under a temporary name
+ * (writes spill to the SSD as any large file's do), then renamed over the
+ * name. *out: the new inode, referenced.
+ */
+static int fetch_stream(struct kv_shared *sh, struct kv_rados *r, struct kv_inode *dir,
+			const char *name, const struct kv_rdent *e, struct kv_inode **out)
+{
+	struct kv_store *st = sh->sh_st;
+	struct kv_cred cred = cred_of(e);
+	void *bufs[IO_BATCH] = {0};
+	struct kv_inode *ino;
+	struct kv_attr a;
+	char tmp[64];
+	int err;
+
+	snprintf(tmp, sizeof(tmp), FETCH_PREFIX "%016" PRIx64 ".%" PRIu64, sh->sh_node,
+		 atomic_fetch_add(&sh->sh_fetch_seq, 1));
+	err = kv_store_create_open(st, dir, tmp, e->re_mode & 07777, &cred, &ino, &a);
+	if (err)
+		return err;
+	for (uint64_t first = 0; !err && first < e->re_nobj; first += IO_BATCH) {
+		unsigned n = batch_of(e, first);
+		size_t lens[IO_BATCH];
+
+		for (unsigned i = 0; i < n && !err; i++) {
+			lens[i] = object_len(e, first + i);
+			if (!bufs[i] && !(bufs[i] = malloc(e->re_extent)))
+				err = -ENOMEM;
+		}
+		if (!err)
+			err = read_objects(sh, r, e, first, n, bufs, lens);
+		for (unsigned i = 0; i < n && !err; i++)
+			err = kv_store_write(st, ino, (first + i) * e->re_extent, bufs[i], lens[i]);
+	}
+	kv_store_release(st, ino, O_WRONLY);
+	for (unsigned i = 0; i < IO_BATCH; i++)
+		free(bufs[i]);
+	if (!err)
+		err = kv_store_rename(st, dir, tmp, dir, name, 0);
+	if (err) {
+		kv_store_unlink(st, dir, tmp);
+		kv_store_forget(st, ino, 1);
+		return err;
+	}
+	*out = ino; /* create_open's reference */
+	return 0;
+}
+
+/*
+ * Brings cluster version e (a FILE entry) in as the value of `name` in dir,
+ * quietly, with the entry's mode and mtime, and records it as a clean copy
+ * of that version. -EAGAIN when the version was replaced meanwhile.
  */
 static int fetch(struct kv_shared *sh, struct kv_rados *r, struct kv_inode *dir, const char *name,
 		 const struct kv_rdent *e)
 {
 	struct kv_store *st = sh->sh_st;
-	const uint64_t *sums = (const uint64_t *)(e + 1);
-	struct kv_cred cred = cred_of(e);
-	char tmp[64], *bufs[IO_BATCH] = {0};
+	struct kv_setattr sa = {.ksa_valid = KV_SET_MTIME | KV_SET_MODE,
+				.ksa_mode = e->re_mode & 07777,
+				.ksa_mtime = {.tv_sec = e->re_mtime_ns / 1000000000,
+					      .tv_nsec = e->re_mtime_ns % 1000000000}};
 	struct kv_inode *ino = NULL;
-	struct kv_setattr sa = {.ksa_valid = KV_SET_MTIME | KV_SET_MODE};
 	struct kv_attr a;
 	int err;
 
-	snprintf(tmp, sizeof(tmp), FETCH_PREFIX "%016" PRIx64 ".%" PRIu64, sh->sh_node,
-		 atomic_fetch_add(&sh->sh_fetch_seq, 1));
 	tl_quiet = true;
-	err = kv_store_create_open(st, dir, tmp, e->re_mode & 07777, &cred, &ino, &a);
-	if (err)
-		goto out;
-	for (uint64_t first = 0; first < e->re_nobj && !err; first += IO_BATCH) {
-		unsigned n =
-		    e->re_nobj - first < IO_BATCH ? (unsigned)(e->re_nobj - first) : IO_BATCH;
-		char oids[IO_BATCH][KV_RADOS_OID_MAX];
-		const char *op[IO_BATCH];
-		void *bp[IO_BATCH];
-		size_t lens[IO_BATCH];
-		uint64_t t0, bytes = 0;
-
-		for (unsigned i = 0; i < n; i++) {
-			uint64_t off = (first + i) * e->re_extent;
-
-			lens[i] = e->re_size - off < e->re_extent ? e->re_size - off : e->re_extent;
-			if (!bufs[i] && !(bufs[i] = malloc(e->re_extent))) {
-				err = -ENOMEM;
-				goto out_close;
-			}
-			kv_rados_data_oid(oids[i], e->re_node, e->re_seq, (uint32_t)(first + i));
-			op[i] = oids[i];
-			bp[i] = bufs[i];
-			bytes += lens[i];
-		}
-		t0 = kv_now_ns();
-		err = counted(sh, t0, kv_rados_get_many(r, n, op, bp, lens), "read data");
-		if (err == -ENOENT)
-			err = -EAGAIN;
-		for (unsigned i = 0; i < n && !err; i++) {
-			if (XXH3_64bits(bufs[i], lens[i]) != sums[first + i]) {
-				fprintf(stderr,
-					"kvfs: rados: object %s does not match its checksum\n",
-					oids[i]);
-				atomic_fetch_add(&sh->sh_errors, 1);
-				err = -EIO;
-			} else
-				err = kv_store_write(st, ino, (first + i) * e->re_extent, bufs[i],
-						     lens[i]);
-		}
-		if (!err) {
-			atomic_fetch_add(&sh->sh_objects_read, n);
-			atomic_fetch_add(&sh->sh_bytes_read, bytes);
-		}
-	}
-out_close:
-	kv_store_release(st, ino, O_WRONLY);
+	if (e->re_size <= kv_pool_size(kv_store_pool(st)) / 4)
+		err = fetch_whole(sh, r, dir, name, e, &ino);
+	else
+		err = fetch_stream(sh, r, dir, name, e, &ino);
 	if (!err) {
-		sa.ksa_mode = e->re_mode & 07777;
-		sa.ksa_mtime.tv_sec = e->re_mtime_ns / 1000000000;
-		sa.ksa_mtime.tv_nsec = e->re_mtime_ns % 1000000000;
-		err = kv_store_setattr(st, ino, &sa, &a);
-	}
-	if (!err)
-		err = kv_store_rename(st, dir, tmp, dir, name, 0);
-	if (err)
-		kv_store_unlink(st, dir, tmp);
-	else {
+		kv_store_setattr(st, ino, &sa, &a);
+		kv_store_getattr(st, ino, &a);
 		known_set(sh, a.ka_ino, a.ka_seq, true, e->re_node, e->re_seq);
 		atomic_fetch_add(&sh->sh_hits, 1);
+		kv_inode_put(ino);
 	}
-	kv_store_forget(st, ino, 1);
-out:
 	tl_quiet = false;
-	for (unsigned i = 0; i < IO_BATCH; i++)
-		free(bufs[i]);
 	return err;
 }
 
@@ -1370,7 +1703,7 @@ static int lookup_in(struct kv_shared *sh, struct kv_rados *r, struct kv_inode *
 			if (have && mono_ns() - k.kn_checked_ns < sh->sh_ttl_ns)
 				break; /* checked within the TTL */
 		}
-		err = entry_get(sh, r, doid, name, &e, &elen);
+		err = entry_lookup(sh, r, doid, name, have ? k.kn_checked_ns : 0, &e, &elen);
 		if (err == -ENOENT) {
 			err = 0;
 			if (local && clean && S_ISDIR(a.ka_mode))
@@ -1433,76 +1766,50 @@ static int lookup_in(struct kv_shared *sh, struct kv_rados *r, struct kv_inode *
 	return err;
 }
 
-struct listing {
-	char **names;
-	mode_t *types;
-	size_t n, cap;
-	int err;
-};
-
-static int list_one(void *arg, const char *key, size_t klen, const void *val, size_t vlen)
+static int dirent_cmp(const void *a, const void *b)
 {
-	struct listing *l = arg;
-	const struct kv_rdent *e = val;
-
-	if (vlen < sizeof(*e) || e->re_magic != KV_RDENT_MAGIC)
-		return 0;
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 64;
-		char **n = realloc(l->names, cap * sizeof(*n));
-		mode_t *t = n ? realloc(l->types, cap * sizeof(*t)) : NULL;
-
-		if (n)
-			l->names = n;
-		if (!n || !t)
-			return -ENOMEM;
-		l->types = t;
-		l->cap = cap;
-	}
-	l->names[l->n] = strndup(key, klen);
-	if (!l->names[l->n])
-		return -ENOMEM;
-	l->types[l->n++] = e->re_type == KV_RDENT_DIR	    ? S_IFDIR
-			   : e->re_type == KV_RDENT_SYMLINK ? S_IFLNK
-							    : S_IFREG;
-	return 0;
+	return strcmp(((const struct kv_dirent *)a)->kde_name,
+		      ((const struct kv_dirent *)b)->kde_name);
 }
 
-static bool listed(const struct listing *l, const char *name)
+static mode_t type_of(const struct kv_rdent *e)
 {
-	for (size_t i = 0; i < l->n; i++)
-		if (!strcmp(l->names[i], name))
-			return true;
-	return false;
+	return e->re_type == KV_RDENT_DIR	? S_IFDIR
+	       : e->re_type == KV_RDENT_SYMLINK ? S_IFLNK
+						: S_IFREG;
 }
 
 static int readdir_in(struct kv_shared *sh, struct kv_rados *r, struct kv_inode *dir,
 		      struct kv_dir_snap *snap)
 {
 	struct kv_store *st = sh->sh_st;
-	struct listing l = {0};
+	struct dlist *dl;
 	char doid[KV_RADOS_OID_MAX], *dpath = NULL;
-	uint32_t keep = 0;
-	uint64_t t0;
-	int err;
+	uint32_t keep = 0, local;
+	int err = 0;
 
 	if (!r || !atomic_load(&sh->sh_healthy) || kv_store_path_of(st, dir, &dpath))
 		return 0;
 	dir_oid_of(doid, dpath);
 	free(dpath);
-	t0 = kv_now_ns();
-	err = counted(sh, t0, kv_rados_omap_each(r, doid, 0, list_one, &l), "list directory");
-	if (err)
-		goto out;
+	dl = dlist_cached(sh, doid, 0);
+	if (!dl) {
+		err = dlist_fetch(sh, r, doid, 0, &dl);
+		if (err)
+			return err == -ENOMEM ? err : 0; /* unreachable: the local listing */
+		if (dl->dl_n <= DC_MAX)
+			dlist_set(sh, doid, dl);
+	}
 	/* Local copies of keys the cluster no longer has go; local-only keys stay. */
 	for (uint32_t i = 0; i < snap->kds_count; i++) {
 		struct kv_dirent *d = &snap->kds_ent[i];
+		bool listed = dlist_find(dl, d->kde_name) != NULL;
 		struct known k = {0};
 		struct kv_inode *ino;
 		struct kv_attr a;
 
-		if (S_ISDIR(d->kde_type) && !listed(&l, d->kde_name) &&
-		    known_get(sh, d->kde_ino, &k) && k.kn_clean) {
+		if (S_ISDIR(d->kde_type) && !listed && known_get(sh, d->kde_ino, &k) &&
+		    k.kn_clean) {
 			drop_tree(sh, dir, d->kde_name, 0);
 			if (kv_store_lookup(st, dir, d->kde_name, &ino, &a)) {
 				free(d->kde_name); /* gone */
@@ -1510,9 +1817,8 @@ static int readdir_in(struct kv_shared *sh, struct kv_rados *r, struct kv_inode 
 			}
 			kv_inode_put(ino);
 		}
-		if (S_ISREG(d->kde_type) && !listed(&l, d->kde_name) &&
-		    known_get(sh, d->kde_ino, &k) && k.kn_clean &&
-		    !kv_store_lookup(st, dir, d->kde_name, &ino, &a)) {
+		if (S_ISREG(d->kde_type) && !listed && known_get(sh, d->kde_ino, &k) &&
+		    k.kn_clean && !kv_store_lookup(st, dir, d->kde_name, &ino, &a)) {
 			kv_inode_put(ino);
 			if (a.ka_ino == k.kn_ino && a.ka_seq == k.kn_seq) {
 				drop_local(sh, dir, d->kde_name, a.ka_ino);
@@ -1528,13 +1834,15 @@ static int readdir_in(struct kv_shared *sh, struct kv_rados *r, struct kv_inode 
 	}
 	snap->kds_count = keep;
 	/* Names only the cluster has: listed with inode number 0 (a lookup brings them in). */
-	for (size_t i = 0; i < l.n; i++) {
-		bool here = false;
+	local = snap->kds_count;
+	if (local > 1) /* sorted, to find the local names in O(log n) */
+		qsort(snap->kds_ent, local, sizeof(*snap->kds_ent), dirent_cmp);
+	for (size_t i = 0; i < dl->dl_n && !err; i++) {
+		const struct dl_ent *d = &dl->dl_ent[i];
+		const struct kv_dirent key = {.kde_name = d->de_name};
 		struct kv_dirent *ent;
 
-		for (uint32_t j = 0; j < snap->kds_count && !here; j++)
-			here = !strcmp(snap->kds_ent[j].kde_name, l.names[i]);
-		if (here)
+		if (bsearch(&key, snap->kds_ent, local, sizeof(key), dirent_cmp))
 			continue;
 		ent = realloc(snap->kds_ent, (snap->kds_count + 1) * sizeof(*ent));
 		if (!ent) {
@@ -1542,16 +1850,16 @@ static int readdir_in(struct kv_shared *sh, struct kv_rados *r, struct kv_inode 
 			break;
 		}
 		snap->kds_ent = ent;
-		ent[snap->kds_count++] = (struct kv_dirent){
-		    .kde_ino = 0, .kde_type = l.types[i], .kde_name = l.names[i]};
-		l.names[i] = NULL;
+		ent[snap->kds_count].kde_name = strdup(d->de_name);
+		if (!ent[snap->kds_count].kde_name) {
+			err = -ENOMEM;
+			break;
+		}
+		ent[snap->kds_count].kde_ino = 0;
+		ent[snap->kds_count++].kde_type = type_of(d->de_e);
 	}
-out:
-	for (size_t i = 0; i < l.n; i++)
-		free(l.names[i]);
-	free(l.names);
-	free(l.types);
-	return err == -ENOMEM ? err : 0; /* an unreachable cluster: the local listing */
+	dlist_put(dl);
+	return err;
 }
 
 int kv_shared_lookup(struct kv_shared *sh, struct kv_inode *dir, const char *name)

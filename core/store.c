@@ -1689,7 +1689,8 @@ int kv_store_value_new(struct kv_store *st, uint64_t len, struct kv_obj **out)
 }
 
 int kv_store_publish(struct kv_store *st, struct kv_inode *dir, const char *name,
-		     struct kv_obj *obj, const struct kv_cred *cred, bool noreplace)
+		     struct kv_obj *obj, const struct kv_cred *cred, bool noreplace,
+		     struct kv_inode **out)
 {
 	size_t len = strlen(name);
 	uint64_t h = name_hash(name, len);
@@ -1734,6 +1735,10 @@ int kv_store_publish(struct kv_store *st, struct kv_inode *dir, const char *name
 	pthread_rwlock_wrlock(&ino->ki_lock);
 	seal(ino);
 	ts = ino->ki_mtime;
+	if (out) {
+		kv_inode_get(ino);
+		*out = ino;
+	}
 	pthread_rwlock_unlock(&ino->ki_lock);
 	dir_touch(dir, &ts);
 	pthread_rwlock_unlock(&st->ks_ns_lock);

@@ -353,13 +353,16 @@ int kv_store_value_new(struct kv_store *st, uint64_t len, struct kv_obj **out);
  * with the next sequence number and queued for the SSD; a file that had
  * the name loses it (its open handles keep its bytes, its SSD record
  * becomes dead space). The file appears named and sealed at once. Takes
- * over the caller's reference to obj, also on failure. Returns 0 for a
+ * over the caller's reference to obj, also on failure. With out, takes a
+ * reference on the new inode for the caller (kv_inode_put) and sets *out.
+ * Returns 0 for a
  * new name, 1 when it replaced a file, or -EEXIST (noreplace
  * and the name exists), -EISDIR (a directory has it), -ENOENT or -ENOTDIR
  * (dir), -EPERM (the reserved name), -ENAMETOOLONG.
  */
 int kv_store_publish(struct kv_store *st, struct kv_inode *dir, const char *name,
-		     struct kv_obj *obj, const struct kv_cred *cred, bool noreplace);
+		     struct kv_obj *obj, const struct kv_cred *cred, bool noreplace,
+		     struct kv_inode **out);
 
 /*
  * fallocate: mode 0 or FALLOC_FL_KEEP_SIZE (the bytes become unwritten:
