@@ -46,6 +46,7 @@
 #define KNOWN_BUCKETS 65536 /* the known table's chains (a power of two) */
 #define IO_BATCH      8	    /* data objects in flight per put or fetch */
 #define CAS_TRIES     16    /* compare-and-set attempts before giving up */
+#define SMALL_PUTS    16    /* small puts whose objects the thread writes at once */
 #define FETCH_PREFIX  ".kvfs-fetch."
 #define DC_DIRS	      256  /* directory listings kept (for the TTL) */
 #define DC_MAX	      4096 /* entries of the largest listing kept; larger: asked per key */
@@ -872,95 +873,147 @@ static int read_local(struct kv_store *st, struct kv_inode *ino, uint64_t seq, u
 	return 0;
 }
 
-/* Writes version ch's objects and then its entry. */
-static int apply_put(struct kv_shared *sh, struct kv_rados *r, struct change *ch)
+/* Bytes of data object i of e, and how many objects of e a batch from first takes. */
+static size_t object_len(const struct kv_rdent *e, uint64_t i)
 {
-	struct kv_store *st = sh->sh_st;
+	uint64_t off = i * e->re_extent;
+
+	return e->re_size - off < e->re_extent ? e->re_size - off : e->re_extent;
+}
+
+static unsigned batch_of(const struct kv_rdent *e, uint64_t first)
+{
+	return e->re_nobj - first < IO_BATCH ? (unsigned)(e->re_nobj - first) : IO_BATCH;
+}
+
+/* A put on its way: the entry being built and the bytes of its objects. */
+struct put_job {
+	struct change *pj_ch;
+	struct kv_rdent *pj_ent; /* sums after it */
+	size_t pj_elen;
+	uint64_t pj_nobj;
+	bool pj_skip; /* nothing to send: replaced, deleted, or there already */
+};
+
+static void job_free(struct put_job *j)
+{
+	free(j->pj_ent);
+	j->pj_ent = NULL;
+}
+
+/* Checks that ch is still worth sending and makes its entry. */
+static int put_start(struct kv_shared *sh, struct change *ch, struct put_job *j)
+{
 	struct kv_attr a;
 	struct known k;
-	struct kv_rdent *ent, *old = NULL;
-	uint64_t nobj = (ch->ch_size + KV_RADOS_EXTENT - 1) / KV_RADOS_EXTENT;
-	size_t elen = sizeof(*ent) + 8 * nobj;
-	uint64_t *sums;
-	char *path = NULL, *bufs[IO_BATCH] = {0};
-	bool lost;
+
+	*j = (struct put_job){.pj_ch = ch};
+	j->pj_nobj = (ch->ch_size + KV_RADOS_EXTENT - 1) / KV_RADOS_EXTENT;
+	kv_store_getattr(sh->sh_st, ch->ch_ino, &a);
+	if (a.ka_seq != ch->ch_seq || a.ka_nlink == 0 ||
+	    (known_get(sh, a.ka_ino, &k) && k.kn_seq == ch->ch_seq && k.kn_clean)) {
+		j->pj_skip = true; /* replaced (its own put follows), deleted, or there already */
+		return 0;
+	}
+	if (j->pj_nobj > KV_RDENT_MAX_OBJ)
+		return -EFBIG;
+	j->pj_elen = sizeof(*j->pj_ent) + 8 * j->pj_nobj;
+	j->pj_ent = calloc(1, j->pj_elen);
+	if (!j->pj_ent)
+		return -ENOMEM;
+	*j->pj_ent = (struct kv_rdent){.re_magic = KV_RDENT_MAGIC,
+				       .re_format = KV_RDENT_FORMAT,
+				       .re_type = KV_RDENT_FILE,
+				       .re_extent = KV_RADOS_EXTENT,
+				       .re_size = ch->ch_size,
+				       .re_node = sh->sh_node,
+				       .re_seq = ch->ch_seq,
+				       .re_nobj = (uint32_t)j->pj_nobj};
+	return 0;
+}
+
+/*
+ * Reads objects [first, first + n) of job j's value into bufs (allocated
+ * when NULL) and fills their oids, lens and sums. -ESTALE: not that version
+ * any more.
+ */
+static int put_read(struct kv_shared *sh, struct put_job *j, uint64_t first, unsigned n,
+		    char (*oids)[KV_RADOS_OID_MAX], char **bufs, size_t *lens)
+{
+	uint64_t *sums = (uint64_t *)(j->pj_ent + 1);
+
+	for (unsigned i = 0; i < n; i++) {
+		uint64_t off = (first + i) * KV_RADOS_EXTENT;
+		int err;
+
+		lens[i] = object_len(j->pj_ent, first + i);
+		if (!bufs[i] && !(bufs[i] = malloc(KV_RADOS_EXTENT)))
+			return -ENOMEM;
+		err = read_local(sh->sh_st, j->pj_ch->ch_ino, j->pj_ch->ch_seq, off, lens[i],
+				 bufs[i]);
+		if (err)
+			return err;
+		sums[first + i] = XXH3_64bits(bufs[i], lens[i]);
+		kv_rados_data_oid(oids[i], sh->sh_node, j->pj_ch->ch_seq, (uint32_t)(first + i));
+	}
+	return 0;
+}
+
+/* Writes n objects (all in flight) and counts them. */
+static int put_objects(struct kv_shared *sh, struct kv_rados *r, unsigned n,
+		       char (*oids)[KV_RADOS_OID_MAX], char **bufs, const size_t *lens)
+{
+	const char *op[SMALL_PUTS > IO_BATCH ? SMALL_PUTS : IO_BATCH];
+	const void *bp[SMALL_PUTS > IO_BATCH ? SMALL_PUTS : IO_BATCH];
+	uint64_t t0 = kv_now_ns(), bytes = 0;
 	int err;
 
-	kv_store_getattr(st, ch->ch_ino, &a);
-	if (a.ka_seq != ch->ch_seq || a.ka_nlink == 0)
-		return 0; /* replaced (its own put follows) or deleted */
-	if (known_get(sh, a.ka_ino, &k) && k.kn_seq == ch->ch_seq && k.kn_clean)
-		return 0; /* it is there already */
-	if (nobj > KV_RDENT_MAX_OBJ)
-		return -EFBIG;
-	ent = calloc(1, elen);
-	if (!ent)
-		return -ENOMEM;
-	sums = (uint64_t *)(ent + 1);
-	for (uint64_t first = 0; first < nobj; first += IO_BATCH) {
-		unsigned n = nobj - first < IO_BATCH ? (unsigned)(nobj - first) : IO_BATCH;
-		char oids[IO_BATCH][KV_RADOS_OID_MAX];
-		const char *op[IO_BATCH];
-		const void *bp[IO_BATCH];
-		size_t lens[IO_BATCH];
-		uint64_t t0, bytes = 0;
-
-		for (unsigned i = 0; i < n; i++) {
-			uint64_t off = (first + i) * KV_RADOS_EXTENT;
-
-			lens[i] = ch->ch_size - off < KV_RADOS_EXTENT ? ch->ch_size - off
-								      : KV_RADOS_EXTENT;
-			if (!bufs[i] && !(bufs[i] = malloc(KV_RADOS_EXTENT))) {
-				err = -ENOMEM;
-				goto out;
-			}
-			err = read_local(st, ch->ch_ino, ch->ch_seq, off, lens[i], bufs[i]);
-			if (err)
-				goto out;
-			sums[first + i] = XXH3_64bits(bufs[i], lens[i]);
-			kv_rados_data_oid(oids[i], sh->sh_node, ch->ch_seq, (uint32_t)(first + i));
-			op[i] = oids[i];
-			bp[i] = bufs[i];
-			bytes += lens[i];
-		}
-		t0 = kv_now_ns();
-		err = counted(sh, t0, kv_rados_put_many(r, n, op, bp, lens), "write data");
-		if (err)
-			goto out;
+	for (unsigned i = 0; i < n; i++) {
+		op[i] = oids[i];
+		bp[i] = bufs[i];
+		bytes += lens[i];
+	}
+	err = counted(sh, t0, kv_rados_put_many(r, n, op, bp, lens), "write data");
+	if (!err) {
 		atomic_fetch_add(&sh->sh_objects_written, n);
 		atomic_fetch_add(&sh->sh_bytes_written, bytes);
 	}
-	kv_store_getattr(st, ch->ch_ino, &a);
-	if (a.ka_seq != ch->ch_seq || a.ka_nlink == 0) {
-		err = -ESTALE;
-		goto out;
-	}
-	err = kv_store_path_of(st, ch->ch_ino, &path);
-	if (err)
-		goto out;
-	*ent =
-	    (struct kv_rdent){.re_magic = KV_RDENT_MAGIC,
-			      .re_format = KV_RDENT_FORMAT,
-			      .re_type = KV_RDENT_FILE,
-			      .re_mode = a.ka_mode & 07777,
-			      .re_uid = a.ka_uid,
-			      .re_gid = a.ka_gid,
-			      .re_extent = KV_RADOS_EXTENT,
-			      .re_size = ch->ch_size,
-			      .re_mtime_ns = a.ka_mtime.tv_sec * 1000000000ll + a.ka_mtime.tv_nsec,
-			      .re_node = sh->sh_node,
-			      .re_seq = ch->ch_seq,
-			      .re_nobj = (uint32_t)nobj};
-	{
-		char *dir = strndup(path, strrchr(path, '/') - path);
+	return err;
+}
 
-		err = dir ? make_dirs(sh, r, dir, 0755) : -ENOMEM;
-		free(dir);
+/*
+ * Publishes job j's entry once its objects are in the cluster: a last check
+ * that the version is still current, its directories, then the
+ * compare-and-set. On -ESTALE (not current any more) its objects go.
+ */
+static int put_finish(struct kv_shared *sh, struct kv_rados *r, struct put_job *j)
+{
+	struct change *ch = j->pj_ch;
+	struct kv_rdent *ent = j->pj_ent, *old = NULL;
+	struct kv_attr a;
+	char *path = NULL, *dir;
+	bool lost;
+	int err;
+
+	kv_store_getattr(sh->sh_st, ch->ch_ino, &a);
+	if (a.ka_seq != ch->ch_seq || a.ka_nlink == 0) {
+		remove_objects(sh, r, ent); /* not this version any more: what it wrote goes */
+		return 0;
 	}
+	err = kv_store_path_of(sh->sh_st, ch->ch_ino, &path);
+	if (err)
+		return err == -ENOENT ? 0 : err; /* no path: deleted meanwhile */
+	ent->re_mode = a.ka_mode & 07777;
+	ent->re_uid = a.ka_uid;
+	ent->re_gid = a.ka_gid;
+	ent->re_mtime_ns = a.ka_mtime.tv_sec * 1000000000ll + a.ka_mtime.tv_nsec;
+	dir = strndup(path, strrchr(path, '/') - path);
+	err = dir ? make_dirs(sh, r, dir, 0755) : -ENOMEM;
+	free(dir);
 	if (!err && sh->sh_pause_ms) /* tests: a window between the data and the entry */
 		usleep(sh->sh_pause_ms * 1000);
 	if (!err)
-		err = set_entry(sh, r, path, ent, elen, &lost, &old);
+		err = set_entry(sh, r, path, ent, j->pj_elen, &lost, &old);
 	if (!err) {
 		/* lost: a newer value is there; the next lookup brings it in */
 		known_set(sh, a.ka_ino, ch->ch_seq, true, lost ? 0 : sh->sh_node,
@@ -975,21 +1028,88 @@ static int apply_put(struct kv_shared *sh, struct kv_rados *r, struct change *ch
 	}
 	if (old)
 		remove_objects(sh, r, old);
-out:
-	if (err == -ESTALE) { /* not this version any more: what it wrote goes */
-		ent->re_nobj = (uint32_t)nobj;
-		ent->re_type = KV_RDENT_FILE;
-		ent->re_node = sh->sh_node;
-		ent->re_seq = ch->ch_seq;
-		remove_objects(sh, r, ent);
+	free(old);
+	free(path);
+	return err;
+}
+
+/* Writes version ch's objects, IO_BATCH at a time, and then its entry. */
+static int apply_put(struct kv_shared *sh, struct kv_rados *r, struct change *ch)
+{
+	char oids[IO_BATCH][KV_RADOS_OID_MAX], *bufs[IO_BATCH] = {0};
+	size_t lens[IO_BATCH];
+	struct put_job j;
+	int err = put_start(sh, ch, &j);
+
+	for (uint64_t first = 0; !err && !j.pj_skip && first < j.pj_nobj; first += IO_BATCH) {
+		unsigned n = batch_of(j.pj_ent, first);
+
+		err = put_read(sh, &j, first, n, oids, bufs, lens);
+		if (!err)
+			err = put_objects(sh, r, n, oids, bufs, lens);
+	}
+	if (!err && !j.pj_skip)
+		err = put_finish(sh, r, &j);
+	else if (err == -ESTALE) {
+		remove_objects(sh, r, j.pj_ent);
 		err = 0;
 	}
 	for (unsigned i = 0; i < IO_BATCH; i++)
 		free(bufs[i]);
-	free(old);
-	free(ent);
-	free(path);
-	return err == -ENOENT ? 0 : err; /* no path: deleted meanwhile */
+	job_free(&j);
+	return err;
+}
+
+/*
+ * Small puts (one object at most each), the first n changes of the queue
+ * (at most SMALL_PUTS): their objects are written all in flight at once,
+ * then their entries in queue order. Returns how many of them are done
+ * (the first one failing for good counts as done; the worker reports
+ * *errp); a transient *errp keeps the rest queued.
+ */
+static unsigned apply_small_puts(struct kv_shared *sh, struct kv_rados *r, struct change **chs,
+				 unsigned n, int *errp)
+{
+	struct put_job jobs[SMALL_PUTS];
+	char oids[SMALL_PUTS][KV_RADOS_OID_MAX], *bufs[SMALL_PUTS] = {0};
+	size_t lens[SMALL_PUTS];
+	unsigned got = 0, nobj = 0, done = 0;
+	int err = 0;
+
+	for (; got < n; got++) {
+		struct put_job *j = &jobs[got];
+		int e = put_start(sh, chs[got], j);
+
+		if (!e && !j->pj_skip && j->pj_nobj) {
+			e = put_read(sh, j, 0, 1, &oids[nobj], &bufs[nobj], &lens[nobj]);
+			if (!e)
+				nobj++;
+		}
+		if (e == -ESTALE) {
+			j->pj_skip = true;
+			e = 0;
+		}
+		if (e) {
+			job_free(j);
+			if (!got)
+				err =
+				    e; /* the head's own; a later one waits its turn at the head */
+			break;
+		}
+	}
+	if (!err && nobj)
+		err = put_objects(sh, r, nobj, oids, bufs, lens);
+	for (unsigned i = 0; !err && i < got; i++, done++)
+		if (!jobs[i].pj_skip)
+			err = put_finish(sh, r, &jobs[i]);
+	if (err && !transient(err))
+		done++; /* that one failed for good */
+	for (unsigned i = 0; i < got; i++)
+		job_free(&jobs[i]);
+	for (unsigned i = 0; i < SMALL_PUTS; i++)
+		free(bufs[i]);
+	*errp = err;
+	return done;
 }
 
 /* Removes the entry of path (of type want), then its objects, or the directory object. */
@@ -1224,8 +1344,9 @@ static void probe(struct kv_shared *sh)
 static void *worker(void *arg)
 {
 	struct kv_shared *sh = arg;
+	struct change *small[SMALL_PUTS];
 	uint64_t drain_until = 0;
-	unsigned backoff_ms = 250;
+	unsigned backoff_ms = 250, nsmall, ndone;
 
 	pthread_mutex_lock(&sh->sh_lock);
 	if (!connect_loop(sh)) {
@@ -1253,9 +1374,38 @@ static void *worker(void *arg)
 		if (!sh->sh_q_head || (sh->sh_stop && mono_ns() > drain_until))
 			break;
 		ch = sh->sh_q_head;
+		nsmall = 0;
+		for (struct change *c = ch; c && nsmall < SMALL_PUTS && c->ch_kind == CH_PUT &&
+					    c->ch_size <= KV_RADOS_EXTENT;
+		     c = c->ch_next)
+			small[nsmall++] = c;
 		pthread_mutex_unlock(&sh->sh_lock);
-		err = apply(sh, sh->sh_conn->c_r, ch);
+		if (nsmall > 1) {
+			ndone = apply_small_puts(sh, sh->sh_conn->c_r, small, nsmall, &err);
+		} else {
+			err = apply(sh, sh->sh_conn->c_r, ch);
+			ndone = transient(err) ? 0 : 1;
+		}
 		pthread_mutex_lock(&sh->sh_lock);
+		for (; ndone; ndone--) {
+			ch = sh->sh_q_head;
+			if (err && !transient(err) && ndone == 1) {
+				atomic_fetch_add(&sh->sh_errors, 1);
+				fprintf(stderr,
+					"kvfs: rados: a change to '%s' was not shared: %s\n",
+					ch->ch_path ? ch->ch_path : "a key", strerror(-err));
+			}
+			sh->sh_q_head = ch->ch_next;
+			if (!sh->sh_q_head)
+				sh->sh_q_tail = NULL;
+			sh->sh_q_n--;
+			sh->sh_q_bytes -= ch->ch_size;
+			sh->sh_q_done = ch->ch_id;
+			pthread_cond_broadcast(&sh->sh_done_cond);
+			pthread_mutex_unlock(&sh->sh_lock);
+			change_free(ch);
+			pthread_mutex_lock(&sh->sh_lock);
+		}
 		if (transient(err)) {
 			if (sh->sh_stop)
 				break;
@@ -1269,21 +1419,6 @@ static void *worker(void *arg)
 			continue;
 		}
 		backoff_ms = 250;
-		if (err) {
-			atomic_fetch_add(&sh->sh_errors, 1);
-			fprintf(stderr, "kvfs: rados: a change to '%s' was not shared: %s\n",
-				ch->ch_path ? ch->ch_path : "a key", strerror(-err));
-		}
-		sh->sh_q_head = ch->ch_next;
-		if (!sh->sh_q_head)
-			sh->sh_q_tail = NULL;
-		sh->sh_q_n--;
-		sh->sh_q_bytes -= ch->ch_size;
-		sh->sh_q_done = ch->ch_id;
-		pthread_cond_broadcast(&sh->sh_done_cond);
-		pthread_mutex_unlock(&sh->sh_lock);
-		change_free(ch);
-		pthread_mutex_lock(&sh->sh_lock);
 	}
 	if (sh->sh_q_n)
 		fprintf(stderr, "kvfs: rados: %" PRIu64 " changes were not sent to pool '%s'\n",
@@ -1470,19 +1605,6 @@ static int read_objects(struct kv_shared *sh, struct kv_rados *r, const struct k
 	atomic_fetch_add(&sh->sh_objects_read, n);
 	atomic_fetch_add(&sh->sh_bytes_read, bytes);
 	return 0;
-}
-
-/* Bytes of data object i of e, and how many objects of e a batch from first takes. */
-static size_t object_len(const struct kv_rdent *e, uint64_t i)
-{
-	uint64_t off = i * e->re_extent;
-
-	return e->re_size - off < e->re_extent ? e->re_size - off : e->re_extent;
-}
-
-static unsigned batch_of(const struct kv_rdent *e, uint64_t first)
-{
-	return e->re_nobj - first < IO_BATCH ? (unsigned)(e->re_nobj - first) : IO_BATCH;
 }
 
 /*
