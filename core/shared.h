@@ -26,8 +26,9 @@
  *
  * Consistency (close-to-open): once kv_shared_sync returned 0 on node A
  * (fsync and the ioctl put call it with --rados-sync), a lookup on node B
- * that starts afterwards sees A's changes, or newer ones; a name B checked
- * within the last --rados-cache-ttl may be that stale. Without
+ * that starts afterwards sees A's changes, or newer ones; B answers from
+ * what it read of the same directory within the last --rados-cache-ttl,
+ * so a name may be that stale. Without
  * --rados-sync, changes reach the cluster in the background, in order
  * (rados.backlog counts those waiting).
  *
