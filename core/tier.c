@@ -1137,7 +1137,8 @@ int kv_tier_read_mixed(struct kv_tier *t, const struct kv_inode *ino, const stru
 	if (err)
 		return err == -ENOENT ? -EIO : err;
 	*bytes = pos - off;
-	if (ino && nbuf)
+	/* Also a read all in DRAM: it moves the stream towards the extents only on the SSD. */
+	if (ino)
 		read_ahead(t, ino, obj, map, off, *bytes);
 	return n;
 }
