@@ -92,8 +92,8 @@ int kv_ra_create(struct kv_ra **out, struct kv_bucket_set *bs, uint64_t window)
 		return -ENOMEM;
 	ra->kr_bs = bs;
 	ra->kr_window = window;
-	/* A stream holds its window, the piece being read and one it has just passed. */
-	per = (unsigned)((window + KV_RA_UNIT - 1) / KV_RA_UNIT) + 2;
+	/* A stream holds its window, the piece being read and two it has just passed. */
+	per = (unsigned)((window + KV_RA_UNIT - 1) / KV_RA_UNIT) + 3;
 	ra->kr_maxbuf = KV_RA_STREAMS * per;
 	ra->kr_keep = per;
 	pthread_mutex_init(&ra->kr_lock, NULL);
@@ -160,14 +160,18 @@ static void stream_clear(struct kv_ra *ra, struct ra_stream *s, struct kv_ra_buf
 	s->rs_gen++;
 }
 
-/* Drops the buffers a stream has moved past: they end at or before off (kr_lock held). */
+/*
+ * Drops the buffers a stream has moved past: they end a unit or more
+ * before off, a read at off (kr_lock held). The unit spares the reads of
+ * one stream the kernel runs at once, a little out of order.
+ */
 static void stream_trim(struct kv_ra *ra, struct ra_stream *s, uint64_t off,
 			struct kv_ra_buf **gone)
 {
 	for (struct kv_ra_buf **p = &s->rs_bufs; *p;) {
 		struct kv_ra_buf *b = *p;
 
-		if (b->rb_vend > off) {
+		if (b->rb_vend + KV_RA_UNIT > off) {
 			p = &b->rb_next;
 			continue;
 		}

@@ -16,7 +16,11 @@
  * read starts a candidate that reads ahead only once a second read
  * continues it, so random reads never read ahead. A key has at most
  * KV_RA_PER_KEY streams; at most KV_RA_STREAMS in all, the least recently
- * used one giving way to a new one.
+ * used one giving way to a new one. A stream's first plan starts right
+ * after its first read; when the kernel already runs the next read too
+ * (its own read-ahead in front of a buffered reader), that read goes to
+ * the disk itself and the piece is wasted: at most an extent per stream
+ * start, counted in rst_unused.
  *
  * Buffers. A buffer holds value bytes [start, start + len) of one bucket
  * record, named by its kv_loc (bucket, offset, sequence number, extent
