@@ -162,8 +162,9 @@ static void stream_clear(struct kv_ra *ra, struct ra_stream *s, struct kv_ra_buf
 
 /*
  * Drops the buffers a stream has moved past: they end a unit or more
- * before off, a read at off (kr_lock held). The unit spares the reads of
- * one stream the kernel runs at once, a little out of order.
+ * before off, a read at off (kr_lock held); all of them for UINT64_MAX.
+ * The unit spares the reads of one stream the kernel runs at once, a
+ * little out of order.
  */
 static void stream_trim(struct kv_ra *ra, struct ra_stream *s, uint64_t off,
 			struct kv_ra_buf **gone)
@@ -171,7 +172,7 @@ static void stream_trim(struct kv_ra *ra, struct ra_stream *s, uint64_t off,
 	for (struct kv_ra_buf **p = &s->rs_bufs; *p;) {
 		struct kv_ra_buf *b = *p;
 
-		if (b->rb_vend + KV_RA_UNIT > off) {
+		if (off != UINT64_MAX && b->rb_vend + KV_RA_UNIT > off) {
 			p = &b->rb_next;
 			continue;
 		}
@@ -305,7 +306,8 @@ bool kv_ra_note(struct kv_ra *ra, const void *key, uint64_t size, uint64_t off, 
 		s->rs_live = true;
 		if (end > s->rs_next)
 			s->rs_next = end;
-		stream_trim(ra, s, off, &gone);
+		/* At the end of the value every buffer is passed (the reader holds its own). */
+		stream_trim(ra, s, end >= size ? UINT64_MAX : off, &gone);
 	} else {
 		s = stream_new(ra, key, &gone);
 		s->rs_next = s->rs_ahead = end;
