@@ -26,6 +26,7 @@ void kv_config_defaults(struct kv_config *cfg)
 	cfg->kc_bucket_keys = 16384;
 	cfg->kc_flush_delay_ns = 20ull * 1000 * 1000;
 	cfg->kc_backpressure_ns = 30ull * 1000 * 1000 * 1000;
+	cfg->kc_readahead = 8ull << 20;
 	cfg->kc_gc = true;
 	cfg->kc_gc_interval_ns = 1000ull * 1000 * 1000;
 	cfg->kc_gc_dead_ratio = 0.25;
@@ -145,6 +146,7 @@ int kv_config_render(const struct kv_config *cfg, char **buf, size_t *len)
 	fprintf(f, "bucket_keys = %u\n", cfg->kc_bucket_keys);
 	fprintf(f, "flush_delay_ms = %.3f\n", cfg->kc_flush_delay_ns / 1e6);
 	fprintf(f, "promote = %s\n", cfg->kc_promote ? "on" : "off");
+	fprintf(f, "readahead = %llu\n", (unsigned long long)cfg->kc_readahead);
 	fprintf(f, "gc = %s\n", cfg->kc_gc ? "on" : "off");
 	fprintf(f, "gc_interval_ms = %.3f\n", cfg->kc_gc_interval_ns / 1e6);
 	fprintf(f, "gc_dead_ratio = %.3f\n", cfg->kc_gc_dead_ratio);

@@ -26,6 +26,7 @@ struct kv_config {
 	uint64_t kc_flush_delay_ns;  /* a sealed value waits at most this long before its write */
 	uint64_t kc_backpressure_ns; /* a writer waits at most this long for room in DRAM */
 	bool kc_promote;	     /* reads of SSD-only values bring them into DRAM */
+	uint64_t kc_readahead;	     /* bytes read ahead of a sequential reader of SSD-only bytes */
 	/* compaction and cache mode (core/gc.c) */
 	bool kc_gc;		       /* the compaction thread runs (--gc=on|off) */
 	uint64_t kc_gc_interval_ns;    /* it looks for victims this often */

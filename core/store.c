@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include "core/store.h"
 #include "core/gc.h"
+#include "core/readahead.h"
 #include "core/store_int.h"
 
 #include <errno.h>
@@ -897,6 +898,8 @@ static void install(struct kv_inode *ino, struct kv_obj *obj, uint64_t old_size)
 			kv_obj_put(ino->ki_obj);
 		ino->ki_obj = obj;
 	}
+	if (st->ks_tier) /* what was read ahead is another version's */
+		kv_tier_ra_drop(st->ks_tier, ino);
 	ino->ki_offload_err = 0;
 	touch(ino);
 	/* namespace.bytes counts keys with a name only. */
@@ -1342,6 +1345,7 @@ static void name_gone(struct kv_store *st, struct kv_inode *ino)
 		return;
 	}
 	bs = kv_tier_buckets(st->ks_tier);
+	kv_tier_ra_drop(st->ks_tier, ino);
 	pthread_rwlock_wrlock(&ino->ki_lock);
 	kv_xmap_dead(bs, &ino->ki_map);
 	for (uint32_t i = 0; i < kv_spill_n(ino); i++) /* not the borrowed: ki_map's */
@@ -1779,8 +1783,10 @@ void kv_store_release(struct kv_store *st, struct kv_inode *ino, int flags)
 		ino->ki_pinned = false;
 	}
 	settle(ino);
-	if (ino->ki_nopen == 0 && st->ks_tier)
+	if (ino->ki_nopen == 0 && st->ks_tier) {
 		kv_tier_unspillable(st->ks_tier, ino);
+		kv_tier_ra_drop(st->ks_tier, ino);
+	}
 	pthread_rwlock_unlock(&ino->ki_lock);
 	atomic_fetch_sub(&st->ks_open, 1);
 	kv_inode_put(ino);
@@ -1814,17 +1820,17 @@ static int read_value(struct kv_store *st, struct kv_inode *ino, uint64_t off, u
 		n = kv_obj_iov(obj, off, len, iov, maxiov, bytes);
 	} else if (obj->ko_partial) {
 		/* Sealed: once read, the bytes stay put (memory held, SSD bytes copied). */
-		n = kv_tier_read_mixed(st->ks_tier, obj, &ino->ki_map, off, len, iov, maxiov, bytes,
-				       guard);
+		n = kv_tier_read_mixed(st->ks_tier, ino, obj, &ino->ki_map, off, len, iov, maxiov,
+				       bytes, guard);
 		pthread_rwlock_unlock(&ino->ki_lock);
 	} else {
 		guard->krg_locked = ino;
-		n = kv_spill_n(ino) ? kv_tier_read_mixed(st->ks_tier, obj, ino->ki_spill, off, len,
-							 iov, maxiov, bytes, guard)
+		n = kv_spill_n(ino) ? kv_tier_read_mixed(st->ks_tier, NULL, obj, ino->ki_spill, off,
+							 len, iov, maxiov, bytes, guard)
 				    : kv_obj_iov(obj, off, len, iov, maxiov, bytes);
 	}
 	if (st->ks_tier && n >= 0)
-		kv_tier_hit(st->ks_tier, guard->krg_buf[0] != NULL);
+		kv_tier_hit(st->ks_tier, guard->krg_buf[0] || guard->krg_ra[0]);
 	return n;
 }
 
@@ -1858,8 +1864,10 @@ void kv_read_done(struct kv_read_guard *guard)
 		pthread_rwlock_unlock(&guard->krg_locked->ki_lock);
 	if (guard->krg_obj)
 		kv_obj_put(guard->krg_obj);
-	for (int i = 0; i < KV_READ_EXTENTS; i++)
+	for (int i = 0; i < KV_READ_EXTENTS; i++) {
 		kv_bucket_read_free(guard->krg_buf[i]);
+		kv_ra_put(guard->krg_ra[i]);
+	}
 }
 
 /* Reserved extents one write fills at most (a FUSE write is at most 1 MiB: two). */

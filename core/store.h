@@ -139,11 +139,14 @@ struct kv_dir_snap {
  * inode's ki_lock shared.
  */
 #define KV_READ_EXTENTS 5 /* extents one read from the SSD covers: 8 MiB at any offset */
+struct kv_ra_buf;
 struct kv_read_guard {
 	struct kv_obj *krg_obj;		     /* the DRAM version read, or NULL */
 	struct kv_inode *krg_locked;	     /* NULL when the version was sealed */
-	void *krg_buf[KV_READ_EXTENTS];	     /* bytes read from the SSD, one buffer per extent;
-						krg_buf[0] NULL: not read from the SSD */
+	void *krg_buf[KV_READ_EXTENTS];	     /* bytes read from the SSD, one buffer per extent */
+	struct kv_ra_buf *krg_ra[KV_READ_EXTENTS]; /* or read ahead: a reference to the buffer
+						      (core/readahead.h); both NULL in slot 0:
+						      nothing came from the SSD */
 };
 
 /* The store's counters, sampled for statistics. */
@@ -166,6 +169,9 @@ struct kv_store_usage {
 	uint64_t ku_spilled; /* bytes of files being written sent to the SSD early (spills) */
 	uint64_t ku_shared;  /* bytes of records new versions shared with older ones, not written */
 	uint64_t ku_offload_errors;
+	uint64_t ku_prefetch_bytes; /* bytes read ahead for sequential readers (core/readahead.h) */
+	uint64_t ku_prefetch_hits;  /* record pieces reads took from read-ahead buffers */
+	uint64_t ku_prefetch_unused; /* bytes read ahead and dropped unused */
 	uint64_t ku_recovery_ns, ku_recovered_keys, ku_torn_buckets;
 	uint64_t ku_lost_keys; /* keys recovery dropped: their record is missing or unreadable */
 };

@@ -21,6 +21,9 @@
  * (fs/notify.c's kn_lock) come below it, and it takes none of the store's.
  * core/shared.c's sh_lock (the RADOS tier's connection state) is a leaf
  * outside this order: never taken with any of these held, it takes none.
+ * core/readahead.c's kr_lock comes below ki_lock, kt_lock and
+ * kt_clock_lock (taken with any of them held, it takes none of them) and
+ * above only ssd/aio.c's leaf ka_lock.
  */
 #ifndef KVFS_CORE_STORE_INT_H
 #define KVFS_CORE_STORE_INT_H
@@ -180,8 +183,13 @@ void kv_tier_destroy(struct kv_tier *t);
 struct kv_bucket_set *kv_tier_buckets(struct kv_tier *t);
 /* Queues ino's sealed, dirty version for offload (ki_lock held). */
 void kv_tier_enqueue(struct kv_tier *t, struct kv_inode *ino);
-/* ino is being freed: takes it off the clock and the queue. */
+/* ino is being freed: takes it off the clock and the queue, and drops its read-ahead. */
 void kv_tier_forget(struct kv_tier *t, struct kv_inode *ino);
+/*
+ * ino's value changed, it lost its name, or its last handle closed: its
+ * read-ahead buffers go (core/readahead.h). Any lock may be held.
+ */
+void kv_tier_ra_drop(struct kv_tier *t, struct kv_inode *ino);
 /* ino's value became clean and resident (ki_lock held): puts it on the clock. */
 void kv_tier_clean(struct kv_tier *t, struct kv_inode *ino);
 /*
@@ -205,11 +213,12 @@ void kv_tier_unspillable(struct kv_tier *t, struct kv_inode *ino);
  * ki_spill (obj open, or sealed and not yet durable: part of it spilled or
  * borrowed) or ki_map (obj partly in DRAM, ko_partial). ki_lock held
  * shared, map's checksums loaded or not; the bytes read go in guard's
- * buffers. Fills iov like kv_store_read.
+ * buffers. Fills iov like kv_store_read. With ino (map is its ki_map, obj
+ * its sealed version) the read takes part in ino's read-ahead; NULL: not.
  */
-int kv_tier_read_mixed(struct kv_tier *t, const struct kv_obj *obj, const struct kv_xmap *map,
-		       uint64_t off, uint64_t len, struct iovec *iov, int maxiov, uint64_t *bytes,
-		       struct kv_read_guard *guard);
+int kv_tier_read_mixed(struct kv_tier *t, const struct kv_inode *ino, const struct kv_obj *obj,
+		       const struct kv_xmap *map, uint64_t off, uint64_t len, struct iovec *iov,
+		       int maxiov, uint64_t *bytes, struct kv_read_guard *guard);
 /*
  * Brings the extents of [off, off + len) of ino's clean value that are
  * only on the SSD into DRAM (ki_lock not held; core/tier.c, "Residency").

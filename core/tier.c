@@ -36,6 +36,14 @@
  * condition variables (kt_wake: work for the offloader;
  * kt_done: a batch finished). kt_clock_lock guards the clock. See
  * core/store_int.h for the order against the store's locks.
+ *
+ * Read-ahead. A read of bytes only on the SSD (kv_tier_read, and
+ * kv_tier_read_mixed for a value partly in DRAM) first looks for each
+ * record piece in the read-ahead buffers (core/readahead.h), then tells
+ * the stream where it read, and starts reading the records of the next
+ * window that are not in DRAM (read_ahead), all under the ki_lock shared
+ * it reads the map with. The buffers' own lock, kr_lock, comes below
+ * every lock here.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -44,6 +52,7 @@
 #include <time.h>
 
 #include "core/gc.h"
+#include "core/readahead.h"
 #include "core/store_int.h"
 #include "core/stats.h"
 
@@ -57,6 +66,7 @@ struct kv_tier {
 	struct kv_store *kt_st;	     /* immutable */
 	struct kv_aio *kt_aio;	     /* immutable */
 	struct kv_bucket_set *kt_bs; /* immutable */
+	struct kv_ra *kt_ra;	     /* immutable: read-ahead (core/readahead.h) */
 	pthread_t kt_thread;
 	bool kt_started;
 
@@ -168,6 +178,12 @@ void kv_tier_forget(struct kv_tier *t, struct kv_inode *ino)
 	pthread_mutex_lock(&t->kt_clock_lock);
 	clock_remove(t, ino);
 	pthread_mutex_unlock(&t->kt_clock_lock);
+	kv_ra_drop(t->kt_ra, ino);
+}
+
+void kv_tier_ra_drop(struct kv_tier *t, struct kv_inode *ino)
+{
+	kv_ra_drop(t->kt_ra, ino);
 }
 
 /* True when ino's DRAM value is sealed and durable (ki_lock held). */
@@ -1008,9 +1024,73 @@ static uint64_t spill_round(struct kv_tier *t, uint64_t want)
 	return freed;
 }
 
-int kv_tier_read_mixed(struct kv_tier *t, const struct kv_obj *obj, const struct kv_xmap *map,
-		       uint64_t off, uint64_t len, struct iovec *iov, int maxiov, uint64_t *bytes,
-		       struct kv_read_guard *guard)
+/*
+ * Reads record bytes [off, off + len) ∩ [0, kl_len) of loc for a reply,
+ * into guard's slot `slot`: from a read-ahead buffer of ino's when one
+ * holds them, else from the bucket file. As kv_bucket_read otherwise.
+ */
+static int read_piece(struct kv_tier *t, const struct kv_inode *ino, const struct kv_loc *loc,
+		      const uint64_t *csums, uint64_t off, uint64_t len,
+		      struct kv_read_guard *guard, int slot, char **data, uint64_t *got)
+{
+	const char *d;
+	struct kv_ra_buf *b = ino ? kv_ra_take(t->kt_ra, ino, loc, csums, off, len, &d) : NULL;
+
+	if (!b)
+		return kv_bucket_read(t->kt_bs, loc, csums, off, len, &guard->krg_buf[slot], data,
+				      got);
+	guard->krg_ra[slot] = b;
+	*data = (char *)d; /* only ever read: the reply is sent from it */
+	*got = len < loc->kl_len - off ? len : loc->kl_len - off;
+	return 0;
+}
+
+/*
+ * After a read of [off, off + len) of ino's durable version m (ki_lock
+ * held shared; obj its extents in DRAM, or NULL): tells the read-ahead
+ * where the reader is and, when it reads sequentially, starts reading the
+ * records of the window ahead that are only on the SSD, in pieces of at
+ * most KV_RA_UNIT starting on chunk boundaries.
+ */
+static void read_ahead(struct kv_tier *t, const struct kv_inode *ino, const struct kv_obj *obj,
+		       const struct kv_xmap *m, uint64_t off, uint64_t len)
+{
+	struct kv_ra_piece p[KV_RA_MAX_PIECES];
+	struct kv_ra_plan plan;
+	uint32_t first, end;
+	unsigned n = 0;
+
+	if (obj && kv_xmap_whole(m))
+		return; /* partly in DRAM is per extent: never one WHOLE record */
+	if (!kv_ra_note(t->kt_ra, ino, m->xm_size, off, len, &plan))
+		return;
+	kv_xmap_range(m, plan.rp_from, plan.rp_to - plan.rp_from, &first, &end);
+	for (uint32_t i = first; i < end && n < KV_RA_MAX_PIECES; i++) {
+		const struct kv_loc *l = &kv_xmap_cat(m, i)->xe_loc;
+		uint64_t base = (uint64_t)l->kl_index << KV_EXTENT_SHIFT, q, e;
+
+		if (obj && kv_obj_has_data(obj, l->kl_index))
+			continue; /* in DRAM */
+		q = plan.rp_from > base ? plan.rp_from - base : 0;
+		q -= q % (1ull << KV_CHUNK_SHIFT);
+		e = plan.rp_to - base < l->kl_len ? plan.rp_to - base : l->kl_len;
+		while (q < e && n < KV_RA_MAX_PIECES) {
+			uint64_t qe = (q / KV_RA_UNIT + 1) * KV_RA_UNIT;
+
+			if (qe > l->kl_len)
+				qe = l->kl_len;
+			p[n++] = (struct kv_ra_piece){
+			    .pp_loc = *l, .pp_off = q, .pp_len = qe - q, .pp_vend = base + qe};
+			q = qe;
+		}
+	}
+	if (n)
+		kv_ra_start(t->kt_ra, ino, &plan, p, n);
+}
+
+int kv_tier_read_mixed(struct kv_tier *t, const struct kv_inode *ino, const struct kv_obj *obj,
+		       const struct kv_xmap *map, uint64_t off, uint64_t len, struct iovec *iov,
+		       int maxiov, uint64_t *bytes, struct kv_read_guard *guard)
 {
 	uint64_t end = len < obj->ko_size - off ? off + len : obj->ko_size, pos = off;
 	int n = 0, nbuf = 0, err = 0;
@@ -1043,9 +1123,8 @@ int kv_tier_read_mixed(struct kv_tier *t, const struct kv_obj *obj, const struct
 		if (!x->xe_csums)
 			err = kv_bucket_load_csums(t->kt_bs, &x->xe_loc, &csums, &nchunks);
 		if (!err)
-			err = kv_bucket_read(t->kt_bs, &x->xe_loc,
-					     x->xe_csums ? x->xe_csums : csums, pos - base,
-					     eend - pos, &guard->krg_buf[nbuf++], &data, &got);
+			err = read_piece(t, ino, &x->xe_loc, x->xe_csums ? x->xe_csums : csums,
+					 pos - base, eend - pos, guard, nbuf++, &data, &got);
 		free(csums);
 		if (!err && !got)
 			err = -EIO;
@@ -1058,6 +1137,9 @@ int kv_tier_read_mixed(struct kv_tier *t, const struct kv_obj *obj, const struct
 	if (err)
 		return err == -ENOENT ? -EIO : err;
 	*bytes = pos - off;
+	/* Also a read all in DRAM: it moves the stream towards the extents only on the SSD. */
+	if (ino)
+		read_ahead(t, ino, obj, map, off, *bytes);
 	return n;
 }
 
@@ -1611,8 +1693,8 @@ int kv_tier_read(struct kv_tier *t, struct kv_inode *ino, uint64_t off, uint64_t
 			pos += m;
 			continue;
 		}
-		err = kv_bucket_read(t->kt_bs, &x->xe_loc, x->xe_csums, pos - base, end - pos,
-				     &guard->krg_buf[nbuf++], &data, &got);
+		err = read_piece(t, ino, &x->xe_loc, x->xe_csums, pos - base, end - pos, guard,
+				 nbuf++, &data, &got);
 		if (!err && !got)
 			err = -EIO; /* the map says there are bytes here */
 		if (!err) {
@@ -1623,6 +1705,8 @@ int kv_tier_read(struct kv_tier *t, struct kv_inode *ino, uint64_t off, uint64_t
 		i++;
 	}
 	*bytes = pos - off;
+	if (!err)
+		read_ahead(t, ino, NULL, &ino->ki_map, off, *bytes);
 	pthread_rwlock_unlock(&ino->ki_lock);
 	if (err == -EAGAIN) {
 		kv_read_done(guard);
@@ -1695,9 +1779,14 @@ int kv_tier_create(struct kv_store *st, int datadir_fd, struct kv_tier **out)
 	err = kv_bucket_open(&t->kt_bs, datadir_fd, &bo, t->kt_aio);
 	if (err)
 		goto out_aio;
+	err = kv_ra_create(&t->kt_ra, t->kt_bs, cfg->kc_readahead);
+	if (err)
+		goto out_buckets;
 	*out = t;
 	return 0;
 
+out_buckets:
+	kv_bucket_close(t->kt_bs);
 out_aio:
 	kv_aio_destroy(t->kt_aio);
 out_free:
@@ -1734,6 +1823,7 @@ void kv_tier_flush_stop(struct kv_tier *t)
 void kv_tier_destroy(struct kv_tier *t)
 {
 	kv_tier_flush_stop(t);
+	kv_ra_destroy(t->kt_ra);
 	kv_bucket_close(t->kt_bs);
 	kv_aio_destroy(t->kt_aio);
 	pthread_cond_destroy(&t->kt_wake);
@@ -1752,6 +1842,7 @@ void kv_tier_hit(struct kv_tier *t, bool ssd)
 void kv_tier_usage(struct kv_tier *t, struct kv_store_usage *u)
 {
 	struct kv_bucket_stats b;
+	struct kv_ra_stats ra;
 
 	kv_bucket_stats(t->kt_bs, &b);
 	u->ku_ssd = true;
@@ -1775,6 +1866,10 @@ void kv_tier_usage(struct kv_tier *t, struct kv_store_usage *u)
 	u->ku_spilled = atomic_load(&t->kt_spilled);
 	u->ku_shared = atomic_load(&t->kt_shared);
 	u->ku_offload_errors = atomic_load(&t->kt_offload_errors);
+	kv_ra_stats(t->kt_ra, &ra);
+	u->ku_prefetch_bytes = ra.rst_bytes;
+	u->ku_prefetch_hits = ra.rst_hits;
+	u->ku_prefetch_unused = ra.rst_unused;
 	u->ku_recovery_ns = t->kt_recovery_ns;
 	u->ku_recovered_keys = t->kt_recovered_keys;
 	u->ku_lost_keys = t->kt_lost_keys;

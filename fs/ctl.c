@@ -132,13 +132,15 @@ static int render_stats(struct kv_fs *fs, char **buf, size_t *len)
 		", \"offload_backlog_bytes\": %" PRIu64 ", \"offload_errors\": %" PRIu64
 		", \"dram_hits\": %" PRIu64 ", \"ssd_hits\": %" PRIu64 ", \"evictions\": %" PRIu64
 		", \"promotions\": %" PRIu64 ", \"spilled_bytes\": %" PRIu64
-		", \"shared_bytes\": %" PRIu64 "},\n"
+		", \"shared_bytes\": %" PRIu64 ", \"prefetch_bytes\": %" PRIu64
+		", \"prefetch_hits\": %" PRIu64 ", \"prefetch_unused_bytes\": %" PRIu64 "},\n"
 		" \"recovery\": {\"seconds\": %.3f, \"keys\": %" PRIu64
 		", \"open_buckets_cut\": %" PRIu64 ", \"keys_lost\": %" PRIu64 "}",
 		u.ku_ssd_used, u.ku_ssd_cap, u.ku_ssd_dead, u.ku_ssd_reserved, u.ku_buckets,
 		u.ku_ssd_written, u.ku_ssd_read, u.ku_csum_errors, u.ku_backlog_keys,
 		u.ku_backlog_bytes, u.ku_offload_errors, u.ku_dram_hits, u.ku_ssd_hits,
-		u.ku_evictions, u.ku_promotions, u.ku_spilled, u.ku_shared, u.ku_recovery_ns / 1e9,
+		u.ku_evictions, u.ku_promotions, u.ku_spilled, u.ku_shared, u.ku_prefetch_bytes,
+		u.ku_prefetch_hits, u.ku_prefetch_unused, u.ku_recovery_ns / 1e9,
 		u.ku_recovered_keys, u.ku_torn_buckets, u.ku_lost_keys) < 0)
 		return -ENOMEM;
 	err = add_gc_stats(fs, &u, &extra);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/readahead.h"
 #include "gpu/dev.h"
 
 const char kv_options_usage[] =
@@ -28,6 +29,8 @@ const char kv_options_usage[] =
     "  --flush-delay=TIME  most a sealed value waits before it is written, e.g. 20ms\n"
     "                      (default: 20ms)\n"
     "  --promote=on|off    reads of SSD-only values bring them into DRAM (default: off)\n"
+    "  --readahead=SIZE    bytes read ahead of each sequential reader of what is only\n"
+    "                      on the SSD, at most 32M; 0 = none (default: 8M)\n"
     "  --trace=FILE        append a JSON line per ioctl batch and per key to FILE\n"
     "                      (default: off)\n"
     "  --gc=on|off         the compaction thread (default: on)\n"
@@ -189,6 +192,19 @@ static int set_flush_delay(struct kv_config *cfg, const char *val)
 static int set_promote(struct kv_config *cfg, const char *val)
 {
 	return parse_switch(val, &cfg->kc_promote);
+}
+
+static int set_readahead(struct kv_config *cfg, const char *val)
+{
+	uint64_t v;
+	int err = kv_parse_size(val, &v);
+
+	if (err)
+		return err;
+	if (v > KV_RA_MAX_WINDOW)
+		return -ERANGE;
+	cfg->kc_readahead = v;
+	return 0;
 }
 
 static int set_trace(struct kv_config *cfg, const char *val)
@@ -353,6 +369,7 @@ static const struct setting settings[] = {
     {"bucket-keys", set_bucket_keys},
     {"flush-delay", set_flush_delay},
     {"promote", set_promote},
+    {"readahead", set_readahead},
     {"trace", set_trace},
     {"gc", set_gc},
     {"gc-interval", set_gc_interval},

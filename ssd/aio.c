@@ -14,8 +14,9 @@
  * iocb's data points at its struct kv_aio_req, which names the caller's op
  * and its batch: the reaper stores the result in the op and counts the batch
  * down, waking its caller at zero. A batch and its reqs live in the frame of
- * the kv_aio_run call that owns them; that call returns only after it saw
- * kb_inflight at zero under ka_lock, so the reaper never touches a batch
+ * the kv_aio_run call that owns them, or, for kv_aio_start, in one
+ * allocation that kv_aio_wait frees; either returns (frees) only after it
+ * saw kb_inflight at zero under ka_lock, so the reaper never touches a batch
  * after its last completion.
  *
  * Shutdown. kv_aio_destroy sets ka_stop and submits a poll for POLLOUT on an
@@ -65,10 +66,16 @@ struct kv_aio {
 	uint64_t ka_reaped; /* io_getevents rounds that collected completions */
 };
 
-/* One kv_aio_run call. kb_inflight is under ka_lock. */
+/*
+ * One kv_aio_run call, or one started batch. kb_inflight is under ka_lock;
+ * the rest is set before submission and immutable until the batch ends.
+ */
 struct kv_aio_batch {
 	pthread_cond_t kb_done; /* signalled when kb_inflight drops to 0 */
 	unsigned kb_inflight;	/* slots held: by ops in flight, or reserved for submission */
+	struct kv_aio_op *kb_ops;
+	struct kv_aio_req *kb_reqs;
+	unsigned kb_n;
 };
 
 /* One operation of a batch; kr_iocb.data points back at it. */
@@ -317,13 +324,44 @@ static int first_failure(const struct kv_aio_op *ops, const struct kv_aio_req *r
 	return 0;
 }
 
+/*
+ * Checks and submits b's ops (b's kb_ops, kb_reqs, kb_n set; iocbs room for
+ * kb_n pointers). Returns 0 once submitted, or -errno with nothing
+ * submitted and kb_done not initialised (each op's kao_res says why).
+ */
+static int batch_begin(struct kv_aio *aio, struct kv_aio_batch *b, struct iocb **iocbs)
+{
+	int rc = prepare(b->kb_ops, b->kb_n, b->kb_reqs, iocbs, b);
+
+	if (rc)
+		return rc;
+	rc = -pthread_cond_init(&b->kb_done, NULL);
+	if (rc) {
+		for (unsigned i = 0; i < b->kb_n; i++)
+			b->kb_ops[i].kao_res = rc;
+		return rc;
+	}
+	submit_all(aio, b, iocbs, b->kb_n);
+	return 0;
+}
+
+/* Waits for a begun batch's ops; returns its first failure, or 0. */
+static int batch_end(struct kv_aio *aio, struct kv_aio_batch *b)
+{
+	pthread_mutex_lock(&aio->ka_lock);
+	while (b->kb_inflight)
+		pthread_cond_wait(&b->kb_done, &aio->ka_lock);
+	pthread_mutex_unlock(&aio->ka_lock);
+	pthread_cond_destroy(&b->kb_done);
+	return first_failure(b->kb_ops, b->kb_reqs, b->kb_n);
+}
+
 int kv_aio_run(struct kv_aio *aio, struct kv_aio_op *ops, unsigned n)
 {
 	struct kv_aio_req stack_reqs[KV_AIO_STACK_OPS];
 	struct iocb *stack_iocbs[KV_AIO_STACK_OPS];
-	struct kv_aio_req *reqs = stack_reqs;
+	struct kv_aio_batch b = {.kb_ops = ops, .kb_reqs = stack_reqs, .kb_n = n};
 	struct iocb **iocbs = stack_iocbs;
-	struct kv_aio_batch b = {.kb_inflight = 0};
 	int rc;
 
 	if (n == 0)
@@ -332,34 +370,59 @@ int kv_aio_run(struct kv_aio *aio, struct kv_aio_op *ops, unsigned n)
 		return -EINVAL;
 	if (n > KV_AIO_STACK_OPS) {
 		/* One block: the reqs, then the iocb pointers. */
-		reqs = calloc(n, sizeof(*reqs) + sizeof(*iocbs));
-		if (!reqs) {
+		b.kb_reqs = calloc(n, sizeof(*b.kb_reqs) + sizeof(*iocbs));
+		if (!b.kb_reqs) {
 			for (unsigned i = 0; i < n; i++)
 				ops[i].kao_res = -ENOMEM;
 			return -ENOMEM;
 		}
-		iocbs = (struct iocb **)(reqs + n);
+		iocbs = (struct iocb **)(b.kb_reqs + n);
 	}
-	rc = prepare(ops, n, reqs, iocbs, &b);
-	if (rc)
-		goto out_free_reqs;
-	rc = -pthread_cond_init(&b.kb_done, NULL);
+	rc = batch_begin(aio, &b, iocbs);
+	if (!rc)
+		rc = batch_end(aio, &b);
+	if (b.kb_reqs != stack_reqs)
+		free(b.kb_reqs);
+	return rc;
+}
+
+int kv_aio_start(struct kv_aio *aio, struct kv_aio_op *ops, unsigned n, struct kv_aio_batch **out)
+{
+	struct kv_aio_batch *b;
+	int rc;
+
+	if (!aio || !ops || n == 0)
+		return -EINVAL;
+	/* One block: the batch, its reqs, then the iocb pointers. */
+	b = calloc(1, sizeof(*b) + n * (sizeof(*b->kb_reqs) + sizeof(struct iocb *)));
+	if (!b)
+		return -ENOMEM;
+	b->kb_ops = ops;
+	b->kb_reqs = (struct kv_aio_req *)(b + 1);
+	b->kb_n = n;
+	rc = batch_begin(aio, b, (struct iocb **)(b->kb_reqs + n));
 	if (rc) {
-		for (unsigned i = 0; i < n; i++)
-			ops[i].kao_res = rc;
-		goto out_free_reqs;
+		free(b);
+		return rc;
 	}
+	*out = b;
+	return 0;
+}
 
-	submit_all(aio, &b, iocbs, n);
+bool kv_aio_done(struct kv_aio *aio, struct kv_aio_batch *b)
+{
+	bool done;
+
 	pthread_mutex_lock(&aio->ka_lock);
-	while (b.kb_inflight)
-		pthread_cond_wait(&b.kb_done, &aio->ka_lock);
+	done = b->kb_inflight == 0;
 	pthread_mutex_unlock(&aio->ka_lock);
-	rc = first_failure(ops, reqs, n);
+	return done;
+}
 
-	pthread_cond_destroy(&b.kb_done);
-out_free_reqs:
-	if (reqs != stack_reqs)
-		free(reqs);
+int kv_aio_wait(struct kv_aio *aio, struct kv_aio_batch *b)
+{
+	int rc = batch_end(aio, b);
+
+	free(b);
 	return rc;
 }

@@ -13,8 +13,14 @@
  * and every buffer length are multiples of KV_AIO_ALIGN. The fd must have
  * been opened with O_DIRECT.
  *
- * Thread-safety: kv_aio_run may be called from any number of threads;
- * kv_aio_destroy must be the last call, when no batch is running.
+ * A batch may also run in the background: kv_aio_start submits it and
+ * returns, kv_aio_done asks whether it has completed, kv_aio_wait waits
+ * for it and ends it (read-ahead, core/readahead.c).
+ *
+ * Thread-safety: kv_aio_run and kv_aio_start may be called from any number
+ * of threads; a started batch may be asked about and waited for from any
+ * thread, waited for exactly once; kv_aio_destroy must be the last call,
+ * when no batch is running or started and not yet waited for.
  */
 #ifndef KVFS_SSD_AIO_H
 #define KVFS_SSD_AIO_H
@@ -56,5 +62,24 @@ void kv_aio_destroy(struct kv_aio *aio);
  * being submitted.
  */
 int kv_aio_run(struct kv_aio *aio, struct kv_aio_op *ops, unsigned n);
+
+/* A batch started by kv_aio_start, until kv_aio_wait ends it. */
+struct kv_aio_batch;
+
+/*
+ * Submits ops[0..n) (n >= 1) as kv_aio_run does, and returns without
+ * waiting for them: *out is the batch, to be ended by kv_aio_wait, and
+ * until then ops and their buffers belong to it. Returns 0, or -EINVAL
+ * (a misaligned op) or -ENOMEM, and then nothing was submitted and there
+ * is no batch to wait for. An op the kernel refuses is not an error here:
+ * kv_aio_wait reports it.
+ */
+int kv_aio_start(struct kv_aio *aio, struct kv_aio_op *ops, unsigned n, struct kv_aio_batch **out);
+
+/* True when every op of b has completed (kv_aio_wait will not sleep). Does not end b. */
+bool kv_aio_done(struct kv_aio *aio, struct kv_aio_batch *b);
+
+/* Waits for b's ops, frees b and returns what kv_aio_run would have. */
+int kv_aio_wait(struct kv_aio *aio, struct kv_aio_batch *b);
 
 #endif

@@ -387,7 +387,8 @@ static int verify(struct kv_bucket_set *bs, const char *buf, uint64_t len, uint6
 		uint64_t n = len - done < CHUNK ? len - done : CHUNK;
 
 		if (XXH3_64bits(buf + done, n) != csums[c]) {
-			atomic_fetch_add(&bs->bs_csum_errors, 1);
+			if (bs)
+				atomic_fetch_add(&bs->bs_csum_errors, 1);
 			return -EIO;
 		}
 		done += n;
@@ -1369,6 +1370,62 @@ int kv_bucket_read(struct kv_bucket_set *bs, const struct kv_loc *loc, const uin
 	err = read_value(bs, b, loc, csums, off, len, buf, data, n);
 	bucket_release(bs, b);
 	return err;
+}
+
+int kv_bucket_aread_start(struct kv_bucket_set *bs, const struct kv_loc *loc, uint64_t off,
+			  uint64_t len, void *buf, struct kv_bucket_aread *r)
+{
+	struct kv_bucket *b;
+	uint64_t c1;
+	int err;
+
+	r->ba_fd = -1;
+	r->ba_len = 0;
+	if (off >= loc->kl_len || len == 0)
+		return -EINVAL;
+	if (len > loc->kl_len - off)
+		len = loc->kl_len - off;
+	r->ba_start = off / CHUNK * CHUNK;
+	c1 = (off + len + CHUNK - 1) / CHUNK * CHUNK;
+	r->ba_len = (c1 < loc->kl_len ? c1 : loc->kl_len) - r->ba_start;
+	b = fg_get(bs, loc);
+	if (!b)
+		return -ENOENT;
+	r->ba_fd = fcntl(b->kb_fd, F_DUPFD_CLOEXEC, 0);
+	err = r->ba_fd < 0 ? -errno : 0;
+	bucket_release(bs, b);
+	if (err)
+		return err;
+	r->ba_iov = (struct iovec){.iov_base = buf, .iov_len = ROUND_UP(r->ba_len)};
+	r->ba_op = (struct kv_aio_op){.kao_fd = r->ba_fd,
+				      .kao_off = loc->kl_off + loc->kl_head_len + r->ba_start,
+				      .kao_iov = &r->ba_iov,
+				      .kao_iovcnt = 1};
+	err = kv_aio_start(bs->bs_aio, &r->ba_op, 1, &r->ba_batch);
+	if (err) {
+		close(r->ba_fd);
+		r->ba_fd = -1;
+	}
+	return err;
+}
+
+bool kv_bucket_aread_done(struct kv_bucket_set *bs, struct kv_bucket_aread *r)
+{
+	return kv_aio_done(bs->bs_aio, r->ba_batch);
+}
+
+int kv_bucket_aread_end(struct kv_bucket_set *bs, struct kv_bucket_aread *r, const uint64_t *csums)
+{
+	int err = kv_aio_wait(bs->bs_aio, r->ba_batch);
+
+	close(r->ba_fd);
+	r->ba_fd = -1;
+	if (err)
+		return -EIO;
+	atomic_fetch_add(&bs->bs_read, ROUND_UP(r->ba_len));
+	if (csums && verify(NULL, r->ba_iov.iov_base, r->ba_len, r->ba_start / CHUNK, csums))
+		return -EIO;
+	return 0;
 }
 
 int kv_bucket_read_iov(struct kv_bucket_set *bs, const struct kv_loc *loc, const uint64_t *csums,

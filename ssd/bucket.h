@@ -163,6 +163,47 @@ int kv_bucket_read(struct kv_bucket_set *bs, const struct kv_loc *loc, const uin
 void kv_bucket_read_free(void *buf);
 
 /*
+ * A read in the background (read-ahead, core/readahead.c): value bytes
+ * [off, off + len) of a record, widened to whole checksum chunks, land in
+ * a caller's buffer while the caller goes on. The read holds its own
+ * descriptor of the bucket file (a dup), not the bucket: compaction may
+ * drop the bucket meanwhile, and the bytes read are still the record's
+ * (a record is never rewritten in place). Fields ba_* below the line are
+ * the read's own.
+ */
+struct kv_bucket_aread {
+	uint64_t ba_start; /* value offset of the first byte read (a chunk boundary) */
+	uint64_t ba_len;   /* value bytes read from ba_start (0: nothing to read) */
+	/* --- */
+	int ba_fd; /* the dup, open from start to end; -1: none */
+	struct kv_aio_op ba_op;
+	struct iovec ba_iov;
+	struct kv_aio_batch *ba_batch;
+};
+
+/*
+ * Starts reading value bytes [off, off + len) ∩ [0, kl_len) of the record
+ * at loc into buf (4 KiB aligned, room for len plus two chunks), which
+ * then belongs to the read until kv_bucket_aread_end. Sets r->ba_start and
+ * r->ba_len. Returns 0 (end the read with kv_bucket_aread_end, exactly
+ * once), -ENOENT for a missing bucket, -EINVAL when the range is empty,
+ * -EMFILE or -ENOMEM: then there is nothing to end.
+ */
+int kv_bucket_aread_start(struct kv_bucket_set *bs, const struct kv_loc *loc, uint64_t off,
+			  uint64_t len, void *buf, struct kv_bucket_aread *r);
+
+/* True when a started read has completed (kv_bucket_aread_end will not wait). */
+bool kv_bucket_aread_done(struct kv_bucket_set *bs, struct kv_bucket_aread *r);
+
+/*
+ * Waits for a started read and ends it. With csums (the record's chunk
+ * checksums) it verifies the bytes read, without counting a mismatch in
+ * bst_csum_errors (whoever reads them again counts it). Returns 0, -EIO
+ * (I/O error, short read, checksum mismatch).
+ */
+int kv_bucket_aread_end(struct kv_bucket_set *bs, struct kv_bucket_aread *r, const uint64_t *csums);
+
+/*
  * Reads a whole value, verified, into page-aligned buffers covering
  * round_up(kl_len, 4K) bytes (the pool memory of a promoted value).
  * Returns 0, -EIO or -ENOENT.

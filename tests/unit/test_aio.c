@@ -508,6 +508,63 @@ static void test_read_past_eof(void **state)
 }
 
 /*
+ * Batches in the background (kv_aio_start / kv_aio_done / kv_aio_wait):
+ * several started at once, more than the depth (the last submissions wait
+ * for room), ended in another order than started; a short read reported
+ * by the wait; a misaligned op refused at the start with nothing to wait
+ * for.
+ */
+static void test_start_wait(void **state)
+{
+	enum { N = 6 };
+	struct kv_aio *aio = aio_new(4);
+	int fd = open_direct("started");
+	int eof = prefilled("started-eof");
+	struct kv_aio_batch *b[N], *bad = NULL;
+	struct tio w[N], r[N], past;
+
+	for (int i = 0; i < N; i++) {
+		tio_init(&w[i], fd, true, (uint64_t)i * 256 * KIB, 64 * KIB, 4, 40 + i);
+		assert_int_equal(kv_aio_start(aio, &w[i].op, 1, &b[i]), 0);
+	}
+	for (int i = N - 1; i >= 0; i--)
+		assert_int_equal(kv_aio_wait(aio, b[i]), 0);
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(w[i].op.kao_res, 256 * KIB);
+		tio_init(&r[i], fd, false, (uint64_t)i * 256 * KIB, 64 * KIB, 4, 40 + i);
+		assert_int_equal(kv_aio_start(aio, &r[i].op, 1, &b[i]), 0);
+	}
+	for (int i = 0; i < N; i++) {
+		while (!kv_aio_done(aio, b[i]))
+			usleep(100);
+		assert_true(kv_aio_done(aio, b[i])); /* asking does not end it */
+		assert_int_equal(kv_aio_wait(aio, b[i]), 0);
+		tio_verify(&r[i]);
+	}
+
+	tio_init(&past, eof, false, 56 * KIB, 32 * KIB, 1, 99);
+	assert_int_equal(kv_aio_start(aio, &past.op, 1, &b[0]), 0);
+	assert_int_equal(kv_aio_wait(aio, b[0]), -EIO);
+	assert_int_equal(past.op.kao_res, 8 * KIB);
+	tio_free(&past);
+
+	tio_init(&past, fd, false, 100, 4 * KIB, 1, 99);
+	assert_int_equal(kv_aio_start(aio, &past.op, 1, &bad), -EINVAL);
+	assert_null(bad);
+	assert_int_equal(past.op.kao_res, -EINVAL);
+	assert_int_equal(kv_aio_start(aio, &past.op, 0, &bad), -EINVAL);
+	tio_free(&past);
+
+	for (int i = 0; i < N; i++) {
+		tio_free(&w[i]);
+		tio_free(&r[i]);
+	}
+	close(fd);
+	close(eof);
+	kv_aio_destroy(aio);
+}
+
+/*
  * A short write. RLIMIT_FSIZE cuts a write that crosses it short, as a full
  * device would; the file is not preallocated, so the write extends it.
  */
@@ -846,7 +903,7 @@ int main(void)
 	    cmocka_unit_test(test_threads),	   cmocka_unit_test(test_threads_depth_one),
 	    cmocka_unit_test(test_depth_bound),	   cmocka_unit_test(test_partial_submit),
 	    cmocka_unit_test(test_eagain_retry),   cmocka_unit_test(test_eagain_idle),
-	    cmocka_unit_test(test_create_destroy),
+	    cmocka_unit_test(test_create_destroy), cmocka_unit_test(test_start_wait),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

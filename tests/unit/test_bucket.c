@@ -2140,6 +2140,94 @@ static void test_v1_damaged(void **state)
 	close(dfd);
 }
 
+/* Reads [off, off + len) of r in the background (kv_bucket_aread_*) and checks the bytes. */
+static void aread_ok(struct kv_bucket_set *bs, const struct rec *r, const uint64_t *c, uint64_t off,
+		     uint64_t len)
+{
+	uint64_t want = len < r->r_val.v_len - off ? len : r->r_val.v_len - off;
+	struct kv_bucket_aread a;
+	void *buf = NULL;
+
+	assert_int_equal(posix_memalign(&buf, KV_BLOCK, UP4K(len) + 2 * CHUNK), 0);
+	assert_int_equal(kv_bucket_aread_start(bs, &r->r_loc, off, len, buf, &a), 0);
+	assert_int_equal(a.ba_start % CHUNK, 0);
+	assert_true(a.ba_start <= off && off + want <= a.ba_start + a.ba_len);
+	assert_true(a.ba_start + a.ba_len <= r->r_val.v_len);
+	assert_int_equal(kv_bucket_aread_end(bs, &a, c), 0);
+	expect_bytes((char *)buf + (off - a.ba_start), r->r_val.v_seed, off, want);
+	free(buf);
+}
+
+/*
+ * Background reads of record pieces (read-ahead): the bytes, chunk
+ * widening, a bucket dropped while the read is in flight (the read keeps
+ * its own descriptor), a damaged chunk (-EIO, not counted: whoever reads
+ * it again counts it), and the refusals.
+ */
+static void test_aread(void **state)
+{
+	struct fix *f = fix_of(state);
+	int dfd = ddir(f, "d");
+	struct kv_bucket_set *bs = bs_open(f, dfd, 8 * MIB, 100000, CAP);
+	struct kv_bucket_stats s0, s1;
+	struct kv_bucket_aread a;
+	struct rec r[3];
+	uint64_t *c[3];
+	void *buf = NULL;
+
+	rec_init(&r[0], 21, 9, 3 * MIB + 5); /* one WHOLE record longer than an extent */
+	rec_init(&r[1], 22, 9, 2 * MIB);
+	rec_shape(&r[1], KV_REC_EXTENT, 4);
+	rec_init(&r[2], 23, 9, 100 * KIB + 1);
+	append_ok(bs, r, 3);
+	for (unsigned i = 0; i < 3; i++)
+		c[i] = csums_ok(bs, &r[i].r_loc);
+	aread_ok(bs, &r[0], c[0], 0, 2 * MIB);
+	aread_ok(bs, &r[0], c[0], 2 * MIB, 2 * MIB); /* to the record's end */
+	aread_ok(bs, &r[0], c[0], 12345, 70 * KIB);  /* widened to whole chunks */
+	aread_ok(bs, &r[1], c[1], 1 * MIB, 1 * MIB);
+	aread_ok(bs, &r[2], c[2], 0, 2 * MIB);
+	aread_ok(bs, &r[2], c[2], 100 * KIB, 1);
+
+	assert_int_equal(posix_memalign(&buf, KV_BLOCK, 2 * MIB + 2 * CHUNK), 0);
+	assert_int_equal(kv_bucket_aread_start(bs, &r[2].r_loc, r[2].r_val.v_len, 10, buf, &a),
+			 -EINVAL);
+	assert_int_equal(kv_bucket_aread_start(bs, &r[2].r_loc, 0, 0, buf, &a), -EINVAL);
+
+	/* Dropped while the read is in flight: the read still gets the record's bytes. */
+	assert_int_equal(kv_bucket_seal_active(bs), 0);
+	assert_int_equal(kv_bucket_aread_start(bs, &r[1].r_loc, 0, 2 * MIB, buf, &a), 0);
+	assert_int_equal(kv_bucket_drop(bs, r[1].r_loc.kl_bucket), 0);
+	while (!kv_bucket_aread_done(bs, &a))
+		usleep(100);
+	assert_int_equal(kv_bucket_aread_end(bs, &a, c[1]), 0);
+	expect_bytes((char *)buf, r[1].r_val.v_seed, 0, 2 * MIB);
+	assert_int_equal(kv_bucket_aread_start(bs, &r[1].r_loc, 0, 2 * MIB, buf, &a), -ENOENT);
+	kv_bucket_close(bs);
+
+	/* A damaged chunk: -EIO, and bst_csum_errors left to the read that reports it. */
+	val_free(&r[1].r_val);
+	rec_init(&r[1], 24, 9, 1 * MIB);
+	bs = bs_open(f, dfd, 8 * MIB, 100000, CAP);
+	append_ok(bs, &r[1], 1);
+	free(c[1]);
+	c[1] = csums_ok(bs, &r[1].r_loc);
+	kv_bucket_close(bs);
+	flip(dfd, bname(r[1].r_loc.kl_bucket), r[1].r_loc.kl_off + r[1].r_loc.kl_head_len + 3);
+	bs = bs_open(f, dfd, 8 * MIB, 100000, CAP);
+	s0 = stats(bs);
+	assert_int_equal(kv_bucket_aread_start(bs, &r[1].r_loc, 0, 1 * MIB, buf, &a), 0);
+	assert_int_equal(kv_bucket_aread_end(bs, &a, c[1]), -EIO);
+	s1 = stats(bs);
+	assert_int_equal(s1.bst_csum_errors, s0.bst_csum_errors);
+	kv_bucket_close(bs);
+	free(buf);
+	for (unsigned i = 0; i < 3; i++)
+		free(c[i]);
+	recs_free(r, 3);
+	close(dfd);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fix_setup, fix_teardown)
 
 int main(void)
@@ -2164,6 +2252,7 @@ int main(void)
 	    T(test_bad_flags),
 	    T(test_v1_compat),
 	    T(test_v1_damaged),
+	    T(test_aread),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
