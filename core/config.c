@@ -36,6 +36,7 @@ void kv_config_defaults(struct kv_config *cfg)
 	cfg->kc_rados_timeout_ns = 10ull * 1000 * 1000 * 1000;
 	cfg->kc_rados_cache_ttl_ns = 1000ull * 1000 * 1000;
 	cfg->kc_rados_gc_grace_ns = 3600ull * 1000 * 1000 * 1000;
+	cfg->kc_rados_gc_interval_ns = 6 * 3600ull * 1000 * 1000 * 1000;
 }
 
 void kv_config_free(struct kv_config *cfg)
@@ -111,7 +112,13 @@ int kv_parse_duration(const char *s, uint64_t *ns)
 	static const struct {
 		const char *u;
 		uint64_t mul;
-	} units[] = {{"ns", 1}, {"us", 1000}, {"ms", 1000000}, {"s", 1000000000}, {"", 1000000}};
+	} units[] = {{"ns", 1},
+		     {"us", 1000},
+		     {"ms", 1000000},
+		     {"s", 1000000000},
+		     {"min", 60000000000ull},
+		     {"h", 3600000000000ull},
+		     {"", 1000000}};
 	unsigned long long v;
 	char *end;
 	int err = leading_number(s, &v, &end);
@@ -168,6 +175,8 @@ int kv_config_render(const struct kv_config *cfg, char **buf, size_t *len)
 	fprintf(f, "rados_timeout_ms = %.3f\n", cfg->kc_rados_timeout_ns / 1e6);
 	fprintf(f, "rados_cache_ttl_ms = %.3f\n", cfg->kc_rados_cache_ttl_ns / 1e6);
 	fprintf(f, "rados_sync = %s\n", cfg->kc_rados_sync ? "on" : "off");
+	fprintf(f, "rados_gc_grace_ms = %.3f\n", cfg->kc_rados_gc_grace_ns / 1e6);
+	fprintf(f, "rados_gc_interval_ms = %.3f\n", cfg->kc_rados_gc_interval_ns / 1e6);
 	if (fclose(f) != 0)
 		return -ENOMEM;
 	return 0;

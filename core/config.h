@@ -53,6 +53,7 @@ struct kv_config {
 	uint64_t kc_rados_cache_ttl_ns; /* names looked up in RADOS may be this stale */
 	bool kc_rados_sync;		/* fsync also waits for the cluster */
 	uint64_t kc_rados_gc_grace_ns;	/* --rados-gc spares orphans younger than this */
+	uint64_t kc_rados_gc_interval_ns; /* the daemon's background sweep; 0: none */
 };
 
 #define KV_RADOS_CONF_DEFAULT "/etc/ceph/ceph.conf"
@@ -72,7 +73,7 @@ void kv_config_free(struct kv_config *cfg);
 int kv_parse_size(const char *s, uint64_t *out);
 
 /*
- * Parses a duration: a decimal number with a unit ns, us, ms or s; a bare
+ * Parses a duration: a decimal number with a unit ns, us, ms, s, min or h; a bare
  * number is milliseconds. Returns 0, -EINVAL or -ERANGE.
  */
 int kv_parse_duration(const char *s, uint64_t *ns);

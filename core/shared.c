@@ -96,6 +96,7 @@ struct kv_shared {
 	uint64_t sh_node;
 	unsigned sh_pause_ms;	    /* KVFS_TEST_RADOS_PUBLISH_PAUSE_MS: tests only */
 	uint64_t sh_reconnected_ns; /* the thread only: when probe() last replaced the connection */
+	uint64_t sh_gc_interval_ns, sh_gc_grace_ns; /* the background sweep; interval 0: none */
 	struct kv_store *sh_st;
 	pthread_t sh_thread;
 
@@ -140,6 +141,7 @@ struct kv_shared {
 	_Atomic uint64_t sh_objects_read, sh_objects_written;
 	_Atomic uint64_t sh_bytes_read, sh_bytes_written;
 	_Atomic uint64_t sh_errors, sh_timeouts, sh_hits, sh_puts, sh_deletes;
+	_Atomic uint64_t sh_gc_sweeps, sh_gc_removed;
 	struct kv_hist sh_lat;
 };
 
@@ -1336,6 +1338,144 @@ static void probe(struct kv_shared *sh)
 	free(e);
 }
 
+/* --- --rados-gc --- */
+
+struct gc_state {
+	struct kv_rados *r;
+	char **dirs; /* d.* objects */
+	size_t ndirs, cap_dirs;
+	char **data; /* x.* objects */
+	size_t ndata, cap_data;
+	uint64_t (*refs)[2]; /* referenced (node, seq), sorted */
+	size_t nrefs, cap_refs;
+	int err;
+};
+
+static int push(char ***v, size_t *n, size_t *cap, const char *s)
+{
+	if (*n == *cap) {
+		size_t c = *cap ? *cap * 2 : 256;
+		char **nv = realloc(*v, c * sizeof(*nv));
+
+		if (!nv)
+			return -ENOMEM;
+		*v = nv;
+		*cap = c;
+	}
+	(*v)[*n] = strdup(s);
+	return (*v)[(*n)++] ? 0 : -ENOMEM;
+}
+
+static int gc_list(void *arg, const char *oid)
+{
+	struct gc_state *g = arg;
+
+	if (!strncmp(oid, "d.", 2))
+		return push(&g->dirs, &g->ndirs, &g->cap_dirs, oid);
+	if (!strncmp(oid, "x.", 2))
+		return push(&g->data, &g->ndata, &g->cap_data, oid);
+	return 0;
+}
+
+static int gc_ref(void *arg, const char *key, size_t klen, const void *val, size_t vlen)
+{
+	struct gc_state *g = arg;
+	const struct kv_rdent *e = val;
+
+	if (vlen < sizeof(*e) || e->re_magic != KV_RDENT_MAGIC || e->re_type != KV_RDENT_FILE)
+		return 0;
+	if (g->nrefs == g->cap_refs) {
+		size_t c = g->cap_refs ? g->cap_refs * 2 : 256;
+		uint64_t(*nr)[2] = realloc(g->refs, c * sizeof(*nr));
+
+		if (!nr)
+			return -ENOMEM;
+		g->refs = nr;
+		g->cap_refs = c;
+	}
+	g->refs[g->nrefs][0] = e->re_node;
+	g->refs[g->nrefs++][1] = e->re_seq;
+	return 0;
+}
+
+static int ref_cmp(const void *a, const void *b)
+{
+	const uint64_t *x = a, *y = b;
+
+	if (x[0] != y[0])
+		return x[0] < y[0] ? -1 : 1;
+	return x[1] < y[1] ? -1 : x[1] > y[1];
+}
+
+/* What one sweep found. */
+struct gc_counts {
+	size_t gc_dirs, gc_refs;
+	uint64_t gc_kept, gc_removed, gc_young;
+};
+
+/*
+ * One sweep of the namespace: lists every object, reads every directory's
+ * entries, and removes the data objects no entry refers to that are older
+ * than grace_ns (a put in flight writes its objects before its entry).
+ */
+static int gc_sweep(struct kv_rados *r, uint64_t grace_ns, struct gc_counts *c)
+{
+	const uint64_t sec = 1000ull * 1000 * 1000;
+	struct gc_state g = {.r = r};
+	time_t now = time(NULL);
+	int err;
+
+	memset(c, 0, sizeof(*c));
+	err = kv_rados_list(r, gc_list, &g);
+	for (size_t i = 0; !err && i < g.ndirs; i++)
+		err = kv_rados_omap_each(r, g.dirs[i], 0, gc_ref, &g);
+	if (!err)
+		qsort(g.refs, g.nrefs, sizeof(*g.refs), ref_cmp);
+	for (size_t i = 0; !err && i < g.ndata; i++) {
+		uint64_t key[2];
+		uint32_t idx;
+		time_t mtime;
+
+		if (!kv_rados_parse_data_oid(g.data[i], &key[0], &key[1], &idx))
+			continue;
+		if (bsearch(key, g.refs, g.nrefs, sizeof(*g.refs), ref_cmp)) {
+			c->gc_kept++;
+			continue;
+		}
+		if (kv_rados_mtime(r, g.data[i], &mtime))
+			continue; /* gone meanwhile */
+		if ((uint64_t)(now > mtime ? now - mtime : 0) * sec < grace_ns) {
+			c->gc_young++; /* maybe a put in flight */
+			continue;
+		}
+		if (!kv_rados_remove(r, g.data[i]))
+			c->gc_removed++;
+	}
+	c->gc_dirs = g.ndirs;
+	c->gc_refs = g.nrefs;
+	for (size_t i = 0; i < g.ndirs; i++)
+		free(g.dirs[i]);
+	for (size_t i = 0; i < g.ndata; i++)
+		free(g.data[i]);
+	free(g.dirs);
+	free(g.data);
+	free(g.refs);
+	return err;
+}
+
+/* A sweep from the thread (--rados-gc-interval), counted in the stats. */
+static void background_sweep(struct kv_shared *sh)
+{
+	struct gc_counts c;
+	uint64_t t0 = kv_now_ns();
+	int err = counted(sh, t0, gc_sweep(sh->sh_conn->c_r, sh->sh_gc_grace_ns, &c), "sweep");
+
+	if (err)
+		return;
+	atomic_fetch_add(&sh->sh_gc_sweeps, 1);
+	atomic_fetch_add(&sh->sh_gc_removed, c.gc_removed);
+}
+
 /*
  * The thread: connects, then applies the queue in order. After a stop it
  * goes on while the cluster answers, for at most --rados-timeout, so that
@@ -1345,7 +1485,7 @@ static void *worker(void *arg)
 {
 	struct kv_shared *sh = arg;
 	struct change *small[SMALL_PUTS];
-	uint64_t drain_until = 0;
+	uint64_t drain_until = 0, gc_last = mono_ns();
 	unsigned backoff_ms = 250, nsmall, ndone;
 
 	pthread_mutex_lock(&sh->sh_lock);
@@ -1358,6 +1498,30 @@ static void *worker(void *arg)
 		int err;
 
 		while (!sh->sh_stop && !sh->sh_q_head) {
+			if (atomic_load(&sh->sh_healthy) && sh->sh_gc_interval_ns) {
+				/* the slow background sweep, when due and nothing is queued */
+				uint64_t now = mono_ns(), due = gc_last + sh->sh_gc_interval_ns;
+
+				if (now < due) {
+					struct timespec dl;
+
+					/* one wait: a change queued, or a stop, wakes it */
+					clock_gettime(CLOCK_MONOTONIC, &dl);
+					dl.tv_sec += (time_t)((due - now) / 1000000000);
+					dl.tv_nsec += (long)((due - now) % 1000000000);
+					if (dl.tv_nsec >= 1000000000) {
+						dl.tv_sec++;
+						dl.tv_nsec -= 1000000000;
+					}
+					pthread_cond_timedwait(&sh->sh_cond, &sh->sh_lock, &dl);
+					continue;
+				}
+				gc_last = now;
+				pthread_mutex_unlock(&sh->sh_lock);
+				background_sweep(sh);
+				pthread_mutex_lock(&sh->sh_lock);
+				continue;
+			}
 			if (atomic_load(&sh->sh_healthy)) {
 				pthread_cond_wait(&sh->sh_cond, &sh->sh_lock);
 				continue;
@@ -1489,6 +1653,8 @@ int kv_shared_start(const struct kv_config *cfg, struct kv_store *st, uint64_t n
 		sh->sh_timeout_s = 1;
 	sh->sh_ttl_ns = cfg->kc_rados_cache_ttl_ns;
 	sh->sh_sync = cfg->kc_rados_sync;
+	sh->sh_gc_interval_ns = cfg->kc_rados_gc_interval_ns;
+	sh->sh_gc_grace_ns = cfg->kc_rados_gc_grace_ns;
 	sh->sh_node = node;
 	sh->sh_st = st;
 	if (getenv("KVFS_TEST_RADOS_PUBLISH_PAUSE_MS"))
@@ -2002,75 +2168,6 @@ int kv_shared_readdir(struct kv_shared *sh, struct kv_inode *dir, struct kv_dir_
 	return err;
 }
 
-/* --- --rados-gc --- */
-
-struct gc_state {
-	struct kv_rados *r;
-	char **dirs; /* d.* objects */
-	size_t ndirs, cap_dirs;
-	char **data; /* x.* objects */
-	size_t ndata, cap_data;
-	uint64_t (*refs)[2]; /* referenced (node, seq), sorted */
-	size_t nrefs, cap_refs;
-	int err;
-};
-
-static int push(char ***v, size_t *n, size_t *cap, const char *s)
-{
-	if (*n == *cap) {
-		size_t c = *cap ? *cap * 2 : 256;
-		char **nv = realloc(*v, c * sizeof(*nv));
-
-		if (!nv)
-			return -ENOMEM;
-		*v = nv;
-		*cap = c;
-	}
-	(*v)[*n] = strdup(s);
-	return (*v)[(*n)++] ? 0 : -ENOMEM;
-}
-
-static int gc_list(void *arg, const char *oid)
-{
-	struct gc_state *g = arg;
-
-	if (!strncmp(oid, "d.", 2))
-		return push(&g->dirs, &g->ndirs, &g->cap_dirs, oid);
-	if (!strncmp(oid, "x.", 2))
-		return push(&g->data, &g->ndata, &g->cap_data, oid);
-	return 0;
-}
-
-static int gc_ref(void *arg, const char *key, size_t klen, const void *val, size_t vlen)
-{
-	struct gc_state *g = arg;
-	const struct kv_rdent *e = val;
-
-	if (vlen < sizeof(*e) || e->re_magic != KV_RDENT_MAGIC || e->re_type != KV_RDENT_FILE)
-		return 0;
-	if (g->nrefs == g->cap_refs) {
-		size_t c = g->cap_refs ? g->cap_refs * 2 : 256;
-		uint64_t(*nr)[2] = realloc(g->refs, c * sizeof(*nr));
-
-		if (!nr)
-			return -ENOMEM;
-		g->refs = nr;
-		g->cap_refs = c;
-	}
-	g->refs[g->nrefs][0] = e->re_node;
-	g->refs[g->nrefs++][1] = e->re_seq;
-	return 0;
-}
-
-static int ref_cmp(const void *a, const void *b)
-{
-	const uint64_t *x = a, *y = b;
-
-	if (x[0] != y[0])
-		return x[0] < y[0] ? -1 : 1;
-	return x[1] < y[1] ? -1 : x[1] > y[1];
-}
-
 int kv_shared_gc(const struct kv_config *cfg, uint64_t grace_ns, FILE *out)
 {
 	const uint64_t sec = 1000ull * 1000 * 1000;
@@ -2080,45 +2177,20 @@ int kv_shared_gc(const struct kv_config *cfg, uint64_t grace_ns, FILE *out)
 	    .rp_pool = cfg->kc_rados_pool,
 	    .rp_namespace = cfg->kc_rados_namespace ? cfg->kc_rados_namespace : "",
 	    .rp_timeout_s = (unsigned)((cfg->kc_rados_timeout_ns + sec - 1) / sec)};
-	struct gc_state g = {0};
+	struct kv_rados *r = NULL;
+	struct gc_counts c;
 	const char *step = "";
-	uint64_t removed = 0, young = 0, kept = 0;
-	time_t now = time(NULL);
 	int err;
 
 	if (!kv_shared_built())
 		return -ENOTSUP;
-	err = kv_rados_open(&p, &g.r, &step);
+	err = kv_rados_open(&p, &r, &step);
 	if (err) {
 		fprintf(out, "rados-gc: cannot connect to pool '%s' (%s): %s\n", p.rp_pool, step,
 			strerror(-err));
 		return err;
 	}
-	err = kv_rados_list(g.r, gc_list, &g);
-	for (size_t i = 0; !err && i < g.ndirs; i++)
-		err = kv_rados_omap_each(g.r, g.dirs[i], 0, gc_ref, &g);
-	if (!err)
-		qsort(g.refs, g.nrefs, sizeof(*g.refs), ref_cmp);
-	for (size_t i = 0; !err && i < g.ndata; i++) {
-		uint64_t key[2];
-		uint32_t idx;
-		time_t mtime;
-
-		if (!kv_rados_parse_data_oid(g.data[i], &key[0], &key[1], &idx))
-			continue;
-		if (bsearch(key, g.refs, g.nrefs, sizeof(*g.refs), ref_cmp)) {
-			kept++;
-			continue;
-		}
-		if (kv_rados_mtime(g.r, g.data[i], &mtime))
-			continue; /* gone meanwhile */
-		if ((uint64_t)(now - mtime) * sec < grace_ns) {
-			young++; /* maybe a put in flight */
-			continue;
-		}
-		if (!kv_rados_remove(g.r, g.data[i]))
-			removed++;
-	}
+	err = gc_sweep(r, grace_ns, &c);
 	if (err)
 		fprintf(out, "rados-gc: pool '%s': %s\n", p.rp_pool, strerror(-err));
 	else
@@ -2127,15 +2199,9 @@ int kv_shared_gc(const struct kv_config *cfg, uint64_t grace_ns, FILE *out)
 			"versions; data objects: %" PRIu64 " in use, %" PRIu64
 			" orphans removed, %" PRIu64 " orphans younger than the grace period "
 			"kept\n",
-			p.rp_pool, p.rp_namespace, g.ndirs, g.nrefs, kept, removed, young);
-	for (size_t i = 0; i < g.ndirs; i++)
-		free(g.dirs[i]);
-	for (size_t i = 0; i < g.ndata; i++)
-		free(g.data[i]);
-	free(g.dirs);
-	free(g.data);
-	free(g.refs);
-	kv_rados_close(g.r);
+			p.rp_pool, p.rp_namespace, c.gc_dirs, c.gc_refs, c.gc_kept, c.gc_removed,
+			c.gc_young);
+	kv_rados_close(r);
 	return err;
 }
 
@@ -2163,6 +2229,8 @@ void kv_shared_stats(struct kv_shared *sh, struct kv_shared_stats *out)
 	out->ss_hits = atomic_load(&sh->sh_hits);
 	out->ss_puts = atomic_load(&sh->sh_puts);
 	out->ss_deletes = atomic_load(&sh->sh_deletes);
+	out->ss_gc_sweeps = atomic_load(&sh->sh_gc_sweeps);
+	out->ss_gc_removed = atomic_load(&sh->sh_gc_removed);
 	out->ss_lat_p50 = kv_hist_percentile(&sh->sh_lat, 50);
 	out->ss_lat_p90 = kv_hist_percentile(&sh->sh_lat, 90);
 	out->ss_lat_p99 = kv_hist_percentile(&sh->sh_lat, 99);
@@ -2199,12 +2267,13 @@ int kv_shared_render(const char *pool, const char *ns, const struct kv_shared_st
 		", \"healthy\": %s, \"objects_read\": %" PRIu64 ", \"objects_written\": %" PRIu64
 		", \"bytes_read\": %" PRIu64 ", \"bytes_written\": %" PRIu64 ", \"hits\": %" PRIu64
 		", \"puts\": %" PRIu64 ", \"deletes\": %" PRIu64 ", \"backlog\": %" PRIu64
-		", \"backlog_bytes\": %" PRIu64 ", \"errors\": %" PRIu64 ", \"timeouts\": %" PRIu64
+		", \"backlog_bytes\": %" PRIu64 ", \"gc_sweeps\": %" PRIu64
+		", \"gc_removed\": %" PRIu64 ", \"errors\": %" PRIu64 ", \"timeouts\": %" PRIu64
 		", \"lat_ns\": {\"p50\": %" PRIu64 ", \"p90\": %" PRIu64 ", \"p99\": %" PRIu64 "}}",
 		s->ss_healthy ? "true" : "false", s->ss_objects_read, s->ss_objects_written,
 		s->ss_bytes_read, s->ss_bytes_written, s->ss_hits, s->ss_puts, s->ss_deletes,
-		s->ss_backlog, s->ss_backlog_bytes, s->ss_errors, s->ss_timeouts, s->ss_lat_p50,
-		s->ss_lat_p90, s->ss_lat_p99);
+		s->ss_backlog, s->ss_backlog_bytes, s->ss_gc_sweeps, s->ss_gc_removed, s->ss_errors,
+		s->ss_timeouts, s->ss_lat_p50, s->ss_lat_p90, s->ss_lat_p99);
 	if (fclose(f) != 0)
 		return -ENOMEM;
 	return 0;

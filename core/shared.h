@@ -77,6 +77,7 @@ struct kv_shared_stats {
 	uint64_t ss_hits;		       /* values brought in from the cluster */
 	uint64_t ss_puts, ss_deletes;	       /* entries published and removed */
 	uint64_t ss_backlog, ss_backlog_bytes; /* changes waiting, and the bytes of their values */
+	uint64_t ss_gc_sweeps, ss_gc_removed;  /* background sweeps done, orphans they removed */
 	uint64_t ss_errors, ss_timeouts;
 	uint64_t ss_lat_p50, ss_lat_p90, ss_lat_p99; /* of each cluster operation, ns */
 };
@@ -157,7 +158,8 @@ const char *kv_shared_state_name(enum kv_shared_state st);
  *           "last_error": "ETIMEDOUT", "last_error_text": "connect: ...",
  *           "healthy": true, "objects_read": N, "objects_written": N,
  *           "bytes_read": N, "bytes_written": N, "hits": N, "puts": N,
- *           "deletes": N, "backlog": N, "backlog_bytes": N, "errors": N,
+ *           "deletes": N, "backlog": N, "backlog_bytes": N, "gc_sweeps": N,
+ *           "gc_removed": N, "errors": N,
  *           "timeouts": N, "lat_ns": {"p50": N, "p90": N, "p99": N}}
  *
  * last_error is the errno's name, "" before any failure. Pool and

@@ -60,6 +60,8 @@ const char kv_options_usage[] =
     "  --rados-gc          kvfs --rados-gc --rados-pool=POOL [--rados-*]: remove the\n"
     "                      data objects no entry refers to, then exit\n"
     "  --rados-gc-grace=TIME  --rados-gc spares objects younger than this (default 1h)\n"
+    "  --rados-gc-interval=TIME  the daemon sweeps the pool as --rados-gc does this\n"
+    "                      often (default 6h; 0: never)\n"
     "  --fsck              kvfs --fsck DATA_DIR: check a data directory, report, exit\n"
     "  --salvage           kvfs --salvage DATA_DIR: rebuild the metadata from the buckets\n"
     "  -f                  stay in the foreground\n"
@@ -355,6 +357,11 @@ static int set_rados_gc_grace(struct kv_config *cfg, const char *val)
 	return parse_duration_in(val, 0, 30 * 24 * 3600 * SEC, &cfg->kc_rados_gc_grace_ns);
 }
 
+static int set_rados_gc_interval(struct kv_config *cfg, const char *val)
+{
+	return parse_duration_in(val, 0, 30 * 24 * 3600 * SEC, &cfg->kc_rados_gc_interval_ns);
+}
+
 static int set_rados_sync(struct kv_config *cfg, const char *val)
 {
 	return parse_switch(val, &cfg->kc_rados_sync);
@@ -388,6 +395,7 @@ static const struct setting settings[] = {
     {"rados-cache-ttl", set_rados_cache_ttl},
     {"rados-sync", set_rados_sync},
     {"rados-gc-grace", set_rados_gc_grace},
+    {"rados-gc-interval", set_rados_gc_interval},
 };
 
 /* A switch that may stand alone: --NAME and -o KEY without a value mean "on". */

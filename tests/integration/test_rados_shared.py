@@ -17,7 +17,7 @@ their own DATA_DIRs and mounts on one pool and namespace:
   the OSD back: the queue drains and B sees the keys;
 - kill -9 of A between a large put's data objects and its entry: B never
   sees the key; `kvfs --rados-gc` removes the orphan objects and keeps
-  those in use.
+  those in use, and so does a daemon's own sweep (--rados-gc-interval).
 
 Skipped (77) where Ceph's packages cannot be installed or FUSE is missing.
 """
@@ -268,10 +268,35 @@ class SharedTierTest(kvfstest.KvfsTestCase, cephtest.CephTestCase):
         self.assertIn("3 in use, 2 orphans removed", r.stdout.decode())
         self.assertEqual(self.data_objects(c), live)
         self.assertEqual(read_file(b.path("live")), pattern("live", 5 * MiB))
-        # bad input: gc without a pool is refused
+        # bad input: gc without a pool is refused, and so is a bad interval
+        r = subprocess.run([kvfstest.KVFS, "--rados-gc-interval=soon", "d", "m"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=20)
+        self.assertEqual(r.returncode, 2, r.stdout)
         r = subprocess.run([kvfstest.KVFS, "--rados-gc"], stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, timeout=20)
         self.assertEqual(r.returncode, 2, r.stdout)
+
+    def test_background_sweep(self):
+        """A daemon sweeps the pool itself every --rados-gc-interval: the
+        orphans a node killed mid-put left go once older than the grace
+        period; objects in use stay."""
+        c = self.cluster()
+        a = self.node(c, sync=False, name="A", env={"KVFS_TEST_RADOS_PUBLISH_PAUSE_MS": "60000"})
+        write_file(a.path("orphan"), pattern("orphan", 3 * MiB))
+        kvfstest.wait_until(lambda: rados_stats(a)["objects_written"] == 2,
+                            what="the put's objects")
+        a.signal(signal.SIGKILL)
+        self.assertEqual(a.wait_exit(), -signal.SIGKILL)
+        a.cleanup()
+        b = self.node(c, name="B", extra=["--rados-gc-interval=500ms", "--rados-gc-grace=1s"])
+        self.assertEqual(b.config()["rados_gc_interval_ms"], "500.000")
+        write_synced(b.path("live"), pattern("live", 3 * MiB))
+        kvfstest.wait_until(lambda: rados_stats(b)["gc_removed"] == 2, timeout=30,
+                            what="the orphans swept")
+        self.assertEqual(len(self.data_objects(c)), 2)  # live's two objects
+        self.assertGreaterEqual(rados_stats(b)["gc_sweeps"], 1)
+        self.assertEqual(read_file(b.path("live")), pattern("live", 3 * MiB))
+        self.assertErrno(errno.ENOENT, os.stat, b.path("orphan"))
 
 
 if __name__ == "__main__":
