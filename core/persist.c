@@ -862,21 +862,23 @@ int kv_persist_recover(struct kv_store *st, int datadir_fd)
 	if (err)
 		return err;
 	/*
-	 * Start from a fresh checkpoint, so the next start replays nothing —
-	 * unless the checkpoint read is the namespace already (a clean stop
-	 * wrote it: no entry replayed, no key dropped), which is what makes
-	 * a clean restart of millions of keys quick. After replaying a
-	 * journal onto a checkpoint, that new one is written by
-	 * kv_persist_start once the mount serves: until it is there, the old
-	 * checkpoint and the journal files say the same (the journal goes on
-	 * from its replayed tail), like between any two checkpoints. Without
-	 * a checkpoint, or with keys dropped, it is written here: the next
-	 * start must not meet the names of records that are gone (a new
-	 * bucket could take a dropped one's id).
+	 * Without a checkpoint, or with keys dropped, a new one is written
+	 * here: the next start must not meet the names of records that are
+	 * gone (a new bucket could take a dropped one's id). Otherwise the
+	 * checkpoint read and the journal replayed onto it say what the
+	 * namespace is, and the journal goes on from its replayed tail, like
+	 * between any two checkpoints: one journal file is what the usual
+	 * rule (a checkpoint once the journal outgrows CHECKPOINT_BYTES,
+	 * core/tier.c) lets a crash leave anyway, so it stays, and a start
+	 * after a crash writes no checkpoint — a snapshot of millions of keys
+	 * would compete with the mount for the CPUs and for memory just as
+	 * it starts to serve. Several journal files (a crash between a
+	 * rotation and its checkpoint) are more than that rule allows: their
+	 * checkpoint is written by kv_persist_start once the mount serves.
 	 */
 	if (!have_ckpt || lv.lv_lost)
 		err = kv_persist_checkpoint(st);
-	else if (rp.rp_n)
+	else if (last_gen != gen)
 		st->ks_ckpt_due = true;
 	kv_tier_recovered(st->ks_tier, kv_now_ns() - t0, lv.lv_keys, lv.lv_lost);
 	return err;
