@@ -287,9 +287,11 @@ void kv_persist_put(struct kv_store *st, struct kv_inode *ino)
 /*
  * What the keys hold in each bucket (recovery): live bytes, and the span of
  * their records, sorted by bucket id. Filled by check_key, or while the
- * checkpoint loads (rp_live), when a key's records are all valid if each
- * bucket's span is (live_checked): a clean start then need not visit
- * every key again.
+ * checkpoint loads and the journal replays (rp_live): a key's records are
+ * all valid if each bucket's span is (live_checked), so a start need not
+ * visit every key again. A key replaced or removed by replay takes its
+ * bytes back (live_unkey); the span stays as wide, which only makes
+ * live_checked fail (and every key be visited) more often.
  */
 struct live_bucket {
 	uint64_t lb_id, lb_bytes;
@@ -301,7 +303,7 @@ struct live {
 	size_t lv_n, lv_max;
 	size_t lv_last; /* where the last key's record went: keys come by bucket */
 	uint64_t lv_keys, lv_lost;
-	bool lv_inexact; /* a record not counted (no memory) or a key's map replaced */
+	bool lv_inexact; /* a record not counted (no memory), or a key gone uncounted */
 	struct kv_bucket_set *lv_bs;
 };
 
@@ -364,6 +366,28 @@ static void live_key(struct live *lv, const struct kv_xmap *m)
 		live_add(lv, &kv_xmap_cat(m, i)->xe_loc);
 }
 
+/* Takes back record l, counted before. */
+static void live_sub(struct live *lv, const struct kv_loc *l)
+{
+	size_t i = live_at(lv, l->kl_bucket);
+	uint64_t size = kv_loc_size(l);
+
+	if (i == lv->lv_n || lv->lv_b[i].lb_id != l->kl_bucket || lv->lv_b[i].lb_bytes < size)
+		lv->lv_inexact = true; /* not counted: cannot be */
+	else
+		lv->lv_b[i].lb_bytes -= size;
+}
+
+/* Takes back a key's map, counted before (a key replaced or removed). */
+static void live_unkey(struct live *lv, const struct kv_xmap *m)
+{
+	if (!m->xm_seq)
+		return; /* never counted */
+	lv->lv_keys--;
+	for (uint32_t i = 0; i < m->xm_n; i++)
+		live_sub(lv, &kv_xmap_cat(m, i)->xe_loc);
+}
+
 /*
  * True when the counts the checkpoint load made stand for every key of
  * st (a regular file each, one map each) and every bucket holds the span
@@ -374,7 +398,8 @@ static bool live_checked(const struct live *lv, struct kv_store *st)
 	if (lv->lv_inexact || lv->lv_keys != atomic_load(&st->ks_keys))
 		return false;
 	for (size_t i = 0; i < lv->lv_n; i++)
-		if (!kv_bucket_holds(lv->lv_bs, lv->lv_b[i].lb_id, lv->lv_b[i].lb_lo,
+		if (lv->lv_b[i].lb_bytes && /* else no key names it any more */
+		    !kv_bucket_holds(lv->lv_bs, lv->lv_b[i].lb_id, lv->lv_b[i].lb_lo,
 				     lv->lv_b[i].lb_hi))
 			return false;
 	return true;
@@ -391,7 +416,7 @@ static bool live_checked(const struct live *lv, struct kv_store *st)
 struct replay {
 	struct kv_store *rp_st;
 	uint64_t rp_n;		 /* journal entries replayed */
-	struct live *rp_live;	 /* the checkpoint load counts its keys' records here */
+	struct live *rp_live;	 /* the keys' records are counted here (NULL: salvage) */
 	struct kv_inode *rp_dir; /* the directory at rp_path, or NULL */
 	uint32_t rp_len;	 /* rp_path's length, the '/' ending it included */
 	char rp_path[KV_JPATH_MAX + 1];
@@ -587,10 +612,10 @@ static void apply_put(struct kv_store *st, struct live *lv, struct kv_inode *f,
 	}
 	atomic_fetch_sub(&st->ks_bytes, f->ki_map.xm_size);
 	atomic_fetch_add(&st->ks_bytes, e->je_len);
-	if (lv && f->ki_map.xm_seq)
-		lv->lv_inexact = true; /* counted before */
-	else if (lv)
+	if (lv) {
+		live_unkey(lv, &f->ki_map);
 		live_key(lv, &m);
+	}
 	kv_xmap_clear(&f->ki_map);
 	f->ki_map = m;
 	attrs_from(f, e);
@@ -598,16 +623,19 @@ static void apply_put(struct kv_store *st, struct live *lv, struct kv_inode *f,
 		atomic_store(&st->ks_seq, e->je_seq);
 }
 
-/* Removes a replayed name, a directory with whatever it still holds. */
-static void apply_del(struct kv_store *st, struct kv_inode *dir, struct kv_inode *c)
+/* Removes a replayed name, a directory with whatever it still holds, uncounting its keys. */
+static void apply_del(struct kv_store *st, struct live *lv, struct kv_inode *dir,
+		      struct kv_inode *c)
 {
 	while (S_ISDIR(c->ki_type) && c->kd_count) {
 		for (uint32_t b = 0; b < c->kd_nbuckets; b++)
 			if (c->kd_table[b]) {
-				apply_del(st, c, c->kd_table[b]);
+				apply_del(st, lv, c, c->kd_table[b]);
 				break;
 			}
 	}
+	if (lv && S_ISREG(c->ki_type))
+		live_unkey(lv, &c->ki_map);
 	kv_store_unname(st, dir, c);
 }
 
@@ -647,7 +675,7 @@ static void apply_node(struct kv_store *st, struct kv_inode *dir, const char *na
  * extent je_next must still have birth sequence number je_seq and length
  * je_len (a later put or delete voids the move).
  */
-static void apply_move(struct kv_inode *f, const struct kv_jent *e)
+static void apply_move(struct live *lv, struct kv_inode *f, const struct kv_jent *e)
 {
 	int64_t at = f->ki_map.xm_seq ? kv_xmap_find(&f->ki_map, e->je_next) : -1;
 	struct kv_loc *l;
@@ -656,8 +684,12 @@ static void apply_move(struct kv_inode *f, const struct kv_jent *e)
 		return;
 	l = &kv_xmap_at(&f->ki_map, (uint32_t)at)->xe_loc;
 	if (l->kl_seq == e->je_seq && l->kl_len == e->je_len) {
+		if (lv)
+			live_sub(lv, l);
 		l->kl_bucket = e->je_bucket;
 		l->kl_off = e->je_off;
+		if (lv)
+			live_add(lv, l);
 	}
 }
 
@@ -700,12 +732,15 @@ static int apply(const struct kv_jent *e, uint64_t lsn, void *arg)
 		dir = walk_to_parent(rp, e->je_path, e->je_path_len, false, buf, &name, &nlen);
 		c = dir ? kv_store_child(dir, name) : NULL;
 		if (c)
-			apply_del(st, dir, c);
+			apply_del(st, rp->rp_live, dir, c);
 		rp->rp_dir = NULL; /* it may have been below c */
 		return 0;
 	case KV_J_RENAME:
 		dir = walk_to_parent(rp, e->je_path, e->je_path_len, false, buf, &name, &nlen);
 		dir2 = walk_to_parent(rp, e->je_path2, e->je_path2_len, true, buf2, &name2, &nlen2);
+		c = dir2 ? kv_store_child(dir2, name2) : NULL;
+		if (rp->rp_live && c && !S_ISDIR(c->ki_type) && !(e->je_flags & RENAME_EXCHANGE))
+			rp->rp_live->lv_inexact = true; /* it may replace a key counted */
 		if (dir && dir2)
 			kv_store_rename_locked(st, dir, name, dir2, name2, e->je_flags);
 		rp->rp_dir = NULL; /* it may have moved or replaced a directory */
@@ -721,7 +756,7 @@ static int apply(const struct kv_jent *e, uint64_t lsn, void *arg)
 		dir = walk_to_parent(rp, e->je_path, e->je_path_len, false, buf, &name, &nlen);
 		c = dir ? kv_store_child(dir, name) : NULL;
 		if (c && S_ISREG(c->ki_type))
-			apply_move(c, e);
+			apply_move(rp->rp_live, c, e);
 		return 0;
 	default:
 		return 0;
@@ -781,7 +816,7 @@ static void drop_orphan(uint64_t id, void *arg)
 	struct live *lv = arg;
 	size_t i = live_at(lv, id);
 
-	if (i < lv->lv_n && lv->lv_b[i].lb_id == id)
+	if (i < lv->lv_n && lv->lv_b[i].lb_id == id && lv->lv_b[i].lb_bytes)
 		kv_bucket_set_live(lv->lv_bs, id, lv->lv_b[i].lb_bytes);
 	else
 		kv_bucket_drop(lv->lv_bs, id);
@@ -837,11 +872,10 @@ int kv_persist_recover(struct kv_store *st, int datadir_fd)
 	have_ckpt = !err;
 	if (err == -ENOENT)
 		err = 0;
-	rp.rp_live = NULL;
 	pthread_rwlock_wrlock(&st->ks_ns_lock);
 	if (!err)
 		err = kv_journal_replay(datadir_fd, gen, apply_counted, &rp, &last_gen, &last_lsn);
-	if (!err && (!have_ckpt || rp.rp_n || !live_checked(&lv, st))) {
+	if (!err && (!have_ckpt || !live_checked(&lv, st))) {
 		/* Keys may be gone, replaced or invalid: check each one. */
 		free(lv.lv_b);
 		lv = (struct live){.lv_bs = bs};

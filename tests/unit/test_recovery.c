@@ -1581,6 +1581,72 @@ static void test_ckpt_after_rotation(void **state)
 }
 
 /*
+ * A start after a crash counts each bucket's live bytes as the checkpoint
+ * loads and the journal replays (a key rewritten or deleted gives its
+ * record's bytes back) instead of visiting every key after: the keys,
+ * the dead bytes and the buckets kept (none that holds nothing live) come
+ * out as a clean start of the same namespace counts them from its
+ * checkpoint.
+ */
+static void test_replay_live_bytes(void **state)
+{
+	struct fix *f = fix_of(state);
+	int dfd = ddir(f, "data"), c1 = ddir(f, "crash1");
+	struct kv_store_usage u1, u2;
+	struct kv_store *st;
+	char *v[12], *w = pattern(99, 9000), path[MAXPATH];
+
+	f->f_cfg.kc_gc = false; /* no compaction between the two counts */
+	st = store_open(f, dfd);
+	assert_int_equal(mkdir_path(st, "d", 0755), 0);
+	assert_int_equal(mkdir_path(st, "e", 0755), 0);
+	for (unsigned i = 0; i < 12; i++) {
+		v[i] = pattern(500 + i, 7000 + 100 * i);
+		snprintf(path, sizeof(path), i < 8 ? "d/k%u" : "e/k%u", i);
+		assert_int_equal(create_file(st, path, 0644, v[i], 7000 + 100 * i, true), 0);
+	}
+	kv_store_destroy(st); /* its checkpoint holds them all */
+
+	st = store_open(f, dfd);
+	assert_int_equal(overwrite_file(st, "d/k0", w, 9000), 0);
+	assert_int_equal(fsync_path(st, "d/k0"), 0);
+	assert_int_equal(unlink_path(st, "d/k1", false), 0);
+	assert_int_equal(unlink_path(st, "d/k2", false), 0);
+	assert_int_equal(rename_path(st, "d/k3", "d/k3r", 0), 0);
+	for (unsigned i = 8; i < 12; i++) {
+		snprintf(path, sizeof(path), "e/k%u", i);
+		assert_int_equal(unlink_path(st, path, false), 0);
+	}
+	assert_int_equal(unlink_path(st, "e", true), 0);
+	assert_int_equal(fsync_path(st, "d"), 0);
+	copy_tree(dfd, c1);
+	kv_store_destroy(st);
+
+	st = store_open(f, c1); /* replays the journal */
+	u1 = usage(st);
+	assert_int_equal(check_file(st, "d/k0", w, 9000), 0);
+	assert_int_equal(check_file(st, "d/k3r", v[3], 7300), 0);
+	assert_int_equal(check_file(st, "d/k4", v[4], 7400), 0);
+	assert_int_equal(check_file(st, "d/k1", v[1], 7100), -ENOENT);
+	assert_int_equal(check_file(st, "e/k8", v[8], 7800), -ENOENT);
+	kv_store_destroy(st);
+	st = store_open(f, c1); /* loads the clean stop's checkpoint */
+	u2 = usage(st);
+	kv_store_destroy(st);
+	assert_int_equal(u1.ku_keys, 6); /* k0, k3r, k4 .. k7 */
+	assert_int_equal(u2.ku_keys, 6);
+	assert_true(u1.ku_ssd_dead > 0);
+	assert_int_equal(u1.ku_ssd_dead, u2.ku_ssd_dead);
+	assert_int_equal(u1.ku_ssd_used, u2.ku_ssd_used);
+	assert_int_equal(u1.ku_buckets, u2.ku_buckets);
+	for (unsigned i = 0; i < 12; i++)
+		free(v[i]);
+	free(w);
+	close(dfd);
+	close(c1);
+}
+
+/*
  * More than the pool holds: 100 MiB through a 32 MiB pool in 1 MiB keys.
  * Writers are held back until values are offloaded and evicted, never
  * refused; every key reads back exact (the evicted ones from the SSD),
@@ -2155,6 +2221,7 @@ int main(void)
 	    T(test_reserve_threads),
 	    T(test_ckpt_after_replay),
 	    T(test_ckpt_after_rotation),
+	    T(test_replay_live_bytes),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
