@@ -943,11 +943,14 @@ void kv_persist_stop(struct kv_store *st)
 
 /* --- checkpoints --- */
 
-/* The namespace as entries, with their paths, taken under ks_ns_lock. */
+/*
+ * The namespace as a checkpoint image, taken under ks_ns_lock: each node's
+ * entry is encoded into the image at once (kv_ckpt_img_add), so nothing of
+ * an inode is kept past the lock, and nothing but the image is allocated.
+ */
 struct snap {
-	struct kv_jent *sn_ent;
-	size_t sn_n, sn_max, sn_next;
-	bool sn_failed;
+	struct kv_ckpt_img *sn_img;
+	int sn_err; /* the first entry that could not be added: the image misses it */
 };
 
 static void snap_add(struct kv_store *st, struct kv_inode *dir, struct kv_inode *ino, void *arg)
@@ -955,92 +958,58 @@ static void snap_add(struct kv_store *st, struct kv_inode *dir, struct kv_inode 
 	struct snap *sn = arg;
 	char path[KV_JPATH_MAX];
 	struct kv_jent e = {0};
-	int len;
+	int err = -ENOENT; /* nothing to add */
 
 	pthread_rwlock_rdlock(&ino->ki_lock);
 	if (S_ISDIR(ino->ki_type)) {
-		len = root_path(st, ino, path, sizeof(path));
+		int len = root_path(st, ino, path, sizeof(path));
+
 		e.je_type = KV_J_MKDIR;
 		attrs_to(ino, &e);
 		e.je_path = path;
 		e.je_path_len = (uint32_t)len;
-	} else if (!S_ISREG(ino->ki_type) && !node_entry(ino, path, sizeof(path), &e)) {
-		len = (int)e.je_path_len;
-		/* The inode may go once ks_ns_lock is dropped: the entry keeps its own copy. */
-		e.je_path2 = e.je_path2 ? strdup(e.je_path2) : NULL;
-		if (e.je_path2_len && !e.je_path2) {
-			sn->sn_failed = true;
-			len = -1;
-		}
-	} else if (S_ISREG(ino->ki_type) && ino->ki_map.xm_seq) {
-		len = put_entry(ino, path, sizeof(path), &e);
-		if (len == -ENOMEM)
-			sn->sn_failed = true; /* a checkpoint without this key would lose it */
-		len = len ? -1 : (int)e.je_path_len;
-	} else {
-		len = -1;
+		err = len > 0 ? 0 : -ENOENT;
+	} else if (!S_ISREG(ino->ki_type)) {
+		err = node_entry(ino, path, sizeof(path), &e);
+	} else if (ino->ki_map.xm_seq) {
+		err = put_entry(ino, path, sizeof(path), &e);
 	}
+	if (!err)
+		err = kv_ckpt_img_add(sn->sn_img, &e);
 	pthread_rwlock_unlock(&ino->ki_lock);
-	if (len <= 0)
-		return;
-	if (sn->sn_n == sn->sn_max) {
-		size_t n = sn->sn_max ? sn->sn_max * 2 : 1024;
-		struct kv_jent *a = realloc(sn->sn_ent, n * sizeof(*a));
-
-		if (!a) {
-			free((char *)e.je_path2);
-			free((void *)e.je_ext);
-			sn->sn_failed = true;
-			return;
-		}
-		sn->sn_ent = a;
-		sn->sn_max = n;
-	}
-	e.je_path = strndup(path, (size_t)len);
-	if (!e.je_path) {
-		free((char *)e.je_path2);
-		free((void *)e.je_ext);
-		sn->sn_failed = true;
-		return;
-	}
-	sn->sn_ent[sn->sn_n++] = e;
+	free((void *)e.je_ext);
+	/* A key without its entry would be lost: the checkpoint fails instead. */
+	if (err && err != -ENOENT && !sn->sn_err)
+		sn->sn_err = err;
 }
 
-/* Snapshots the whole namespace, the root first (ks_ns_lock held). */
+/* Snapshots the whole namespace into sn_img, the root first (ks_ns_lock held). */
 static void snapshot(struct kv_store *st, struct snap *sn)
 {
 	snap_add(st, NULL, st->ks_root, sn);
 	visit(st, st->ks_root, snap_add, sn);
 }
 
-static void snap_free(struct snap *sn)
-{
-	for (size_t i = 0; i < sn->sn_n; i++) {
-		free((char *)sn->sn_ent[i].je_path);
-		free((char *)sn->sn_ent[i].je_path2);
-		free((void *)sn->sn_ent[i].je_ext);
-	}
-	free(sn->sn_ent);
-}
-
-static int snap_next(struct kv_jent *e, void *arg)
-{
-	struct snap *sn = arg;
-
-	if (sn->sn_next == sn->sn_n)
-		return 0;
-	*e = sn->sn_ent[sn->sn_next++];
-	return 1;
-}
-
+/*
+ * The image is made ready before the namespace is frozen, as large as the
+ * last checkpoint and the journal since (what it names comes from one or
+ * the other): so the snapshot only walks and encodes, and does not wait
+ * for fresh memory (on a VM whose host takes freed pages back, faulting
+ * 130 MB in took longer than the walk). Keys the image had no room for are
+ * encoded into memory allocated under the lock.
+ */
 int kv_persist_checkpoint(struct kv_store *st)
 {
 	struct snap sn = {0};
-	uint64_t gen, next_seq, next_bucket;
+	uint64_t gen, next_seq, next_bucket, guess;
 	int err;
 
 	if (!st->ks_journal)
 		return 0;
+	guess = kv_ckpt_size(st->ks_datadir_fd) + kv_journal_size(st->ks_journal);
+	err = kv_ckpt_img_new(&sn.sn_img, (size_t)guess);
+	if (err)
+		return err;
 	pthread_mutex_lock(&st->ks_ckpt_lock);
 	/* Frozen: no namespace change and no PUT can slip between rotation and snapshot. */
 	pthread_rwlock_wrlock(&st->ks_ns_lock);
@@ -1050,14 +1019,14 @@ int kv_persist_checkpoint(struct kv_store *st)
 	next_seq = atomic_load(&st->ks_seq) + 1;
 	next_bucket = kv_bucket_next_id(kv_tier_buckets(st->ks_tier));
 	pthread_rwlock_unlock(&st->ks_ns_lock);
-	if (!err && sn.sn_failed)
-		err = -ENOMEM;
 	if (!err)
-		err = kv_ckpt_write(st->ks_datadir_fd, next_seq, next_bucket, gen, snap_next, &sn);
+		err = sn.sn_err;
+	if (!err)
+		err = kv_ckpt_img_write(sn.sn_img, st->ks_datadir_fd, next_seq, next_bucket, gen);
 	if (!err)
 		kv_journal_drop_before(st->ks_datadir_fd, gen);
 	pthread_mutex_unlock(&st->ks_ckpt_lock);
-	snap_free(&sn);
+	kv_ckpt_img_free(sn.sn_img);
 	return err;
 }
 
@@ -1426,6 +1395,9 @@ int kv_store_salvage(const struct kv_config *cfg, int datadir_fd, FILE *out)
 	err = kv_bucket_open(&bs, datadir_fd, &bo, aio);
 	if (err)
 		goto out_aio;
+	err = kv_ckpt_img_new(&sn.sn_img, 0);
+	if (err)
+		goto out_buckets;
 	pthread_rwlock_wrlock(&st->ks_ns_lock);
 	sv.sv_st = st;
 	err = kv_bucket_scan(bs, true, salvage_rec, &sv, &bad);
@@ -1437,19 +1409,20 @@ int kv_store_salvage(const struct kv_config *cfg, int datadir_fd, FILE *out)
 		snapshot(st, &sn);
 	pthread_rwlock_unlock(&st->ks_ns_lock);
 	gen = max_gen(datadir_fd) + 1;
-	if (!err && sn.sn_failed)
-		err = -ENOMEM;
 	if (!err)
-		err = kv_ckpt_write(datadir_fd, atomic_load(&st->ks_seq) + 1, kv_bucket_next_id(bs),
-				    gen, snap_next, &sn);
+		err = sn.sn_err;
+	if (!err)
+		err = kv_ckpt_img_write(sn.sn_img, datadir_fd, atomic_load(&st->ks_seq) + 1,
+					kv_bucket_next_id(bs), gen);
 	if (!err)
 		kv_journal_drop_before(datadir_fd, gen);
 	fprintf(out,
 		"salvage: %" PRIu64 " keys rebuilt from the buckets, %" PRIu64
 		" damaged records skipped%s\n",
 		atomic_load(&st->ks_keys), bad, err ? "; FAILED" : "");
-	snap_free(&sn);
+	kv_ckpt_img_free(sn.sn_img);
 	salvage_free(&sv);
+out_buckets:
 	kv_bucket_close(bs);
 out_aio:
 	kv_aio_destroy(aio);
