@@ -287,9 +287,11 @@ void kv_persist_put(struct kv_store *st, struct kv_inode *ino)
 /*
  * What the keys hold in each bucket (recovery): live bytes, and the span of
  * their records, sorted by bucket id. Filled by check_key, or while the
- * checkpoint loads (rp_live), when a key's records are all valid if each
- * bucket's span is (live_checked): a clean start then need not visit
- * every key again.
+ * checkpoint loads and the journal replays (rp_live): a key's records are
+ * all valid if each bucket's span is (live_checked), so a start need not
+ * visit every key again. A key replaced or removed by replay takes its
+ * bytes back (live_unkey); the span stays as wide, which only makes
+ * live_checked fail (and every key be visited) more often.
  */
 struct live_bucket {
 	uint64_t lb_id, lb_bytes;
@@ -301,7 +303,7 @@ struct live {
 	size_t lv_n, lv_max;
 	size_t lv_last; /* where the last key's record went: keys come by bucket */
 	uint64_t lv_keys, lv_lost;
-	bool lv_inexact; /* a record not counted (no memory) or a key's map replaced */
+	bool lv_inexact; /* a record not counted (no memory), or a key gone uncounted */
 	struct kv_bucket_set *lv_bs;
 };
 
@@ -364,6 +366,28 @@ static void live_key(struct live *lv, const struct kv_xmap *m)
 		live_add(lv, &kv_xmap_cat(m, i)->xe_loc);
 }
 
+/* Takes back record l, counted before. */
+static void live_sub(struct live *lv, const struct kv_loc *l)
+{
+	size_t i = live_at(lv, l->kl_bucket);
+	uint64_t size = kv_loc_size(l);
+
+	if (i == lv->lv_n || lv->lv_b[i].lb_id != l->kl_bucket || lv->lv_b[i].lb_bytes < size)
+		lv->lv_inexact = true; /* not counted: cannot be */
+	else
+		lv->lv_b[i].lb_bytes -= size;
+}
+
+/* Takes back a key's map, counted before (a key replaced or removed). */
+static void live_unkey(struct live *lv, const struct kv_xmap *m)
+{
+	if (!m->xm_seq)
+		return; /* never counted */
+	lv->lv_keys--;
+	for (uint32_t i = 0; i < m->xm_n; i++)
+		live_sub(lv, &kv_xmap_cat(m, i)->xe_loc);
+}
+
 /*
  * True when the counts the checkpoint load made stand for every key of
  * st (a regular file each, one map each) and every bucket holds the span
@@ -374,7 +398,8 @@ static bool live_checked(const struct live *lv, struct kv_store *st)
 	if (lv->lv_inexact || lv->lv_keys != atomic_load(&st->ks_keys))
 		return false;
 	for (size_t i = 0; i < lv->lv_n; i++)
-		if (!kv_bucket_holds(lv->lv_bs, lv->lv_b[i].lb_id, lv->lv_b[i].lb_lo,
+		if (lv->lv_b[i].lb_bytes && /* else no key names it any more */
+		    !kv_bucket_holds(lv->lv_bs, lv->lv_b[i].lb_id, lv->lv_b[i].lb_lo,
 				     lv->lv_b[i].lb_hi))
 			return false;
 	return true;
@@ -391,7 +416,7 @@ static bool live_checked(const struct live *lv, struct kv_store *st)
 struct replay {
 	struct kv_store *rp_st;
 	uint64_t rp_n;		 /* journal entries replayed */
-	struct live *rp_live;	 /* the checkpoint load counts its keys' records here */
+	struct live *rp_live;	 /* the keys' records are counted here (NULL: salvage) */
 	struct kv_inode *rp_dir; /* the directory at rp_path, or NULL */
 	uint32_t rp_len;	 /* rp_path's length, the '/' ending it included */
 	char rp_path[KV_JPATH_MAX + 1];
@@ -587,10 +612,10 @@ static void apply_put(struct kv_store *st, struct live *lv, struct kv_inode *f,
 	}
 	atomic_fetch_sub(&st->ks_bytes, f->ki_map.xm_size);
 	atomic_fetch_add(&st->ks_bytes, e->je_len);
-	if (lv && f->ki_map.xm_seq)
-		lv->lv_inexact = true; /* counted before */
-	else if (lv)
+	if (lv) {
+		live_unkey(lv, &f->ki_map);
 		live_key(lv, &m);
+	}
 	kv_xmap_clear(&f->ki_map);
 	f->ki_map = m;
 	attrs_from(f, e);
@@ -598,16 +623,19 @@ static void apply_put(struct kv_store *st, struct live *lv, struct kv_inode *f,
 		atomic_store(&st->ks_seq, e->je_seq);
 }
 
-/* Removes a replayed name, a directory with whatever it still holds. */
-static void apply_del(struct kv_store *st, struct kv_inode *dir, struct kv_inode *c)
+/* Removes a replayed name, a directory with whatever it still holds, uncounting its keys. */
+static void apply_del(struct kv_store *st, struct live *lv, struct kv_inode *dir,
+		      struct kv_inode *c)
 {
 	while (S_ISDIR(c->ki_type) && c->kd_count) {
 		for (uint32_t b = 0; b < c->kd_nbuckets; b++)
 			if (c->kd_table[b]) {
-				apply_del(st, c, c->kd_table[b]);
+				apply_del(st, lv, c, c->kd_table[b]);
 				break;
 			}
 	}
+	if (lv && S_ISREG(c->ki_type))
+		live_unkey(lv, &c->ki_map);
 	kv_store_unname(st, dir, c);
 }
 
@@ -647,7 +675,7 @@ static void apply_node(struct kv_store *st, struct kv_inode *dir, const char *na
  * extent je_next must still have birth sequence number je_seq and length
  * je_len (a later put or delete voids the move).
  */
-static void apply_move(struct kv_inode *f, const struct kv_jent *e)
+static void apply_move(struct live *lv, struct kv_inode *f, const struct kv_jent *e)
 {
 	int64_t at = f->ki_map.xm_seq ? kv_xmap_find(&f->ki_map, e->je_next) : -1;
 	struct kv_loc *l;
@@ -656,8 +684,12 @@ static void apply_move(struct kv_inode *f, const struct kv_jent *e)
 		return;
 	l = &kv_xmap_at(&f->ki_map, (uint32_t)at)->xe_loc;
 	if (l->kl_seq == e->je_seq && l->kl_len == e->je_len) {
+		if (lv)
+			live_sub(lv, l);
 		l->kl_bucket = e->je_bucket;
 		l->kl_off = e->je_off;
+		if (lv)
+			live_add(lv, l);
 	}
 }
 
@@ -700,12 +732,15 @@ static int apply(const struct kv_jent *e, uint64_t lsn, void *arg)
 		dir = walk_to_parent(rp, e->je_path, e->je_path_len, false, buf, &name, &nlen);
 		c = dir ? kv_store_child(dir, name) : NULL;
 		if (c)
-			apply_del(st, dir, c);
+			apply_del(st, rp->rp_live, dir, c);
 		rp->rp_dir = NULL; /* it may have been below c */
 		return 0;
 	case KV_J_RENAME:
 		dir = walk_to_parent(rp, e->je_path, e->je_path_len, false, buf, &name, &nlen);
 		dir2 = walk_to_parent(rp, e->je_path2, e->je_path2_len, true, buf2, &name2, &nlen2);
+		c = dir2 ? kv_store_child(dir2, name2) : NULL;
+		if (rp->rp_live && c && !S_ISDIR(c->ki_type) && !(e->je_flags & RENAME_EXCHANGE))
+			rp->rp_live->lv_inexact = true; /* it may replace a key counted */
 		if (dir && dir2)
 			kv_store_rename_locked(st, dir, name, dir2, name2, e->je_flags);
 		rp->rp_dir = NULL; /* it may have moved or replaced a directory */
@@ -721,7 +756,7 @@ static int apply(const struct kv_jent *e, uint64_t lsn, void *arg)
 		dir = walk_to_parent(rp, e->je_path, e->je_path_len, false, buf, &name, &nlen);
 		c = dir ? kv_store_child(dir, name) : NULL;
 		if (c && S_ISREG(c->ki_type))
-			apply_move(c, e);
+			apply_move(rp->rp_live, c, e);
 		return 0;
 	default:
 		return 0;
@@ -781,7 +816,7 @@ static void drop_orphan(uint64_t id, void *arg)
 	struct live *lv = arg;
 	size_t i = live_at(lv, id);
 
-	if (i < lv->lv_n && lv->lv_b[i].lb_id == id)
+	if (i < lv->lv_n && lv->lv_b[i].lb_id == id && lv->lv_b[i].lb_bytes)
 		kv_bucket_set_live(lv->lv_bs, id, lv->lv_b[i].lb_bytes);
 	else
 		kv_bucket_drop(lv->lv_bs, id);
@@ -837,11 +872,10 @@ int kv_persist_recover(struct kv_store *st, int datadir_fd)
 	have_ckpt = !err;
 	if (err == -ENOENT)
 		err = 0;
-	rp.rp_live = NULL;
 	pthread_rwlock_wrlock(&st->ks_ns_lock);
 	if (!err)
 		err = kv_journal_replay(datadir_fd, gen, apply_counted, &rp, &last_gen, &last_lsn);
-	if (!err && (!have_ckpt || rp.rp_n || !live_checked(&lv, st))) {
+	if (!err && (!have_ckpt || !live_checked(&lv, st))) {
 		/* Keys may be gone, replaced or invalid: check each one. */
 		free(lv.lv_b);
 		lv = (struct live){.lv_bs = bs};
@@ -862,21 +896,23 @@ int kv_persist_recover(struct kv_store *st, int datadir_fd)
 	if (err)
 		return err;
 	/*
-	 * Start from a fresh checkpoint, so the next start replays nothing —
-	 * unless the checkpoint read is the namespace already (a clean stop
-	 * wrote it: no entry replayed, no key dropped), which is what makes
-	 * a clean restart of millions of keys quick. After replaying a
-	 * journal onto a checkpoint, that new one is written by
-	 * kv_persist_start once the mount serves: until it is there, the old
-	 * checkpoint and the journal files say the same (the journal goes on
-	 * from its replayed tail), like between any two checkpoints. Without
-	 * a checkpoint, or with keys dropped, it is written here: the next
-	 * start must not meet the names of records that are gone (a new
-	 * bucket could take a dropped one's id).
+	 * Without a checkpoint, or with keys dropped, a new one is written
+	 * here: the next start must not meet the names of records that are
+	 * gone (a new bucket could take a dropped one's id). Otherwise the
+	 * checkpoint read and the journal replayed onto it say what the
+	 * namespace is, and the journal goes on from its replayed tail, like
+	 * between any two checkpoints: one journal file is what the usual
+	 * rule (a checkpoint once the journal outgrows CHECKPOINT_BYTES,
+	 * core/tier.c) lets a crash leave anyway, so it stays, and a start
+	 * after a crash writes no checkpoint — a snapshot of millions of keys
+	 * would compete with the mount for the CPUs and for memory just as
+	 * it starts to serve. Several journal files (a crash between a
+	 * rotation and its checkpoint) are more than that rule allows: their
+	 * checkpoint is written by kv_persist_start once the mount serves.
 	 */
 	if (!have_ckpt || lv.lv_lost)
 		err = kv_persist_checkpoint(st);
-	else if (rp.rp_n)
+	else if (last_gen != gen)
 		st->ks_ckpt_due = true;
 	kv_tier_recovered(st->ks_tier, kv_now_ns() - t0, lv.lv_keys, lv.lv_lost);
 	return err;
@@ -907,11 +943,14 @@ void kv_persist_stop(struct kv_store *st)
 
 /* --- checkpoints --- */
 
-/* The namespace as entries, with their paths, taken under ks_ns_lock. */
+/*
+ * The namespace as a checkpoint image, taken under ks_ns_lock: each node's
+ * entry is encoded into the image at once (kv_ckpt_img_add), so nothing of
+ * an inode is kept past the lock, and nothing but the image is allocated.
+ */
 struct snap {
-	struct kv_jent *sn_ent;
-	size_t sn_n, sn_max, sn_next;
-	bool sn_failed;
+	struct kv_ckpt_img *sn_img;
+	int sn_err; /* the first entry that could not be added: the image misses it */
 };
 
 static void snap_add(struct kv_store *st, struct kv_inode *dir, struct kv_inode *ino, void *arg)
@@ -919,92 +958,58 @@ static void snap_add(struct kv_store *st, struct kv_inode *dir, struct kv_inode 
 	struct snap *sn = arg;
 	char path[KV_JPATH_MAX];
 	struct kv_jent e = {0};
-	int len;
+	int err = -ENOENT; /* nothing to add */
 
 	pthread_rwlock_rdlock(&ino->ki_lock);
 	if (S_ISDIR(ino->ki_type)) {
-		len = root_path(st, ino, path, sizeof(path));
+		int len = root_path(st, ino, path, sizeof(path));
+
 		e.je_type = KV_J_MKDIR;
 		attrs_to(ino, &e);
 		e.je_path = path;
 		e.je_path_len = (uint32_t)len;
-	} else if (!S_ISREG(ino->ki_type) && !node_entry(ino, path, sizeof(path), &e)) {
-		len = (int)e.je_path_len;
-		/* The inode may go once ks_ns_lock is dropped: the entry keeps its own copy. */
-		e.je_path2 = e.je_path2 ? strdup(e.je_path2) : NULL;
-		if (e.je_path2_len && !e.je_path2) {
-			sn->sn_failed = true;
-			len = -1;
-		}
-	} else if (S_ISREG(ino->ki_type) && ino->ki_map.xm_seq) {
-		len = put_entry(ino, path, sizeof(path), &e);
-		if (len == -ENOMEM)
-			sn->sn_failed = true; /* a checkpoint without this key would lose it */
-		len = len ? -1 : (int)e.je_path_len;
-	} else {
-		len = -1;
+		err = len > 0 ? 0 : -ENOENT;
+	} else if (!S_ISREG(ino->ki_type)) {
+		err = node_entry(ino, path, sizeof(path), &e);
+	} else if (ino->ki_map.xm_seq) {
+		err = put_entry(ino, path, sizeof(path), &e);
 	}
+	if (!err)
+		err = kv_ckpt_img_add(sn->sn_img, &e);
 	pthread_rwlock_unlock(&ino->ki_lock);
-	if (len <= 0)
-		return;
-	if (sn->sn_n == sn->sn_max) {
-		size_t n = sn->sn_max ? sn->sn_max * 2 : 1024;
-		struct kv_jent *a = realloc(sn->sn_ent, n * sizeof(*a));
-
-		if (!a) {
-			free((char *)e.je_path2);
-			free((void *)e.je_ext);
-			sn->sn_failed = true;
-			return;
-		}
-		sn->sn_ent = a;
-		sn->sn_max = n;
-	}
-	e.je_path = strndup(path, (size_t)len);
-	if (!e.je_path) {
-		free((char *)e.je_path2);
-		free((void *)e.je_ext);
-		sn->sn_failed = true;
-		return;
-	}
-	sn->sn_ent[sn->sn_n++] = e;
+	free((void *)e.je_ext);
+	/* A key without its entry would be lost: the checkpoint fails instead. */
+	if (err && err != -ENOENT && !sn->sn_err)
+		sn->sn_err = err;
 }
 
-/* Snapshots the whole namespace, the root first (ks_ns_lock held). */
+/* Snapshots the whole namespace into sn_img, the root first (ks_ns_lock held). */
 static void snapshot(struct kv_store *st, struct snap *sn)
 {
 	snap_add(st, NULL, st->ks_root, sn);
 	visit(st, st->ks_root, snap_add, sn);
 }
 
-static void snap_free(struct snap *sn)
-{
-	for (size_t i = 0; i < sn->sn_n; i++) {
-		free((char *)sn->sn_ent[i].je_path);
-		free((char *)sn->sn_ent[i].je_path2);
-		free((void *)sn->sn_ent[i].je_ext);
-	}
-	free(sn->sn_ent);
-}
-
-static int snap_next(struct kv_jent *e, void *arg)
-{
-	struct snap *sn = arg;
-
-	if (sn->sn_next == sn->sn_n)
-		return 0;
-	*e = sn->sn_ent[sn->sn_next++];
-	return 1;
-}
-
+/*
+ * The image is made ready before the namespace is frozen, as large as the
+ * last checkpoint and the journal since (what it names comes from one or
+ * the other): so the snapshot only walks and encodes, and does not wait
+ * for fresh memory (on a VM whose host takes freed pages back, faulting
+ * 130 MB in took longer than the walk). Keys the image had no room for are
+ * encoded into memory allocated under the lock.
+ */
 int kv_persist_checkpoint(struct kv_store *st)
 {
 	struct snap sn = {0};
-	uint64_t gen, next_seq, next_bucket;
+	uint64_t gen, next_seq, next_bucket, guess;
 	int err;
 
 	if (!st->ks_journal)
 		return 0;
+	guess = kv_ckpt_size(st->ks_datadir_fd) + kv_journal_size(st->ks_journal);
+	err = kv_ckpt_img_new(&sn.sn_img, (size_t)guess);
+	if (err)
+		return err;
 	pthread_mutex_lock(&st->ks_ckpt_lock);
 	/* Frozen: no namespace change and no PUT can slip between rotation and snapshot. */
 	pthread_rwlock_wrlock(&st->ks_ns_lock);
@@ -1014,14 +1019,14 @@ int kv_persist_checkpoint(struct kv_store *st)
 	next_seq = atomic_load(&st->ks_seq) + 1;
 	next_bucket = kv_bucket_next_id(kv_tier_buckets(st->ks_tier));
 	pthread_rwlock_unlock(&st->ks_ns_lock);
-	if (!err && sn.sn_failed)
-		err = -ENOMEM;
 	if (!err)
-		err = kv_ckpt_write(st->ks_datadir_fd, next_seq, next_bucket, gen, snap_next, &sn);
+		err = sn.sn_err;
+	if (!err)
+		err = kv_ckpt_img_write(sn.sn_img, st->ks_datadir_fd, next_seq, next_bucket, gen);
 	if (!err)
 		kv_journal_drop_before(st->ks_datadir_fd, gen);
 	pthread_mutex_unlock(&st->ks_ckpt_lock);
-	snap_free(&sn);
+	kv_ckpt_img_free(sn.sn_img);
 	return err;
 }
 
@@ -1390,6 +1395,9 @@ int kv_store_salvage(const struct kv_config *cfg, int datadir_fd, FILE *out)
 	err = kv_bucket_open(&bs, datadir_fd, &bo, aio);
 	if (err)
 		goto out_aio;
+	err = kv_ckpt_img_new(&sn.sn_img, 0);
+	if (err)
+		goto out_buckets;
 	pthread_rwlock_wrlock(&st->ks_ns_lock);
 	sv.sv_st = st;
 	err = kv_bucket_scan(bs, true, salvage_rec, &sv, &bad);
@@ -1401,19 +1409,20 @@ int kv_store_salvage(const struct kv_config *cfg, int datadir_fd, FILE *out)
 		snapshot(st, &sn);
 	pthread_rwlock_unlock(&st->ks_ns_lock);
 	gen = max_gen(datadir_fd) + 1;
-	if (!err && sn.sn_failed)
-		err = -ENOMEM;
 	if (!err)
-		err = kv_ckpt_write(datadir_fd, atomic_load(&st->ks_seq) + 1, kv_bucket_next_id(bs),
-				    gen, snap_next, &sn);
+		err = sn.sn_err;
+	if (!err)
+		err = kv_ckpt_img_write(sn.sn_img, datadir_fd, atomic_load(&st->ks_seq) + 1,
+					kv_bucket_next_id(bs), gen);
 	if (!err)
 		kv_journal_drop_before(datadir_fd, gen);
 	fprintf(out,
 		"salvage: %" PRIu64 " keys rebuilt from the buckets, %" PRIu64
 		" damaged records skipped%s\n",
 		atomic_load(&st->ks_keys), bad, err ? "; FAILED" : "");
-	snap_free(&sn);
+	kv_ckpt_img_free(sn.sn_img);
 	salvage_free(&sv);
+out_buckets:
 	kv_bucket_close(bs);
 out_aio:
 	kv_aio_destroy(aio);

@@ -305,10 +305,16 @@ static int pool_bind(char *base, uint64_t size, int node)
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
-#define FILL_CHUNK (64u << 20)
+/*
+ * madvise holds the process's mmap lock (shared) for a whole chunk, and a
+ * thread that maps memory (a FUSE worker's stack, a heap growing) waits
+ * for it: where fresh memory is slow to fault (a VM's host hands it back
+ * late), 64 MiB took ~0.2 s and held the mount's first reply that long.
+ */
+#define FILL_CHUNK (2u << 20)
 
 /*
- * The filler thread: faults the whole pool in, 64 MiB at a time, once
+ * The filler thread: faults the whole pool in, FILL_CHUNK at a time, once
  * kv_pool_fill starts it, so writers do not pay a page fault (and, with huge pages, a
  * compaction stall) on first touch: measured, it takes the p90 of a 1 MiB
  * FUSE write from ~4.7 ms to ~0.15 ms. A staging pool is meant to be

@@ -479,9 +479,14 @@ static int dir_check(const struct kv_inode *dir)
  * -ENAMETOOLONG. */
 static int join(char *buf, int len, const char *name, size_t size)
 {
-	int n = snprintf(buf + len, size - (size_t)len, "%s%s", len ? "/" : "", name);
+	size_t nlen = strlen(name), at = (size_t)len + (len ? 1 : 0);
 
-	return n < 0 || (size_t)(len + n) >= size ? -ENAMETOOLONG : len + n;
+	if (at + nlen >= size)
+		return -ENAMETOOLONG;
+	if (len)
+		buf[len] = '/';
+	memcpy(buf + at, name, nlen + 1);
+	return (int)(at + nlen);
 }
 
 int kv_store_path(const struct kv_inode *ino, char *buf, size_t len)

@@ -276,7 +276,7 @@ void kv_persist_put(struct kv_store *st, struct kv_inode *ino);
 int kv_persist_recover(struct kv_store *st, int datadir_fd);
 /*
  * Writes, in a thread of its own, the checkpoint recovery left due (it
- * replayed journal entries): call once the store serves.
+ * replayed more than one journal file): call once the store serves.
  */
 void kv_persist_start(struct kv_store *st);
 /* Waits for kv_persist_start's checkpoint. Call before stopping the tier. */

@@ -352,7 +352,49 @@ static uint64_t *head_csums(const void *head)
  * Reads the head of the record at `off` in b into a malloc'ed buffer.
  * Returns 0, -EIO for a damaged or missing head.
  */
-static int read_head(struct kv_bucket_set *bs, struct kv_bucket *b, uint64_t off, void **out)
+/*
+ * A read-ahead window over a bucket file, for a walk of its records in
+ * file order (recovering a bucket a crash left open, --fsck, --salvage):
+ * one RWIN_SIZE read serves the heads and values of many records, where
+ * each record would take two synchronous 4 KiB O_DIRECT reads (64-byte
+ * values: ~16,000 reads for a 64 MiB bucket, most of a restart after a
+ * crash). Owned by one walk, on a bucket nothing else reads or writes.
+ */
+#define RWIN_SIZE (4u << 20)
+
+struct rwin {
+	char *rw_buf;	   /* RWIN_SIZE bytes, aligned; NULL: read directly */
+	uint64_t rw_off;   /* the file offset of rw_buf[0] */
+	uint64_t rw_len;   /* bytes of rw_buf read */
+	uint64_t rw_limit; /* the window reads below this offset only (a block multiple) */
+};
+
+/*
+ * Reads len bytes at off of b's file into buf: through w (NULL: none) when
+ * they fit in it, else (or when reading the window fails: a bad block
+ * beyond what is asked for must not fail it) with a read of their own.
+ */
+static int win_read(struct kv_bucket *b, struct rwin *w, void *buf, uint64_t len, uint64_t off)
+{
+	uint64_t start = off / KV_BLOCK * KV_BLOCK;
+
+	if (!w || !w->rw_buf || off + len > w->rw_limit)
+		return rw(b->kb_fd, false, buf, len, off);
+	if (off < w->rw_off || off + len > w->rw_off + w->rw_len) {
+		uint64_t n = w->rw_limit - start < RWIN_SIZE ? w->rw_limit - start : RWIN_SIZE;
+
+		w->rw_len = 0;
+		if (off + len > start + n || rw(b->kb_fd, false, w->rw_buf, n, start))
+			return rw(b->kb_fd, false, buf, len, off);
+		w->rw_off = start;
+		w->rw_len = n;
+	}
+	memcpy(buf, w->rw_buf + (off - w->rw_off), len);
+	return 0;
+}
+
+static int read_head(struct kv_bucket_set *bs, struct kv_bucket *b, struct rwin *w, uint64_t off,
+		     void **out)
 {
 	uint64_t len = KV_BLOCK;
 	void *buf = NULL;
@@ -363,7 +405,7 @@ static int read_head(struct kv_bucket_set *bs, struct kv_bucket *b, uint64_t off
 		buf = aligned(len);
 		if (!buf)
 			return -ENOMEM;
-		err = rw(b->kb_fd, false, buf, len, off);
+		err = win_read(b, w, buf, len, off);
 		if (err)
 			break;
 		err = head_check(buf, len);
@@ -467,9 +509,9 @@ void kv_bucket_read_free(void *buf)
  * Reads value bytes [off, off + len) of the record at loc in b, in whole
  * chunks, and verifies them (see kv_bucket_read).
  */
-static int read_value(struct kv_bucket_set *bs, struct kv_bucket *b, const struct kv_loc *loc,
-		      const uint64_t *csums, uint64_t off, uint64_t len, void **buf, char **data,
-		      uint64_t *n)
+static int read_value(struct kv_bucket_set *bs, struct kv_bucket *b, struct rwin *w,
+		      const struct kv_loc *loc, const uint64_t *csums, uint64_t off, uint64_t len,
+		      void **buf, char **data, uint64_t *n)
 {
 	uint64_t c0, c1, start, bytes;
 	int err;
@@ -487,7 +529,7 @@ static int read_value(struct kv_bucket_set *bs, struct kv_bucket *b, const struc
 	*buf = read_buf(ROUND_UP(bytes));
 	if (!*buf)
 		return -ENOMEM;
-	err = rw(b->kb_fd, false, *buf, ROUND_UP(bytes), loc->kl_off + loc->kl_head_len + start);
+	err = win_read(b, w, *buf, ROUND_UP(bytes), loc->kl_off + loc->kl_head_len + start);
 	if (!err)
 		err = verify(bs, *buf, bytes, c0, csums);
 	if (err) {
@@ -696,8 +738,8 @@ static int load_trailer(struct kv_bucket_set *bs, struct kv_bucket *b, uint64_t 
  * checked head). With `out`, also returns the value (malloc'ed, kl_len
  * bytes, at least one). Returns 0, -EIO or -ENOMEM.
  */
-static int check_value(struct kv_bucket_set *bs, struct kv_bucket *b, const struct kv_loc *loc,
-		       const void *head, char **out)
+static int check_value(struct kv_bucket_set *bs, struct kv_bucket *b, struct rwin *w,
+		       const struct kv_loc *loc, const void *head, char **out)
 {
 	uint64_t *csums = head_csums(head);
 	char *value = NULL;
@@ -712,7 +754,7 @@ static int check_value(struct kv_bucket_set *bs, struct kv_bucket *b, const stru
 		char *data;
 		uint64_t n;
 
-		err = read_value(bs, b, loc, csums, v, READ_PIECE, &buf, &data, &n);
+		err = read_value(bs, b, w, loc, csums, v, READ_PIECE, &buf, &data, &n);
 		if (!err && value)
 			memcpy(value + v, data, n);
 		if (!err)
@@ -738,6 +780,9 @@ static int walk(struct kv_bucket_set *bs, struct kv_bucket *b, uint64_t limit, b
 		bool stop_at_bad, int (*fn)(const struct kv_bucket_rec *r, void *arg), void *arg,
 		uint64_t *end, uint64_t *bad)
 {
+	/* Without its buffer (no memory), every read is its own. */
+	struct rwin w = {.rw_buf = aligned_buf(RWIN_SIZE, false),
+			 .rw_limit = limit / KV_BLOCK * KV_BLOCK};
 	uint64_t off = KV_BLOCK;
 	int ret = 0;
 
@@ -749,7 +794,7 @@ static int walk(struct kv_bucket_set *bs, struct kv_bucket *b, uint64_t limit, b
 		size_t slen;
 		int err;
 
-		if (read_head(bs, b, off, &head))
+		if (read_head(bs, b, &w, off, &head))
 			break;
 		slen = head_get(head, &h);
 		r.br_loc = (struct kv_loc){.kl_bucket = b->kb_id,
@@ -764,9 +809,9 @@ static int walk(struct kv_bucket_set *bs, struct kv_bucket *b, uint64_t limit, b
 		err = off + kv_loc_size(&r.br_loc) > limit ? -EIO : 0;
 		/* A manifest is small, and what salvage rebuilds a value from: always read. */
 		if (!err && h.rh_flags == KV_REC_MANIFEST)
-			err = check_value(bs, b, &r.br_loc, head, &manifest);
+			err = check_value(bs, b, &w, &r.br_loc, head, &manifest);
 		else if (!err && check_values)
-			err = check_value(bs, b, &r.br_loc, head, NULL);
+			err = check_value(bs, b, &w, &r.br_loc, head, NULL);
 		r.br_value = manifest;
 		if (err && (stop_at_bad || off + kv_loc_size(&r.br_loc) > limit)) {
 			free(head);
@@ -780,6 +825,7 @@ static int walk(struct kv_bucket_set *bs, struct kv_bucket *b, uint64_t limit, b
 		free(head);
 		off += kv_loc_size(&r.br_loc);
 	}
+	free(w.rw_buf);
 	*end = off;
 	return ret;
 }
@@ -1337,7 +1383,7 @@ int kv_bucket_load_csums(struct kv_bucket_set *bs, const struct kv_loc *loc, uin
 
 	if (!b)
 		return -ENOENT;
-	err = read_head(bs, b, loc->kl_off, &head);
+	err = read_head(bs, b, NULL, loc->kl_off, &head);
 	bucket_release(bs, b);
 	if (err) {
 		atomic_fetch_add(&bs->bs_csum_errors, 1);
@@ -1367,7 +1413,7 @@ int kv_bucket_read(struct kv_bucket_set *bs, const struct kv_loc *loc, const uin
 
 	if (!b)
 		return -ENOENT;
-	err = read_value(bs, b, loc, csums, off, len, buf, data, n);
+	err = read_value(bs, b, NULL, loc, csums, off, len, buf, data, n);
 	bucket_release(bs, b);
 	return err;
 }
@@ -1839,7 +1885,7 @@ static int copy_large(struct kv_compact *c, struct kv_bucket *src, const struct 
 	void *head;
 	int err;
 
-	err = read_head(bs, src, from->kl_off, &head);
+	err = read_head(bs, src, NULL, from->kl_off, &head);
 	if (err) {
 		atomic_fetch_add(&bs->bs_csum_errors, 1);
 		return err == -ENOMEM ? err : -EBADMSG;

@@ -63,7 +63,6 @@
 #define JOURNAL_NAME   (sizeof(JOURNAL_PREFIX) + 20) /* with a 64-bit gen and the NUL */
 #define CKPT_NAME      "checkpoint"
 #define CKPT_TMP       "checkpoint.tmp"
-#define CKPT_BUF       (1u << 20)
 #define JBUF_MIN       (64u << 10)
 #define JBUF_KEEP      (4u << 20) /* a larger group-commit buffer is freed after its batch */
 
@@ -861,60 +860,129 @@ int kv_journal_replay(int dirfd, uint64_t from_gen, kv_jent_fn fn, void *arg, ui
 	return err;
 }
 
-/* A checkpoint being written: records gather in co_buf, co_off bytes are in the file. */
-struct ckpt_out {
-	int co_fd;
-	char *co_buf;
-	size_t co_len;
-	uint64_t co_off;
+/*
+ * A checkpoint image (kv_ckpt_img_*): records encoded into a list of
+ * chunks, each record whole in one chunk (one larger than CKPT_CHUNK gets
+ * a chunk of its own). The first chunk starts with room for the header,
+ * encoded when the image is written (its values are known only then).
+ */
+#define CKPT_CHUNK (8u << 20)
+
+struct ckpt_chunk {
+	struct ckpt_chunk *cc_next;
+	size_t cc_len, cc_cap; /* bytes used, bytes there */
+	char cc_data[];
 };
 
-static int ckpt_flush(struct ckpt_out *o)
-{
-	int err = pwrite_all(o->co_fd, o->co_buf, o->co_len, o->co_off);
+struct kv_ckpt_img {
+	struct ckpt_chunk *ci_head;
+	struct ckpt_chunk *ci_tail; /* where records go; chunks after it are reserved, empty */
+	uint64_t ci_n;		    /* entries added: the next one's jh_lsn is ci_n + 1 */
+};
 
-	o->co_off += o->co_len;
-	o->co_len = 0;
-	return err;
+/* The header's record size: no paths, no map. */
+static size_t ckpt_head_size(void)
+{
+	return pad8(JREC_HEAD + JREC_BODY);
 }
 
-/*
- * Adds the record of e, jh_lsn = idx (its index in the file): to co_buf,
- * or when it is larger than co_buf (an extent map), straight to the file
- * after what co_buf holds. Returns 0 or -errno.
- */
-static int ckpt_put(struct ckpt_out *o, const struct kv_jent *e, uint64_t idx)
+/* Appends an empty chunk of cap bytes (touched: faulted in now, when `touch`). */
+static int chunk_add(struct kv_ckpt_img *im, size_t cap, bool touch)
+{
+	struct ckpt_chunk *c = malloc(sizeof(*c) + cap), *last = im->ci_tail;
+
+	if (!c)
+		return -ENOMEM;
+	if (touch)
+		memset(c->cc_data, 0, cap);
+	c->cc_next = NULL;
+	c->cc_len = 0;
+	c->cc_cap = cap;
+	while (last && last->cc_next)
+		last = last->cc_next;
+	if (last)
+		last->cc_next = c;
+	else
+		im->ci_head = im->ci_tail = c;
+	return 0;
+}
+
+int kv_ckpt_img_new(struct kv_ckpt_img **out, size_t reserve)
+{
+	struct kv_ckpt_img *im = calloc(1, sizeof(*im));
+	int err = im ? 0 : -ENOMEM;
+
+	if (!err)
+		err = chunk_add(im, CKPT_CHUNK, true);
+	for (size_t have = CKPT_CHUNK; !err && have < reserve; have += CKPT_CHUNK)
+		err = chunk_add(im, CKPT_CHUNK, true);
+	if (err) {
+		kv_ckpt_img_free(im);
+		return err;
+	}
+	im->ci_head->cc_len = ckpt_head_size();
+	*out = im;
+	return 0;
+}
+
+void kv_ckpt_img_free(struct kv_ckpt_img *im)
+{
+	if (!im)
+		return;
+	for (struct ckpt_chunk *c = im->ci_head, *next; c; c = next) {
+		next = c->cc_next;
+		free(c);
+	}
+	free(im);
+}
+
+/* Encodes e as the record with jh_lsn idx after the others. Returns 0 or -ENOMEM. */
+static int img_put(struct kv_ckpt_img *im, const struct kv_jent *e, uint64_t idx)
 {
 	size_t size = jrec_size(e);
-	char *big;
-	int err;
+	struct ckpt_chunk *c = im->ci_tail;
 
-	if (o->co_len + size > CKPT_BUF) {
-		err = ckpt_flush(o);
-		if (err)
-			return err;
+	while (c->cc_len + size > c->cc_cap) {
+		if (!c->cc_next && chunk_add(im, size > CKPT_CHUNK ? size : CKPT_CHUNK, false))
+			return -ENOMEM;
+		c = im->ci_tail = c->cc_next;
 	}
-	if (size <= CKPT_BUF) {
-		o->co_len += jrec_encode(o->co_buf + o->co_len, e, idx);
-		return 0;
-	}
-	big = malloc(size);
-	if (!big)
-		return -ENOMEM;
-	jrec_encode(big, e, idx);
-	err = pwrite_all(o->co_fd, big, size, o->co_off);
-	o->co_off += size;
-	free(big);
+	c->cc_len += jrec_encode(c->cc_data + c->cc_len, e, idx);
+	return 0;
+}
+
+int kv_ckpt_img_add(struct kv_ckpt_img *im, const struct kv_jent *e)
+{
+	int err = jent_check(e);
+
+	if (!err && (e->je_type == KV_J_CKPT || e->je_type == KV_J_CKPT_END))
+		err = -EINVAL;
+	if (!err)
+		err = img_put(im, e, im->ci_n + 1);
+	if (!err)
+		im->ci_n++;
 	return err;
 }
 
-/*
- * Writes header, entries and trailer to o and syncs them. The trailer's
- * je_len counts the entries between header and trailer. A negative return
- * from `next` ends the checkpoint with that error.
- */
-static int ckpt_fill(struct ckpt_out *o, uint64_t next_seq, uint64_t next_bucket, uint64_t gen,
-		     kv_ckpt_next_fn next, void *arg)
+/* Writes every chunk of im to fd and syncs it. Returns 0 or -errno. */
+static int img_out(const struct kv_ckpt_img *im, int fd)
+{
+	uint64_t off = 0;
+	int err = 0;
+
+	/* A reserved chunk too small for the record that came may be left empty. */
+	for (const struct ckpt_chunk *c = im->ci_head; !err && c; c = c->cc_next) {
+		err = c->cc_len ? pwrite_all(fd, c->cc_data, c->cc_len, off) : 0;
+		off += c->cc_len;
+	}
+	if (!err && fsync(fd) < 0)
+		err = -errno;
+	return err;
+}
+
+/* After the rename, a failed directory fsync is reported but cannot bring the old one back. */
+int kv_ckpt_img_write(struct kv_ckpt_img *im, int dirfd, uint64_t next_seq, uint64_t next_bucket,
+		      uint64_t gen)
 {
 	struct kv_jent e = {
 	    .je_type = KV_J_CKPT,
@@ -922,10 +990,36 @@ static int ckpt_fill(struct ckpt_out *o, uint64_t next_seq, uint64_t next_bucket
 	    .je_bucket = next_bucket,
 	    .je_gen = gen,
 	};
-	uint64_t n = 0;
+	int fd, err;
+
+	jrec_encode(im->ci_head->cc_data, &e, 0);
+	e = (struct kv_jent){.je_type = KV_J_CKPT_END, .je_len = im->ci_n};
+	err = img_put(im, &e, im->ci_n + 1);
+	if (err)
+		return err;
+	fd = openat(dirfd, CKPT_TMP, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	err = img_out(im, fd);
+	if (close(fd) < 0 && !err)
+		err = -errno;
+	if (!err && renameat(dirfd, CKPT_TMP, dirfd, CKPT_NAME) < 0)
+		err = -errno;
+	if (err) {
+		unlinkat(dirfd, CKPT_TMP, 0);
+		return err;
+	}
+	return fsync(dirfd) < 0 ? -errno : 0;
+}
+
+int kv_ckpt_write(int dirfd, uint64_t next_seq, uint64_t next_bucket, uint64_t gen,
+		  kv_ckpt_next_fn next, void *arg)
+{
+	struct kv_ckpt_img *im;
+	struct kv_jent e;
 	int err, more;
 
-	err = ckpt_put(o, &e, 0);
+	err = kv_ckpt_img_new(&im, 0);
 	while (!err) {
 		memset(&e, 0, sizeof(e));
 		more = next(&e, arg);
@@ -933,56 +1027,19 @@ static int ckpt_fill(struct ckpt_out *o, uint64_t next_seq, uint64_t next_bucket
 			err = more;
 			break;
 		}
-		err = jent_check(&e);
-		if (!err && (e.je_type == KV_J_CKPT || e.je_type == KV_J_CKPT_END))
-			err = -EINVAL;
-		if (!err)
-			err = ckpt_put(o, &e, ++n);
+		err = kv_ckpt_img_add(im, &e);
 	}
-	if (err)
-		return err;
-	e = (struct kv_jent){.je_type = KV_J_CKPT_END, .je_len = n};
-	err = ckpt_put(o, &e, n + 1);
 	if (!err)
-		err = ckpt_flush(o);
-	if (!err && fsync(o->co_fd) < 0)
-		err = -errno;
+		err = kv_ckpt_img_write(im, dirfd, next_seq, next_bucket, gen);
+	kv_ckpt_img_free(im);
 	return err;
 }
 
-/* After the rename, a failed directory fsync is reported but cannot bring the old one back. */
-int kv_ckpt_write(int dirfd, uint64_t next_seq, uint64_t next_bucket, uint64_t gen,
-		  kv_ckpt_next_fn next, void *arg)
+uint64_t kv_ckpt_size(int dirfd)
 {
-	struct ckpt_out o = {.co_len = 0};
-	int err;
+	struct stat st;
 
-	o.co_buf = malloc(CKPT_BUF);
-	if (!o.co_buf)
-		return -ENOMEM;
-	o.co_fd = openat(dirfd, CKPT_TMP, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (o.co_fd < 0) {
-		err = -errno;
-		goto out_free;
-	}
-	err = ckpt_fill(&o, next_seq, next_bucket, gen, next, arg);
-	if (close(o.co_fd) < 0 && !err)
-		err = -errno;
-	if (err)
-		goto out_unlink;
-	if (renameat(dirfd, CKPT_TMP, dirfd, CKPT_NAME) < 0) {
-		err = -errno;
-		goto out_unlink;
-	}
-	err = fsync(dirfd) < 0 ? -errno : 0;
-	free(o.co_buf);
-	return err;
-
-out_unlink:
-	unlinkat(dirfd, CKPT_TMP, 0);
-out_free:
-	free(o.co_buf);
-	return err;
+	return fstatat(dirfd, CKPT_NAME, &st, 0) < 0 ? 0 : (uint64_t)st.st_size;
 }
 
 /*

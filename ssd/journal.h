@@ -39,6 +39,7 @@
 #define KVFS_SSD_JOURNAL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 enum kv_jtype {
@@ -156,6 +157,38 @@ typedef int (*kv_ckpt_next_fn)(struct kv_jent *e, void *arg);
  */
 int kv_ckpt_write(int dirfd, uint64_t next_seq, uint64_t next_bucket, uint64_t gen,
 		  kv_ckpt_next_fn next, void *arg);
+
+/*
+ * A checkpoint image built in memory, for a caller that must hold its
+ * state still while the entries are taken: adding an entry only encodes
+ * it (no I/O, and no page faults in the `reserve` bytes made ready by
+ * kv_ckpt_img_new), and the image is written after, when nothing is held.
+ * Not thread-safe: one image, one thread.
+ */
+struct kv_ckpt_img;
+
+/*
+ * A new, empty image, with `reserve` bytes allocated and faulted in now
+ * (an estimate: more are allocated as entries need them). Returns 0 or
+ * -ENOMEM.
+ */
+int kv_ckpt_img_new(struct kv_ckpt_img **out, size_t reserve);
+
+/* Adds an entry. Returns 0, -EINVAL (a bad entry, or a header's or trailer's type) or -ENOMEM. */
+int kv_ckpt_img_add(struct kv_ckpt_img *im, const struct kv_jent *e);
+
+/*
+ * Writes the image as `checkpoint` (header with next_seq, next_bucket and
+ * gen, the entries added, trailer), as kv_ckpt_write. Returns 0 or -errno.
+ */
+int kv_ckpt_img_write(struct kv_ckpt_img *im, int dirfd, uint64_t next_seq, uint64_t next_bucket,
+		      uint64_t gen);
+
+/* Frees an image (NULL: nothing). */
+void kv_ckpt_img_free(struct kv_ckpt_img *im);
+
+/* The size of `checkpoint` in bytes, 0 when there is none: an estimate of the next one. */
+uint64_t kv_ckpt_size(int dirfd);
 
 /*
  * Loads `checkpoint`: checks every record and that it ends with a

@@ -520,13 +520,20 @@ class RootAttrTest(SsdTestCase):
 class CleanRestartTest(SsdTestCase):
     OPTS = ("--mem-size=64M",)
 
-    def test_clean_restart_keeps_the_checkpoint_crash_restart_rewrites_it(self):
+    def test_clean_restart_keeps_the_checkpoint_crash_restart_too(self):
         """A clean stop writes a checkpoint of the whole namespace; the next
         start reads it and, with nothing to replay, does not write it again
         (what makes a clean restart of millions of keys quick). Changes after
-        that go to the journal: after a kill -9 they are replayed and a fresh
-        checkpoint is written."""
+        that go to the journal: after a kill -9 they are replayed, and the
+        checkpoint and the one journal file stay (the journal goes on from
+        its tail; a crash start writes no checkpoint). What changes then
+        survives another kill -9, and a clean stop writes a fresh
+        checkpoint."""
         ckpt = os.path.join(self.data, "checkpoint")
+
+        def journals():
+            return sorted(n for n in os.listdir(self.data) if n.startswith("journal."))
+
         keys = {}
         m = self.start("first")
         for i in range(200):
@@ -547,12 +554,32 @@ class CleanRestartTest(SsdTestCase):
         os.unlink(m.path("k000"))
         del keys["k000"]
         fsync_path(m.mnt, directory=True)
+        journal = journals()
+        self.assertEqual(len(journal), 1)
         self.crash(m)
         m = self.start("third")
         self.assertEqual(m.stats()["recovery"]["keys"], 259)
         self.verify_keys(m, keys, "after kill -9")
         self.assertFalse(os.path.exists(m.path("k000")))
+        after = os.stat(ckpt)
+        self.assertEqual((after.st_ino, after.st_mtime_ns), (before.st_ino, before.st_mtime_ns))
+        self.assertEqual(journals(), journal)
+        data = b"after the crash" * 100
+        put(m.path("k260"), data)
+        keys["k260"] = (len(data), digest(data))
+        os.unlink(m.path("k001"))
+        del keys["k001"]
+        fsync_path(m.mnt, directory=True)
+        self.crash(m)
+        m = self.start("fourth")
+        self.assertEqual(m.stats()["recovery"]["keys"], 259)
+        self.verify_keys(m, keys, "after a second kill -9")
+        self.assertFalse(os.path.exists(m.path("k001")))
+        m.stop()
         self.assertNotEqual(os.stat(ckpt).st_ino, before.st_ino)
+        m = self.start("fifth")
+        self.assertEqual(m.stats()["recovery"]["keys"], 259)
+        self.verify_keys(m, keys, "after a clean stop")
 
 
 # ---------------------------------------------------------------------------

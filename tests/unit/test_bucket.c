@@ -1573,6 +1573,64 @@ static void test_torn_tail(void **state)
 }
 
 /*
+ * An open bucket far larger than the read-ahead window a recovery walk
+ * reads it through (4 MiB): records of many sizes, some across a window's
+ * end, one larger than a window. Reopened whole, every record is found and
+ * reads back; with a block of a record in the third window zeroed, the
+ * bucket is cut right before that record, and everything before it is
+ * found.
+ */
+#define NWIN 40
+
+static void test_torn_tail_windows(void **state)
+{
+	struct fix *f = fix_of(state);
+	int live = ddir(f, "live"), crash = ddir(f, "crash");
+	struct kv_bucket_set *bs = bs_open(f, live, 64 * MIB, 100000, CAP);
+	struct rec r[NWIN];
+	unsigned torn = NWIN;
+	uint64_t id;
+
+	for (unsigned i = 0; i < NWIN; i++) {
+		uint64_t len = i == 7	    ? 5 * MIB + 7
+			       : i % 4 == 3 ? MIB + 4096 * i + 1
+					    : 9000 * i + 13;
+
+		rec_init(&r[i], 700 + i, 8 + i, len);
+		append_ok(bs, r + i, 1);
+	}
+	id = r[0].r_loc.kl_bucket;
+	assert_int_equal(r[NWIN - 1].r_loc.kl_bucket, id);
+	assert_true(r[NWIN - 1].r_loc.kl_off > 12 * MIB);
+	copy_buckets(live, crash); /* the crash: open, preallocated */
+	kv_bucket_close(bs);
+
+	for (int tear = 0; tear < 2; tear++) {
+		int dfd = ddir(f, tear ? "torn" : "whole");
+
+		copy_buckets(crash, dfd);
+		if (tear) {
+			for (torn = 0; r[torn].r_loc.kl_off < 9 * MIB; torn++)
+				;
+			zero_range(dfd, bname(id), r[torn].r_loc.kl_off + r[torn].r_loc.kl_head_len,
+				   KV_BLOCK);
+		}
+		bs = bs_default(f, dfd);
+		assert_int_equal(stats(bs).bst_truncated, 1);
+		scan_is(bs, true, r, torn);
+		for (unsigned k = 0; k < torn; k++)
+			value_ok(bs, &r[k]);
+		for (unsigned k = torn; k < NWIN; k++)
+			assert_false(kv_bucket_valid(bs, &r[k].r_loc));
+		kv_bucket_close(bs);
+		close(dfd);
+	}
+	recs_free(r, NWIN);
+	close(live);
+	close(crash);
+}
+
+/*
  * bst_used is the bytes of all bucket files, also for a bucket that was
  * recovered (cut and sealed) at open.
  */
@@ -2244,6 +2302,7 @@ int main(void)
 	    T(test_corrupt_value),
 	    T(test_corrupt_head),
 	    T(test_torn_tail),
+	    T(test_torn_tail_windows),
 	    T(test_recovered_used),
 	    T(test_damaged_trailer_header),
 	    T(test_dead_drop_ids),

@@ -987,6 +987,81 @@ static void test_ckpt_big(void **state)
 	assert_int_equal(gen, 42);
 }
 
+/* The entries of test_ckpt_img: ckpt_ent's, with one large map at ic_big_at. */
+struct img_check {
+	uint64_t ic_n, ic_big_at;
+	const struct kv_jent *ic_big;
+	char ic_path[32];
+};
+
+static int img_verify(const struct kv_jent *e, uint64_t lsn, void *arg)
+{
+	struct img_check *c = arg;
+	struct kv_jent want;
+
+	assert_int_equal(lsn, c->ic_n + 1);
+	if (c->ic_n == c->ic_big_at)
+		assert_ent_equal(e, c->ic_big);
+	else {
+		ckpt_ent(&want, c->ic_path, c->ic_n < c->ic_big_at ? c->ic_n : c->ic_n - 1);
+		assert_ent_equal(e, &want);
+	}
+	c->ic_n++;
+	return 0;
+}
+
+/*
+ * A checkpoint built as an image (kv_ckpt_img_*), with room reserved for
+ * more than it gets and one entry (a 9 MiB map) larger than a chunk: it
+ * loads back whole and in order; a bad entry is refused and leaves no
+ * trace.
+ */
+static void test_ckpt_img(void **state)
+{
+	const uint32_t nx = (9u << 20) / sizeof(struct kv_jext);
+	int dirfd = dfd(state);
+	struct img_check c = {.ic_big_at = 1500};
+	struct kv_jent e, big = {
+			      .je_type = KV_J_PUT,
+			      .je_flags = KV_JPUT_EXTENTS,
+			      .je_mode = 0100600,
+			      .je_seq = 99,
+			      .je_len = 1ull << 40,
+			      .je_next = nx,
+			      .je_path = "big",
+			      .je_path_len = 3,
+			  };
+	struct kv_ckpt_img *im;
+	uint64_t seq, bucket, gen;
+	char path[32], *x = malloc((size_t)nx * sizeof(struct kv_jext));
+
+	assert_non_null(x);
+	for (size_t i = 0; i < (size_t)nx * sizeof(struct kv_jext); i++)
+		x[i] = (char)(i * 7 + i / 4093);
+	big.je_ext = x;
+	c.ic_big = &big;
+	assert_int_equal(kv_ckpt_img_new(&im, 20u << 20), 0);
+	for (uint64_t i = 0; i < 3000; i++) {
+		if (i == c.ic_big_at) {
+			assert_int_equal(kv_ckpt_img_add(im, &big), 0);
+			e = (struct kv_jent){.je_type = KV_J_CKPT_END};
+			assert_int_equal(kv_ckpt_img_add(im, &e), -EINVAL);
+		}
+		ckpt_ent(&e, path, i);
+		assert_int_equal(kv_ckpt_img_add(im, &e), 0);
+	}
+	assert_int_equal(kv_ckpt_img_write(im, dirfd, 5, 6, 7), 0);
+	kv_ckpt_img_free(im);
+	assert_false(exists(dirfd, "checkpoint.tmp"));
+	assert_int_equal(kv_ckpt_size(dirfd), file_size(dirfd, "checkpoint"));
+	assert_int_equal(kv_ckpt_load(dirfd, img_verify, &c, &seq, &bucket, &gen), 0);
+	assert_int_equal(c.ic_n, 3001);
+	assert_int_equal(seq, 5);
+	assert_int_equal(bucket, 6);
+	assert_int_equal(gen, 7);
+	free(x);
+}
+
 /* An empty checkpoint, a replaced one, and fn's return. */
 static void test_ckpt_small(void **state)
 {
@@ -1679,6 +1754,7 @@ int main(void)
 	    T(test_replay_generations),
 	    T(test_ckpt_big),
 	    T(test_ckpt_small),
+	    T(test_ckpt_img),
 	    T(test_ckpt_damaged),
 	    T(test_ckpt_structure),
 	    T(test_ckpt_write_fails),

@@ -43,7 +43,7 @@
 #include <xxhash.h>
 
 #include "core/store.h"
-#include "core/store_int.h" /* ks_ckpt_lock, kv_persist_stop: the checkpoint after replay */
+#include "core/store_int.h" /* ks_ckpt_lock, ks_journal, kv_persist_stop: checkpoints after replay */
 
 #define KIB	 1024u
 #define MIB	 (1024u * KIB)
@@ -1459,11 +1459,10 @@ static void after_replay_check(struct kv_store *st, char *const *v, const char *
 }
 
 /*
- * After replaying a journal, recovery leaves the new checkpoint to a thread
- * (kv_persist_start) and the store serves at once. Keys read, and deletes,
- * renames and puts made before that checkpoint is written survive a crash
- * then (the journal goes on from the replayed tail) and after it (the
- * checkpoint holds them, the replayed journal generations are gone).
+ * A start that replays one journal file writes no checkpoint: the journal
+ * goes on from the replayed tail, and deletes, renames and puts made then
+ * survive a crash (replayed with the rest) and a clean stop (its
+ * checkpoint holds them).
  */
 static void test_ckpt_after_replay(void **state)
 {
@@ -1487,9 +1486,9 @@ static void test_ckpt_after_replay(void **state)
 	kv_store_destroy(st);
 	gen0 = newest_journal(c1, jname, sizeof(jname));
 
-	/* Recovering the crash image replays the journal: a checkpoint is due. */
+	/* Recovering the crash image replays its one journal file, and keeps it. */
 	st = store_open(f, c1);
-	pthread_mutex_lock(&st->ks_ckpt_lock); /* held off (or already written) */
+	assert_false(st->ks_ckpt_started);
 	after_replay_check(st, v, v3, false);
 	assert_int_equal(unlink_path(st, "d/k1", false), 0);
 	assert_int_equal(rename_path(st, "d/k2", "d/k2r", 0), 0);
@@ -1497,13 +1496,12 @@ static void test_ckpt_after_replay(void **state)
 	assert_int_equal(fsync_path(st, "d/k3"), 0);
 	assert_int_equal(create_file(st, "d/k8", 0644, v[8], 5008, true), 0);
 	assert_int_equal(fsync_path(st, "d"), 0);
-	copy_tree(c1, c2); /* a crash before that checkpoint */
-	pthread_mutex_unlock(&st->ks_ckpt_lock);
-	kv_persist_stop(st);
+	assert_int_equal(newest_journal(c1, jname, sizeof(jname)), gen0);
+	copy_tree(c1, c2); /* a crash now: the same journal file, longer */
+	kv_store_destroy(st);
 	assert_true(newest_journal(c1, jname, sizeof(jname)) > gen0);
 	assert_false(has_journal(c1, gen0));
-	copy_tree(c1, c3); /* a crash after it */
-	kv_store_destroy(st);
+	copy_tree(c1, c3); /* after the clean stop's checkpoint */
 
 	for (int img = 0; img < 2; img++) {
 		st = store_open(f, img ? c3 : c2);
@@ -1517,6 +1515,135 @@ static void test_ckpt_after_replay(void **state)
 	close(c1);
 	close(c2);
 	close(c3);
+}
+
+/*
+ * A crash between a journal rotation and its checkpoint leaves two journal
+ * files after the checkpoint. A start that replays them leaves the new
+ * checkpoint to a thread (kv_persist_start) and serves at once; keys read
+ * while it is held off, and once written it drops the replayed files. The
+ * store comes back the same from a crash before that checkpoint and after.
+ */
+static void test_ckpt_after_rotation(void **state)
+{
+	struct fix *f = fix_of(state);
+	int dfd = ddir(f, "data"), c1 = ddir(f, "crash1"), c2 = ddir(f, "crash2"),
+	    c3 = ddir(f, "crash3");
+	struct kv_store *st = store_open(f, dfd);
+	char *v[6], path[MAXPATH], jname[64];
+	uint64_t gen0, gen1;
+
+	assert_int_equal(mkdir_path(st, "d", 0755), 0);
+	for (unsigned i = 0; i < 6; i++) {
+		v[i] = pattern(400 + i, 3000 + i);
+		snprintf(path, sizeof(path), "d/k%u", i);
+		assert_int_equal(create_file(st, path, 0644, v[i], 3000 + i, true), 0);
+	}
+	assert_int_equal(unlink_path(st, "d/k4", false), 0);
+	assert_int_equal(fsync_path(st, "d"), 0);
+	gen0 = newest_journal(dfd, jname, sizeof(jname));
+	assert_int_equal(kv_journal_rotate(st->ks_journal, &gen1), 0); /* no checkpoint follows */
+	assert_int_equal(gen1, gen0 + 1);
+	assert_int_equal(unlink_path(st, "d/k5", false), 0);
+	assert_int_equal(fsync_path(st, "d"), 0);
+	copy_tree(dfd, c1);
+	kv_store_destroy(st);
+
+	st = store_open(f, c1);
+	pthread_mutex_lock(&st->ks_ckpt_lock); /* held off (or already written) */
+	for (unsigned i = 0; i < 6; i++) {
+		snprintf(path, sizeof(path), "d/k%u", i);
+		assert_int_equal(check_file(st, path, v[i], 3000 + i), i < 4 ? 0 : -ENOENT);
+	}
+	copy_tree(c1, c2); /* a crash before that checkpoint */
+	pthread_mutex_unlock(&st->ks_ckpt_lock);
+	kv_persist_stop(st);
+	assert_true(newest_journal(c1, jname, sizeof(jname)) > gen1);
+	assert_false(has_journal(c1, gen0));
+	assert_false(has_journal(c1, gen1));
+	copy_tree(c1, c3); /* a crash after it */
+	kv_store_destroy(st);
+
+	for (int img = 0; img < 2; img++) {
+		st = store_open(f, img ? c3 : c2);
+		for (unsigned i = 0; i < 6; i++) {
+			snprintf(path, sizeof(path), "d/k%u", i);
+			assert_int_equal(check_file(st, path, v[i], 3000 + i), i < 4 ? 0 : -ENOENT);
+		}
+		kv_store_destroy(st);
+	}
+	for (unsigned i = 0; i < 6; i++)
+		free(v[i]);
+	close(dfd);
+	close(c1);
+	close(c2);
+	close(c3);
+}
+
+/*
+ * A start after a crash counts each bucket's live bytes as the checkpoint
+ * loads and the journal replays (a key rewritten or deleted gives its
+ * record's bytes back) instead of visiting every key after: the keys,
+ * the dead bytes and the buckets kept (none that holds nothing live) come
+ * out as a clean start of the same namespace counts them from its
+ * checkpoint.
+ */
+static void test_replay_live_bytes(void **state)
+{
+	struct fix *f = fix_of(state);
+	int dfd = ddir(f, "data"), c1 = ddir(f, "crash1");
+	struct kv_store_usage u1, u2;
+	struct kv_store *st;
+	char *v[12], *w = pattern(99, 9000), path[MAXPATH];
+
+	f->f_cfg.kc_gc = false; /* no compaction between the two counts */
+	st = store_open(f, dfd);
+	assert_int_equal(mkdir_path(st, "d", 0755), 0);
+	assert_int_equal(mkdir_path(st, "e", 0755), 0);
+	for (unsigned i = 0; i < 12; i++) {
+		v[i] = pattern(500 + i, 7000 + 100 * i);
+		snprintf(path, sizeof(path), i < 8 ? "d/k%u" : "e/k%u", i);
+		assert_int_equal(create_file(st, path, 0644, v[i], 7000 + 100 * i, true), 0);
+	}
+	kv_store_destroy(st); /* its checkpoint holds them all */
+
+	st = store_open(f, dfd);
+	assert_int_equal(overwrite_file(st, "d/k0", w, 9000), 0);
+	assert_int_equal(fsync_path(st, "d/k0"), 0);
+	assert_int_equal(unlink_path(st, "d/k1", false), 0);
+	assert_int_equal(unlink_path(st, "d/k2", false), 0);
+	assert_int_equal(rename_path(st, "d/k3", "d/k3r", 0), 0);
+	for (unsigned i = 8; i < 12; i++) {
+		snprintf(path, sizeof(path), "e/k%u", i);
+		assert_int_equal(unlink_path(st, path, false), 0);
+	}
+	assert_int_equal(unlink_path(st, "e", true), 0);
+	assert_int_equal(fsync_path(st, "d"), 0);
+	copy_tree(dfd, c1);
+	kv_store_destroy(st);
+
+	st = store_open(f, c1); /* replays the journal */
+	u1 = usage(st);
+	assert_int_equal(check_file(st, "d/k0", w, 9000), 0);
+	assert_int_equal(check_file(st, "d/k3r", v[3], 7300), 0);
+	assert_int_equal(check_file(st, "d/k4", v[4], 7400), 0);
+	assert_int_equal(check_file(st, "d/k1", v[1], 7100), -ENOENT);
+	assert_int_equal(check_file(st, "e/k8", v[8], 7800), -ENOENT);
+	kv_store_destroy(st);
+	st = store_open(f, c1); /* loads the clean stop's checkpoint */
+	u2 = usage(st);
+	kv_store_destroy(st);
+	assert_int_equal(u1.ku_keys, 6); /* k0, k3r, k4 .. k7 */
+	assert_int_equal(u2.ku_keys, 6);
+	assert_true(u1.ku_ssd_dead > 0);
+	assert_int_equal(u1.ku_ssd_dead, u2.ku_ssd_dead);
+	assert_int_equal(u1.ku_ssd_used, u2.ku_ssd_used);
+	assert_int_equal(u1.ku_buckets, u2.ku_buckets);
+	for (unsigned i = 0; i < 12; i++)
+		free(v[i]);
+	free(w);
+	close(dfd);
+	close(c1);
 }
 
 /*
@@ -2080,11 +2207,21 @@ static void test_reserve_threads(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    T(test_clean_restart),   T(test_restart_then_write), T(test_pre_epoch_times),
-	    T(test_root_attrs),	     T(test_replay_equals_live), T(test_crash_image),
-	    T(test_nodes_recovered), T(test_eviction),		 T(test_spill),
-	    T(test_threads),	     T(test_large_threads),	 T(test_reserve_threads),
+	    T(test_clean_restart),
+	    T(test_restart_then_write),
+	    T(test_pre_epoch_times),
+	    T(test_root_attrs),
+	    T(test_replay_equals_live),
+	    T(test_crash_image),
+	    T(test_nodes_recovered),
+	    T(test_eviction),
+	    T(test_spill),
+	    T(test_threads),
+	    T(test_large_threads),
+	    T(test_reserve_threads),
 	    T(test_ckpt_after_replay),
+	    T(test_ckpt_after_rotation),
+	    T(test_replay_live_bytes),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
