@@ -44,6 +44,8 @@
 #include "ssd/rados_format.h"
 
 #define KNOWN_BUCKETS 65536 /* the known table's chains (a power of two) */
+#define KNOWN_MAX     (4u << 20) /* its records (about 200 MiB): keys deleted elsewhere leave theirs \
+				  */
 #define IO_BATCH      8	    /* data objects in flight per put or fetch */
 #define CAS_TRIES     16    /* compare-and-set attempts before giving up */
 #define SMALL_PUTS    16    /* small puts whose objects the thread writes at once */
@@ -123,6 +125,7 @@ struct kv_shared {
 	/* sh_known_lock (a leaf) guards the known table */
 	pthread_mutex_t sh_known_lock;
 	struct known **sh_known;
+	uint64_t sh_known_n; /* its records, at most KNOWN_MAX */
 
 	/* sh_dc_lock (a leaf) guards sh_dc and sh_ndc: the cached listings */
 	pthread_mutex_t sh_dc_lock;
@@ -132,8 +135,8 @@ struct kv_shared {
 	_Atomic bool sh_healthy;       /* the last cluster operation answered */
 	_Atomic uint64_t sh_fetch_seq; /* names of fetches in flight */
 
-	/* only the thread: directories known to have their entry in the cluster */
-	uint64_t *sh_dirs;
+	/* only the thread: directories known to have their entry in the cluster (since) */
+	uint64_t *sh_dirs, sh_dirs_since_ns;
 	size_t sh_ndirs, sh_cap_dirs;
 
 	/* atomics: read by the stats at any time */
@@ -590,6 +593,20 @@ static void known_set(struct kv_shared *sh, uint64_t ino, uint64_t seq, bool cle
 	pthread_mutex_lock(&sh->sh_known_lock);
 	slot = known_slot(sh, ino);
 	k = *slot;
+	if (!k && sh->sh_known_n >= KNOWN_MAX) {
+		/* full: this chain's records go (a key without one is only checked again) */
+		struct known **head =
+		    &sh->sh_known[XXH3_64bits(&ino, sizeof(ino)) & (KNOWN_BUCKETS - 1)];
+
+		while (*head) {
+			struct known *g = *head;
+
+			*head = g->kn_next;
+			free(g);
+			sh->sh_known_n--;
+		}
+		slot = head;
+	}
 	if (!k) {
 		k = calloc(1, sizeof(*k));
 		if (!k) { /* only a check too many later */
@@ -598,6 +615,7 @@ static void known_set(struct kv_shared *sh, uint64_t ino, uint64_t seq, bool cle
 		}
 		k->kn_ino = ino;
 		*slot = k;
+		sh->sh_known_n++;
 	}
 	k->kn_seq = seq;
 	k->kn_clean = clean;
@@ -614,8 +632,10 @@ static void known_drop(struct kv_shared *sh, uint64_t ino)
 	pthread_mutex_lock(&sh->sh_known_lock);
 	slot = known_slot(sh, ino);
 	k = *slot;
-	if (k)
+	if (k) {
 		*slot = k->kn_next;
+		sh->sh_known_n--;
+	}
 	pthread_mutex_unlock(&sh->sh_known_lock);
 	free(k);
 }
@@ -716,6 +736,11 @@ fail:
 
 static bool dir_known(struct kv_shared *sh, uint64_t h)
 {
+	/* Forgotten every 10 s: another node may have removed one meanwhile. */
+	if (mono_ns() - sh->sh_dirs_since_ns > 10000000000ull) {
+		sh->sh_ndirs = 0;
+		sh->sh_dirs_since_ns = mono_ns();
+	}
 	for (size_t i = 0; i < sh->sh_ndirs; i++)
 		if (sh->sh_dirs[i] == h)
 			return true;
