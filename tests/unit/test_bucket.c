@@ -37,6 +37,7 @@
 #include "ssd/aio.h"
 #include "ssd/bucket.h"
 #include "ssd/format.h"
+#include "pattern.h"
 
 #define KIB	  1024u
 #define MIB	  (1024u * KIB)
@@ -123,26 +124,6 @@ static int ddir(struct fix *f, const char *name)
 }
 
 /* ---- values ---- */
-
-static uint64_t mix(uint64_t x)
-{
-	x += 0x9e3779b97f4a7c15ull;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
-
-/* Value bytes [off, off + len) of the value with this seed. */
-static void pattern(void *buf, uint64_t seed, uint64_t off, uint64_t len)
-{
-	uint8_t *p = buf;
-
-	for (uint64_t i = 0; i < len; i++) {
-		uint64_t j = off + i;
-
-		p[i] = (uint8_t)(mix(seed * 0x100000001b3ull + j / 8) >> (8 * (j % 8)));
-	}
-}
 
 /* Checks that data[0, n) is value bytes [off, off + n) of `seed`. */
 static void expect_bytes(const void *data, uint64_t seed, uint64_t off, uint64_t n)

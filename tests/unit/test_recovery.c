@@ -43,6 +43,7 @@
 #include <xxhash.h>
 
 #include "core/store.h"
+#include "pattern.h"
 #include "core/store_int.h" /* ks_ckpt_lock, ks_journal, kv_persist_stop: checkpoints after replay */
 
 #define KIB	 1024u
@@ -273,26 +274,13 @@ static int truncate_at(int dirfd, const char *name, uint64_t size)
 
 /* ---- values ---- */
 
-static uint64_t mix(uint64_t x)
-{
-	x += 0x9e3779b97f4a7c15ull;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
-
 /* A value of len bytes, the pattern of seed: byte i is byte i % 8 of word i / 8. */
-static char *pattern(uint64_t seed, uint64_t len)
+static char *value_of(uint64_t seed, uint64_t len)
 {
 	char *p = malloc(len + 8);
 
-	if (!p)
-		return NULL;
-	for (uint64_t w = 0; w * 8 < len; w++) {
-		uint64_t x = mix(seed * 0x100000001b3ull + w);
-
-		memcpy(p + w * 8, &x, 8);
-	}
+	if (p)
+		pattern(p, seed, 0, len);
 	return p;
 }
 
@@ -730,7 +718,7 @@ static void m_create(struct kv_store *st, struct model *m, const char *path, mod
 
 	assert_true(m->m_n <= 128);
 	snprintf(f->mf_path, sizeof(f->mf_path), "%s", path);
-	f->mf_buf = pattern(seed, len);
+	f->mf_buf = value_of(seed, len);
 	assert_non_null(f->mf_buf);
 	f->mf_len = len;
 	f->mf_alive = true;
@@ -876,7 +864,7 @@ static void build_namespace(struct kv_store *st, struct model *m)
 
 		free(f->mf_buf);
 		f->mf_len = 7777;
-		f->mf_buf = pattern(400, f->mf_len);
+		f->mf_buf = value_of(400, f->mf_len);
 		assert_int_equal(overwrite_file(st, "m/k4", f->mf_buf, f->mf_len), 0);
 		f = model_find(m, "m/k5");
 		f->mf_len = 50;
@@ -890,7 +878,7 @@ static void build_namespace(struct kv_store *st, struct model *m)
 	{
 		struct mfile *f = model_find(m, "m/k9");
 		struct kv_inode *ino;
-		char *more = pattern(900, 5000);
+		char *more = value_of(900, 5000);
 
 		assert_non_null(more);
 		assert_int_equal(resolve(st, "m/k9", &ino), 0);
@@ -995,7 +983,7 @@ static void test_restart_then_write(void **state)
 	struct fix *f = fix_of(state);
 	int dfd = ddir(f, "data");
 	struct kv_store *st = store_open(f, dfd);
-	char *v1 = pattern(1, 5000), *v2 = pattern(2, 3000);
+	char *v1 = value_of(1, 5000), *v2 = value_of(2, 3000);
 	uint64_t seq;
 
 	assert_int_equal(create_file(st, "k", 0644, v1, 5000, false), 0);
@@ -1098,7 +1086,7 @@ static void more_ops(struct kv_store *st, struct model *m)
 
 		free(f->mf_buf);
 		f->mf_len = 123456;
-		f->mf_buf = pattern(7003, f->mf_len);
+		f->mf_buf = value_of(7003, f->mf_len);
 		assert_int_equal(overwrite_file(st, "f5", f->mf_buf, f->mf_len), 0);
 	}
 	/* Exchanges of durable keys: the journal must say it was an exchange. */
@@ -1303,7 +1291,7 @@ static void test_crash_image(void **state)
 	assert_int_equal(mkdir_path(st, "u", 0755), 0);
 	for (unsigned i = 0; i < NSYNC; i++) {
 		slen[i] = 1 + i * 30011;
-		sv[i] = pattern(10 + i, slen[i]);
+		sv[i] = value_of(10 + i, slen[i]);
 		snprintf(path, sizeof(path), "s/%u", i);
 		assert_int_equal(create_file(st, path, 0644, sv[i], slen[i], true), 0);
 		/* Everything up to here is durable: the journal is at least this long. */
@@ -1318,13 +1306,13 @@ static void test_crash_image(void **state)
 	meta_size = fsize(dfd, jname);
 	/* Then things nobody waits for: half of them with time to reach the disk. */
 	for (unsigned i = 0; i < NUNSYNC; i++) {
-		uv[i] = pattern(100 + i, 1000 + i * 20000);
+		uv[i] = value_of(100 + i, 1000 + i * 20000);
 		snprintf(path, sizeof(path), "u/%u", i);
 		assert_int_equal(create_file(st, path, 0644, uv[i], 1000 + i * 20000, false), 0);
 		if (i == NUNSYNC / 2 - 1)
 			nanosleep(&pause, NULL);
 	}
-	v0new = pattern(99, 4444);
+	v0new = value_of(99, 4444);
 	assert_int_equal(overwrite_file(st, "s/0", v0new, 4444), 0);
 	assert_int_equal(unlink_path(st, "s/1", false), 0);
 
@@ -1470,12 +1458,12 @@ static void test_ckpt_after_replay(void **state)
 	int dfd = ddir(f, "data"), c1 = ddir(f, "crash1"), c2 = ddir(f, "crash2"),
 	    c3 = ddir(f, "crash3");
 	struct kv_store *st = store_open(f, dfd);
-	char *v[9], *v3 = pattern(77, 777), path[MAXPATH], jname[64];
+	char *v[9], *v3 = value_of(77, 777), path[MAXPATH], jname[64];
 	uint64_t gen0;
 
 	assert_int_equal(mkdir_path(st, "d", 0755), 0);
 	for (unsigned i = 0; i < 9; i++) {
-		v[i] = pattern(300 + i, 5000 + i);
+		v[i] = value_of(300 + i, 5000 + i);
 		snprintf(path, sizeof(path), "d/k%u", i);
 		if (i < 8)
 			assert_int_equal(create_file(st, path, 0644, v[i], 5000 + i, true), 0);
@@ -1535,7 +1523,7 @@ static void test_ckpt_after_rotation(void **state)
 
 	assert_int_equal(mkdir_path(st, "d", 0755), 0);
 	for (unsigned i = 0; i < 6; i++) {
-		v[i] = pattern(400 + i, 3000 + i);
+		v[i] = value_of(400 + i, 3000 + i);
 		snprintf(path, sizeof(path), "d/k%u", i);
 		assert_int_equal(create_file(st, path, 0644, v[i], 3000 + i, true), 0);
 	}
@@ -1594,14 +1582,14 @@ static void test_replay_live_bytes(void **state)
 	int dfd = ddir(f, "data"), c1 = ddir(f, "crash1");
 	struct kv_store_usage u1, u2;
 	struct kv_store *st;
-	char *v[12], *w = pattern(99, 9000), path[MAXPATH];
+	char *v[12], *w = value_of(99, 9000), path[MAXPATH];
 
 	f->f_cfg.kc_gc = false; /* no compaction between the two counts */
 	st = store_open(f, dfd);
 	assert_int_equal(mkdir_path(st, "d", 0755), 0);
 	assert_int_equal(mkdir_path(st, "e", 0755), 0);
 	for (unsigned i = 0; i < 12; i++) {
-		v[i] = pattern(500 + i, 7000 + 100 * i);
+		v[i] = value_of(500 + i, 7000 + 100 * i);
 		snprintf(path, sizeof(path), i < 8 ? "d/k%u" : "e/k%u", i);
 		assert_int_equal(create_file(st, path, 0644, v[i], 7000 + 100 * i, true), 0);
 	}
@@ -1662,7 +1650,7 @@ static void test_spill(void **state)
 	struct fix *f = fix_of(state);
 	int dfd = ddir(f, "data");
 	uint64_t len = 4 * f->f_cfg.kc_mem_size + 12345;
-	char *v = pattern(77, len);
+	char *v = value_of(77, len);
 	struct kv_store *st;
 
 	struct kv_inode *ino;
@@ -1707,7 +1695,7 @@ static void test_eviction(void **state)
 
 	assert_int_equal(mkdir_path(st, "ev", 0755), 0);
 	for (unsigned i = 0; i < N; i++) {
-		char *v = pattern(i, MIB);
+		char *v = value_of(i, MIB);
 
 		assert_non_null(v);
 		snprintf(path, sizeof(path), "ev/%u", i);
@@ -1716,7 +1704,7 @@ static void test_eviction(void **state)
 	}
 	assert_true(kv_pool_used(kv_store_pool(st)) <= f->f_cfg.kc_mem_size);
 	for (unsigned i = 0; i < N; i++) {
-		char *v = pattern(i, MIB);
+		char *v = value_of(i, MIB);
 		int err;
 
 		snprintf(path, sizeof(path), "ev/%u", i);
@@ -1738,7 +1726,7 @@ static void test_eviction(void **state)
 
 	st = store_open(f, dfd);
 	for (unsigned i = 0; i < N; i += 9) {
-		char *v = pattern(i, MIB);
+		char *v = value_of(i, MIB);
 
 		snprintf(path, sizeof(path), "ev/%u", i);
 		assert_int_equal(check_file(st, path, v, MIB), 0);
@@ -1782,7 +1770,7 @@ static uint64_t tlen(unsigned id, unsigned i)
 
 static int tcheck(struct kv_store *st, struct tctx *t, unsigned i)
 {
-	char path[MAXPATH], *v = pattern(t->t_keys[i].tk_seed, t->t_keys[i].tk_len);
+	char path[MAXPATH], *v = value_of(t->t_keys[i].tk_seed, t->t_keys[i].tk_len);
 	int err;
 
 	snprintf(path, sizeof(path), "t%u/k%u", t->t_id, i);
@@ -1804,7 +1792,7 @@ static void *thread_main(void *arg)
 
 		k->tk_seed = 1000000 + t->t_id * 1000 + i;
 		k->tk_len = tlen(t->t_id, i);
-		v = pattern(k->tk_seed, k->tk_len);
+		v = value_of(k->tk_seed, k->tk_len);
 		snprintf(path, sizeof(path), "t%u/k%u", t->t_id, i);
 		err = v ? create_file(t->t_st, path, 0644, v, k->tk_len, i % 10 == 3) : -ENOMEM;
 		free(v);
@@ -1988,7 +1976,7 @@ static void *big_main(void *arg)
 				kv_store_release(st, ino, O_WRONLY);
 			}
 		} else { /* pressure: small files come and go */
-			char *v = pattern(rng, 3 * MIB);
+			char *v = value_of(rng, 3 * MIB);
 
 			snprintf(name, sizeof(name), "big/p%u", i % 4);
 			err = v ? create_file(st, name, 0644, v, 3 * MIB, false) : -ENOMEM;
@@ -2028,7 +2016,7 @@ static void test_large_threads(void **state)
 {
 	struct fix *f = fix_of(state);
 	int dfd = ddir(f, "data");
-	char *ro = pattern(500, BIG_LEN), *rw = pattern(501, BIG_LEN);
+	char *ro = value_of(500, BIG_LEN), *rw = value_of(501, BIG_LEN);
 	struct bctx b[4] = {{0}};
 	pthread_t th[4];
 	struct kv_store_usage u;
@@ -2129,7 +2117,7 @@ static void *resv_main(void *arg)
 				kv_store_release(st, ino, O_WRONLY);
 			}
 		} else { /* pressure */
-			char *v = pattern(rng, 3 * MIB);
+			char *v = value_of(rng, 3 * MIB);
 
 			snprintf(name, sizeof(name), "r/p%u", i % 4);
 			err = v ? create_file(st, name, 0644, v, 3 * MIB, false) : -ENOMEM;
