@@ -220,9 +220,16 @@ static struct conn *conn_new(struct kv_rados *r)
 	return c;
 }
 
-/* Closes the retired connections nobody uses any more (the thread only; sh_lock held). */
-static void conn_sweep(struct kv_shared *sh, bool all)
+/*
+ * Takes the retired connections nobody uses any more (all: every one) off
+ * sh_retired (sh_lock held, or no other thread left) and returns them, for
+ * conn_close_all once the lock is dropped: closing one shuts a librados
+ * client down, which never happens under sh_lock.
+ */
+static struct conn *conn_idle(struct kv_shared *sh, bool all)
 {
+	struct conn *idle = NULL;
+
 	for (struct conn **p = &sh->sh_retired; *p;) {
 		struct conn *c = *p;
 
@@ -231,8 +238,20 @@ static void conn_sweep(struct kv_shared *sh, bool all)
 			continue;
 		}
 		*p = c->c_next;
+		c->c_next = idle;
+		idle = c;
+	}
+	return idle;
+}
+
+static void conn_close_all(struct conn *c)
+{
+	while (c) {
+		struct conn *next = c->c_next;
+
 		kv_rados_close(c->c_r);
 		free(c);
+		c = next;
 	}
 }
 
@@ -435,7 +454,7 @@ static int dlist_fetch(struct kv_shared *sh, struct kv_rados *r, const char *doi
 	atomic_init(&f.dl->dl_refs, 1);
 	snprintf(f.dl->dl_oid, sizeof(f.dl->dl_oid), "%s", doid);
 	f.dl->dl_fetched_ns = mono_ns();
-	err = kv_rados_omap_each(r, doid, 0, dl_add, &f);
+	err = kv_rados_omap_each(r, doid, dl_add, &f);
 	if (err != -E2BIG && err != -ENOMEM)
 		err = counted(sh, t0, err, "list directory");
 	if (err) {
@@ -1340,12 +1359,16 @@ static void probe(struct kv_shared *sh)
 	char doid[KV_RADOS_OID_MAX];
 	struct kv_rdent *e = NULL;
 	struct kv_rados *r = NULL;
-	struct conn *c;
+	struct conn *c, *idle;
 	const char *step;
 	size_t len;
 	int err;
 
 	dir_oid_of(doid, "/");
+	pthread_mutex_lock(&sh->sh_lock);
+	idle = conn_idle(sh, false);
+	pthread_mutex_unlock(&sh->sh_lock);
+	conn_close_all(idle);
 	err = entry_get(sh, sh->sh_conn->c_r, doid, FETCH_PREFIX "probe", &e, &len);
 	free(e);
 	if (err != -ETIMEDOUT || mono_ns() - sh->sh_reconnected_ns < 10000000000ull)
@@ -1357,8 +1380,9 @@ static void probe(struct kv_shared *sh)
 	sh->sh_conn->c_next = sh->sh_retired;
 	sh->sh_retired = sh->sh_conn;
 	sh->sh_conn = c;
-	conn_sweep(sh, false);
+	idle = conn_idle(sh, false);
 	pthread_mutex_unlock(&sh->sh_lock);
+	conn_close_all(idle);
 	err = entry_get(sh, c->c_r, doid, FETCH_PREFIX "probe", &e, &len);
 	free(e);
 }
@@ -1453,7 +1477,7 @@ static int gc_sweep(struct kv_rados *r, uint64_t grace_ns, struct gc_counts *c)
 	memset(c, 0, sizeof(*c));
 	err = kv_rados_list(r, gc_list, &g);
 	for (size_t i = 0; !err && i < g.ndirs; i++)
-		err = kv_rados_omap_each(r, g.dirs[i], 0, gc_ref, &g);
+		err = kv_rados_omap_each(r, g.dirs[i], gc_ref, &g);
 	if (!err)
 		qsort(g.refs, g.nrefs, sizeof(*g.refs), ref_cmp);
 	for (size_t i = 0; !err && i < g.ndata; i++) {
@@ -1637,7 +1661,7 @@ static void shared_free(struct kv_shared *sh)
 		kv_rados_close(sh->sh_conn->c_r);
 		free(sh->sh_conn);
 	}
-	conn_sweep(sh, true);
+	conn_close_all(conn_idle(sh, true));
 	pthread_cond_destroy(&sh->sh_done_cond);
 	pthread_cond_destroy(&sh->sh_cond);
 	for (unsigned i = 0; i < sh->sh_ndc; i++)
@@ -1996,9 +2020,6 @@ static int lookup_in(struct kv_shared *sh, struct kv_rados *r, struct kv_inode *
 	if (!r || !atomic_load(&sh->sh_healthy) ||
 	    !strncmp(name, FETCH_PREFIX, strlen(FETCH_PREFIX)))
 		return 0; /* the local answer is all there is */
-	if (kv_store_path_of(st, dir, &dpath))
-		return 0;
-	dir_oid_of(doid, dpath);
 	for (int tries = 0; tries < 3; tries++) {
 		struct kv_inode *ino = NULL;
 		struct kv_attr a;
@@ -2015,6 +2036,12 @@ static int lookup_in(struct kv_shared *sh, struct kv_rados *r, struct kv_inode *
 				break; /* made here, or not a key: not checked */
 			if (have && mono_ns() - k.kn_checked_ns < sh->sh_ttl_ns)
 				break; /* checked within the TTL */
+		}
+		/* The cluster is asked: only now the directory's path (a walk and a malloc). */
+		if (!dpath) {
+			if (kv_store_path_of(st, dir, &dpath))
+				break;
+			dir_oid_of(doid, dpath);
 		}
 		err = entry_lookup(sh, r, doid, name, have ? k.kn_checked_ns : 0, &e, &elen);
 		if (err == -ENOENT) {

@@ -38,8 +38,9 @@
  * says whether the last operation answered: while it is false, lookups and
  * readdir answer from the local store at once, and the queue waits.
  *
- * Locks: sh_lock and sh_known_lock (struct kv_shared, core/shared.c) are
- * leaves: held for a few field accesses only, never across a librados call
+ * Locks: sh_lock, sh_known_lock and sh_dc_lock (struct kv_shared,
+ * core/shared.c) are leaves: held for a few field accesses only, never
+ * across a librados call (a connection is closed after sh_lock is dropped)
  * or a call into the store, and never taken with each other. The hooks run
  * under store locks and take only sh_lock. The functions below take store
  * locks through the store's API, holding none of their own.

@@ -107,18 +107,16 @@ int kv_rados_omap_get(struct kv_rados *r, const char *oid, const char *key, void
 	return err;
 }
 
-int kv_rados_omap_each(struct kv_rados *r, const char *oid, unsigned max, kv_rados_omap_fn fn,
-		       void *arg)
+int kv_rados_omap_each(struct kv_rados *r, const char *oid, kv_rados_omap_fn fn, void *arg)
 {
 	char *after = NULL;
-	unsigned seen = 0;
 	unsigned char more = 1;
 	int err = 0;
 
-	while (!err && more && (!max || seen < max)) {
+	while (!err && more) {
 		rados_read_op_t op = rados_create_read_op();
 		rados_omap_iter_t it = NULL;
-		unsigned page = max && max - seen < 512 ? max - seen : 512;
+		const unsigned page = 512;
 		int prval = 0;
 
 		if (!op) {
@@ -140,7 +138,6 @@ int kv_rados_omap_each(struct kv_rados *r, const char *oid, unsigned max, kv_rad
 			err = rados_omap_get_next2(it, &k, &v, &kl, &vl);
 			if (err || !k)
 				break;
-			seen++;
 			free(after);
 			after = strndup(k, kl);
 			if (!after)

@@ -96,11 +96,10 @@ int kv_rados_omap_get(struct kv_rados *r, const char *oid, const char *key, void
 		      size_t *len);
 
 /*
- * Calls fn for every omap entry of oid in key order, at most max of them
- * (0: all). A missing object has none: returns 0.
+ * Calls fn for every omap entry of oid in key order (read 512 at a time).
+ * A missing object has none: returns 0.
  */
-int kv_rados_omap_each(struct kv_rados *r, const char *oid, unsigned max, kv_rados_omap_fn fn,
-		       void *arg);
+int kv_rados_omap_each(struct kv_rados *r, const char *oid, kv_rados_omap_fn fn, void *arg);
 
 /*
  * In one atomic write op on oid: if the entry `key` holds exactly expect
@@ -164,10 +163,10 @@ static inline int kv_rados_omap_get(struct kv_rados *r, const char *oid, const c
 	return -ENOTSUP;
 }
 
-static inline int kv_rados_omap_each(struct kv_rados *r, const char *oid, unsigned max,
-				     kv_rados_omap_fn fn, void *arg)
+static inline int kv_rados_omap_each(struct kv_rados *r, const char *oid, kv_rados_omap_fn fn,
+				     void *arg)
 {
-	(void)r, (void)oid, (void)max, (void)fn, (void)arg;
+	(void)r, (void)oid, (void)fn, (void)arg;
 	return -ENOTSUP;
 }
 
