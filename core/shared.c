@@ -18,6 +18,13 @@
  * local store, "quietly": tl_quiet tells the hooks that the change comes
  * from the cluster and must not go back to it.
  *
+ * Every change queued is also appended to DATA_DIR/rados.log
+ * (ssd/rados_log.h), under sh_lock so the log is in queue order, and the
+ * thread records there how far it got: what a stop, a kill -9 or an outage
+ * left unsent is queued again at the next start. A put is logged by its
+ * local sequence number; the thread finds the key that still has it (one
+ * walk of the namespace) before it sends anything.
+ *
  * The known table remembers, per local key (inode number), which local
  * version (sequence number) is the same bytes as which cluster version
  * (node, seq), and when that was last checked against the directory entry.
@@ -42,6 +49,7 @@
 #include "core/store.h"
 #include "ssd/rados.h"
 #include "ssd/rados_format.h"
+#include "ssd/rados_log.h"
 
 #define KNOWN_BUCKETS 65536 /* the known table's chains (a power of two) */
 #define KNOWN_MAX     (4u << 20) /* its records (about 200 MiB): keys deleted elsewhere leave theirs \
@@ -81,7 +89,7 @@ struct change {
 	struct change *ch_next;
 	enum change_kind ch_kind;
 	uint64_t ch_id;		  /* its place in the queue, from 1 */
-	struct kv_inode *ch_ino;  /* PUT: referenced */
+	struct kv_inode *ch_ino;  /* PUT: referenced; NULL: from the log, key not found (yet) */
 	uint64_t ch_seq, ch_size; /* PUT */
 	char *ch_path, *ch_path2; /* the others: "/a/b" (RENAME: from, to) */
 	mode_t ch_mode;		  /* MKDIR */
@@ -115,8 +123,12 @@ struct kv_shared {
 	struct conn *sh_retired;   /* connections replaced, closed once nobody uses them */
 	int sh_last_err;	   /* -errno of the last failure */
 	char sh_last_text[160];	   /* its step and strerror */
-	/* the change queue */
+	/* the change queue, and its log (NULL: none) */
 	struct change *sh_q_head, *sh_q_tail;
+	struct kv_rlog *sh_log;
+	uint64_t sh_log_limit;	     /* log bytes that make a rewrite worth it */
+	bool sh_log_failed;	     /* an append failed (logged once) */
+	uint64_t sh_unresolved;	     /* puts read back from the log, their keys not yet found */
 	uint64_t sh_q_last;	     /* the id of the last change queued */
 	uint64_t sh_q_done;	     /* every change up to this id is done */
 	uint64_t sh_q_n, sh_q_bytes; /* the backlog */
@@ -145,6 +157,7 @@ struct kv_shared {
 	_Atomic uint64_t sh_bytes_read, sh_bytes_written;
 	_Atomic uint64_t sh_errors, sh_timeouts, sh_hits, sh_puts, sh_deletes;
 	_Atomic uint64_t sh_gc_sweeps, sh_gc_removed;
+	uint64_t sh_replayed; /* changes read back from the log (immutable after start) */
 	struct kv_hist sh_lat;
 };
 
@@ -670,11 +683,26 @@ static void change_free(struct change *ch)
 	free(ch);
 }
 
-/* Appends ch (sh_lock not held); wakes the thread. */
-static void enqueue(struct kv_shared *sh, struct change *ch)
+static const enum kv_rlog_kind log_kinds[] = {[CH_PUT] = KV_RLOG_PUT,
+					      [CH_DEL] = KV_RLOG_DEL,
+					      [CH_MKDIR] = KV_RLOG_MKDIR,
+					      [CH_RMDIR] = KV_RLOG_RMDIR,
+					      [CH_RENAME] = KV_RLOG_RENAME};
+
+static struct kv_rlog_change log_change(const struct change *ch)
 {
-	pthread_mutex_lock(&sh->sh_lock);
-	ch->ch_id = ++sh->sh_q_last;
+	return (struct kv_rlog_change){.rc_id = ch->ch_id,
+				       .rc_kind = log_kinds[ch->ch_kind],
+				       .rc_seq = ch->ch_seq,
+				       .rc_size = ch->ch_size,
+				       .rc_mode = ch->ch_mode,
+				       .rc_path = ch->ch_path,
+				       .rc_path2 = ch->ch_path2};
+}
+
+/* Appends ch to the queue (sh_lock held), not to the log. */
+static void queue_add(struct kv_shared *sh, struct change *ch)
+{
 	if (sh->sh_q_tail)
 		sh->sh_q_tail->ch_next = ch;
 	else
@@ -682,6 +710,27 @@ static void enqueue(struct kv_shared *sh, struct change *ch)
 	sh->sh_q_tail = ch;
 	sh->sh_q_n++;
 	sh->sh_q_bytes += ch->ch_size;
+}
+
+/* Appends ch to the queue and the log (sh_lock not held); wakes the thread. */
+static void enqueue(struct kv_shared *sh, struct change *ch)
+{
+	pthread_mutex_lock(&sh->sh_lock);
+	ch->ch_id = ++sh->sh_q_last;
+	queue_add(sh, ch);
+	if (sh->sh_log) {
+		const struct kv_rlog_change c = log_change(ch);
+		int err = kv_rlog_append(sh->sh_log, &c);
+
+		if (err && !sh->sh_log_failed)
+			fprintf(stderr,
+				"kvfs: rados: cannot log a change to %s: %s (changes not sent "
+				"when kvfs stops are lost)\n",
+				KV_RLOG_NAME, strerror(-err));
+		sh->sh_log_failed |= err != 0;
+		if (err)
+			atomic_fetch_add(&sh->sh_errors, 1);
+	}
 	pthread_cond_broadcast(&sh->sh_cond);
 	pthread_mutex_unlock(&sh->sh_lock);
 }
@@ -738,6 +787,15 @@ static void on_changed(void *arg, enum kv_store_change what, struct kv_inode *di
 		goto fail;
 	ch->ch_kind = kinds[what];
 	ch->ch_mode = 0755;
+	if (what == KV_CHANGE_MKDIR) { /* the hook may call the store: the mode it was made with */
+		struct kv_inode *d;
+		struct kv_attr a;
+
+		if (!kv_store_lookup(sh->sh_st, dir, name, &d, &a)) {
+			ch->ch_mode = a.ka_mode & 07777;
+			kv_inode_put(d);
+		}
+	}
 	ch->ch_path = path_in(sh, dir, name);
 	if (!ch->ch_path)
 		goto fail;
@@ -955,6 +1013,10 @@ static int put_start(struct kv_shared *sh, struct change *ch, struct put_job *j)
 
 	*j = (struct put_job){.pj_ch = ch};
 	j->pj_nobj = (ch->ch_size + KV_RADOS_EXTENT - 1) / KV_RADOS_EXTENT;
+	if (!ch->ch_ino) { /* from the log, and no key has that version now */
+		j->pj_skip = true;
+		return 0;
+	}
 	kv_store_getattr(sh->sh_st, ch->ch_ino, &a);
 	if (a.ka_seq != ch->ch_seq || a.ka_nlink == 0 ||
 	    (known_get(sh, a.ka_ino, &k) && k.kn_seq == ch->ch_seq && k.kn_clean)) {
@@ -1530,13 +1592,153 @@ static void background_sweep(struct kv_shared *sh)
  * goes on while the cluster answers, for at most --rados-timeout, so that
  * an unmount sends what it can.
  */
+/* --- the log (the thread only) --- */
+
+/* Writes the log anew with only the changes left (sh_lock held). */
+static int log_rewrite(struct kv_shared *sh)
+{
+	int err = kv_rlog_rewrite_begin(sh->sh_log), end;
+
+	if (err)
+		return err;
+	for (struct change *c = sh->sh_q_head; !err && c; c = c->ch_next) {
+		const struct kv_rlog_change lc = log_change(c);
+
+		err = kv_rlog_rewrite_add(sh->sh_log, &lc);
+	}
+	end = kv_rlog_rewrite_end(sh->sh_log, !err);
+	return err ? err : end;
+}
+
+/* Records in the log how far the queue got (sh_lock held); rewrites a log grown large. */
+static void log_done(struct kv_shared *sh)
+{
+	bool empty = !sh->sh_q_head;
+	int err = kv_rlog_done(sh->sh_log, sh->sh_q_done, empty);
+
+	if (!err && !empty && kv_rlog_bytes(sh->sh_log) > sh->sh_log_limit) {
+		err = log_rewrite(sh);
+		/* one that stays large is not rewritten again before it doubles */
+		sh->sh_log_limit = 2 * kv_rlog_bytes(sh->sh_log) > KV_RLOG_REWRITE
+				       ? 2 * kv_rlog_bytes(sh->sh_log)
+				       : KV_RLOG_REWRITE;
+	}
+	if (err) /* the next start sends a change twice: harmless */
+		atomic_fetch_add(&sh->sh_errors, 1);
+}
+
+/* A version a put read back from the log names, and the key found with it. */
+struct found {
+	uint64_t f_seq;
+	struct kv_inode *f_ino; /* referenced, or NULL */
+};
+
+static int found_cmp(const void *a, const void *b)
+{
+	const struct found *x = a, *y = b;
+
+	return x->f_seq < y->f_seq ? -1 : x->f_seq > y->f_seq;
+}
+
+/* Walks the local namespace for the keys whose value has one of f's sequence numbers. */
+static void walk_find(struct kv_store *st, struct found *f, size_t n)
+{
+	struct kv_inode **dirs = malloc(sizeof(*dirs)), *root = kv_store_root(st);
+	size_t nd = 0, cap = 1;
+
+	if (!dirs)
+		return;
+	kv_inode_get(root);
+	dirs[nd++] = root;
+	while (nd) {
+		struct kv_inode *d = dirs[--nd], *ino;
+		struct kv_dir_snap snap = {0};
+		struct kv_attr a;
+
+		if (kv_store_readdir(st, d, &snap))
+			snap.kds_count = 0; /* no memory: that directory is not searched */
+		for (uint32_t i = 0; i < snap.kds_count; i++) {
+			const struct kv_dirent *e = &snap.kds_ent[i];
+			struct found key = {0}, *hit;
+
+			if ((!S_ISDIR(e->kde_type) && !S_ISREG(e->kde_type)) ||
+			    kv_store_lookup(st, d, e->kde_name, &ino, &a))
+				continue;
+			key.f_seq = a.ka_seq;
+			if (S_ISDIR(a.ka_mode) && nd == cap) {
+				struct kv_inode **more = realloc(dirs, 2 * cap * sizeof(*dirs));
+
+				if (more) {
+					dirs = more;
+					cap *= 2;
+				}
+			}
+			if (S_ISDIR(a.ka_mode) && nd < cap)
+				dirs[nd++] = ino;
+			else if (S_ISREG(a.ka_mode) &&
+				 (hit = bsearch(&key, f, n, sizeof(*f), found_cmp)) && !hit->f_ino)
+				hit->f_ino = ino;
+			else
+				kv_inode_put(ino);
+		}
+		kv_dir_snap_free(&snap);
+		kv_inode_put(d);
+	}
+	free(dirs);
+}
+
+/*
+ * Before the thread sends anything after a start that read puts back from
+ * the log: gives each of them the key whose value still has its sequence
+ * number (one walk of the local namespace). A put whose version no key has
+ * any more (replaced: the replacing put follows it; deleted: so does the
+ * delete) is skipped when its turn comes.
+ */
+static void resolve_puts(struct kv_shared *sh)
+{
+	struct found *f, key = {0}, *hit;
+	size_t n = 0;
+
+	pthread_mutex_lock(&sh->sh_lock);
+	f = calloc(sh->sh_unresolved, sizeof(*f));
+	for (struct change *c = sh->sh_q_head; f && c; c = c->ch_next)
+		if (c->ch_kind == CH_PUT && !c->ch_ino)
+			f[n++].f_seq = c->ch_seq;
+	pthread_mutex_unlock(&sh->sh_lock);
+	if (!f) {
+		fprintf(stderr, "kvfs: rados: out of memory: %" PRIu64 " logged puts not sent\n",
+			sh->sh_unresolved);
+		return;
+	}
+	qsort(f, n, sizeof(*f), found_cmp);
+	walk_find(sh->sh_st, f, n);
+	pthread_mutex_lock(&sh->sh_lock);
+	for (struct change *c = sh->sh_q_head; c; c = c->ch_next) {
+		key.f_seq = c->ch_seq;
+		if (c->ch_kind == CH_PUT && !c->ch_ino &&
+		    (hit = bsearch(&key, f, n, sizeof(*f), found_cmp))) {
+			c->ch_ino = hit->f_ino; /* its reference; NULL: skipped */
+			hit->f_ino = NULL;
+		}
+	}
+	sh->sh_unresolved = 0;
+	pthread_mutex_unlock(&sh->sh_lock);
+	for (size_t i = 0; i < n; i++)
+		if (f[i].f_ino)
+			kv_inode_put(f[i].f_ino);
+	free(f);
+}
+
 static void *worker(void *arg)
 {
 	struct kv_shared *sh = arg;
 	struct change *small[SMALL_PUTS];
 	uint64_t drain_until = 0, gc_last = mono_ns();
+	bool moved = false;
 	unsigned backoff_ms = 250, nsmall, ndone;
 
+	if (sh->sh_unresolved)
+		resolve_puts(sh);
 	pthread_mutex_lock(&sh->sh_lock);
 	if (!connect_loop(sh)) {
 		pthread_mutex_unlock(&sh->sh_lock);
@@ -1600,6 +1802,8 @@ static void *worker(void *arg)
 			ndone = transient(err) ? 0 : 1;
 		}
 		pthread_mutex_lock(&sh->sh_lock);
+		if (ndone && sh->sh_log)
+			moved = true;
 		for (; ndone; ndone--) {
 			ch = sh->sh_q_head;
 			if (err && !transient(err) && ndone == 1) {
@@ -1619,6 +1823,9 @@ static void *worker(void *arg)
 			change_free(ch);
 			pthread_mutex_lock(&sh->sh_lock);
 		}
+		if (moved)
+			log_done(sh);
+		moved = false;
 		if (transient(err)) {
 			if (sh->sh_stop)
 				break;
@@ -1634,8 +1841,9 @@ static void *worker(void *arg)
 		backoff_ms = 250;
 	}
 	if (sh->sh_q_n)
-		fprintf(stderr, "kvfs: rados: %" PRIu64 " changes were not sent to pool '%s'\n",
-			sh->sh_q_n, sh->sh_pool);
+		fprintf(stderr, "kvfs: rados: %" PRIu64 " changes were not sent to pool '%s'%s\n",
+			sh->sh_q_n, sh->sh_pool,
+			sh->sh_log ? ": kept in " KV_RLOG_NAME " for the next start" : "");
 	pthread_mutex_unlock(&sh->sh_lock);
 	return NULL;
 }
@@ -1657,6 +1865,7 @@ static void shared_free(struct kv_shared *sh)
 		}
 	free(sh->sh_known);
 	free(sh->sh_dirs);
+	kv_rlog_close(sh->sh_log);
 	if (sh->sh_conn) {
 		kv_rados_close(sh->sh_conn->c_r);
 		free(sh->sh_conn);
@@ -1676,7 +1885,71 @@ static void shared_free(struct kv_shared *sh)
 	free(sh);
 }
 
-int kv_shared_start(const struct kv_config *cfg, struct kv_store *st, uint64_t node,
+/* kv_rlog_open's: a change read back from the log goes to the queue (before the thread runs). */
+static int replayed(void *arg, const struct kv_rlog_change *c)
+{
+	static const enum change_kind kinds[] = {[KV_RLOG_PUT] = CH_PUT,
+						 [KV_RLOG_DEL] = CH_DEL,
+						 [KV_RLOG_MKDIR] = CH_MKDIR,
+						 [KV_RLOG_RMDIR] = CH_RMDIR,
+						 [KV_RLOG_RENAME] = CH_RENAME};
+	struct kv_shared *sh = arg;
+	struct change *ch = calloc(1, sizeof(*ch));
+
+	if (!ch)
+		return -ENOMEM;
+	ch->ch_kind = kinds[c->rc_kind];
+	ch->ch_id = c->rc_id;
+	ch->ch_seq = c->rc_seq;
+	ch->ch_size = c->rc_kind == KV_RLOG_PUT ? c->rc_size : 0;
+	ch->ch_mode = c->rc_mode;
+	if (c->rc_kind != KV_RLOG_PUT && !(ch->ch_path = strdup(c->rc_path)))
+		goto nomem;
+	if (c->rc_kind == KV_RLOG_RENAME && !(ch->ch_path2 = strdup(c->rc_path2)))
+		goto nomem;
+	if (c->rc_kind == KV_RLOG_PUT)
+		sh->sh_unresolved++;
+	queue_add(sh, ch);
+	sh->sh_replayed++;
+	return 0;
+nomem:
+	change_free(ch);
+	return -ENOMEM;
+}
+
+/* Opens DATA_DIR's log and queues what it holds; without one (logged) the tier still runs. */
+static void log_open(struct kv_shared *sh, int dirfd)
+{
+	uint64_t last = 0;
+	int err;
+
+	sh->sh_log_limit = KV_RLOG_REWRITE;
+	err = kv_rlog_open(dirfd, sh->sh_pool, sh->sh_ns, replayed, sh, &sh->sh_log, &last);
+	if (err) {
+		fprintf(stderr,
+			"kvfs: rados: cannot open %s: %s (changes not sent when kvfs stops are "
+			"lost)\n",
+			KV_RLOG_NAME, strerror(-err));
+		while (sh->sh_q_head) { /* a part read before the failure */
+			struct change *ch = sh->sh_q_head;
+
+			sh->sh_q_head = ch->ch_next;
+			change_free(ch);
+		}
+		sh->sh_q_tail = NULL;
+		sh->sh_q_n = sh->sh_q_bytes = sh->sh_unresolved = sh->sh_replayed = 0;
+		return;
+	}
+	sh->sh_q_last = last;
+	sh->sh_q_done = sh->sh_q_head ? sh->sh_q_head->ch_id - 1 : last;
+	if (sh->sh_replayed)
+		fprintf(stderr,
+			"kvfs: rados: %" PRIu64 " changes not sent before the last stop: "
+			"queued again\n",
+			sh->sh_replayed);
+}
+
+int kv_shared_start(const struct kv_config *cfg, struct kv_store *st, uint64_t node, int dirfd,
 		    struct kv_shared **out)
 {
 	const uint64_t sec = 1000ull * 1000 * 1000;
@@ -1722,6 +1995,8 @@ int kv_shared_start(const struct kv_config *cfg, struct kv_store *st, uint64_t n
 		shared_free(sh);
 		return -ENOMEM;
 	}
+	if (dirfd >= 0)
+		log_open(sh, dirfd);
 	err = pthread_create(&sh->sh_thread, NULL, worker, sh);
 	if (err) {
 		shared_free(sh);
@@ -1771,6 +2046,24 @@ int kv_shared_sync(struct kv_shared *sh)
 		if (pthread_cond_timedwait(&sh->sh_done_cond, &sh->sh_lock, &dl) == ETIMEDOUT)
 			err = -EIO;
 	pthread_mutex_unlock(&sh->sh_lock);
+	return err;
+}
+
+int kv_shared_persist(struct kv_shared *sh)
+{
+	int fd = -EBADF, err = 0;
+
+	pthread_mutex_lock(&sh->sh_lock);
+	if (sh->sh_log)
+		fd = kv_rlog_dup(sh->sh_log);
+	pthread_mutex_unlock(&sh->sh_lock);
+	if (fd == -EBADF)
+		return 0; /* no log */
+	if (fd < 0)
+		return fd;
+	if (fdatasync(fd) < 0)
+		err = -errno;
+	close(fd);
 	return err;
 }
 
@@ -2283,6 +2576,7 @@ void kv_shared_stats(struct kv_shared *sh, struct kv_shared_stats *out)
 	out->ss_deletes = atomic_load(&sh->sh_deletes);
 	out->ss_gc_sweeps = atomic_load(&sh->sh_gc_sweeps);
 	out->ss_gc_removed = atomic_load(&sh->sh_gc_removed);
+	out->ss_replayed = sh->sh_replayed;
 	out->ss_lat_p50 = kv_hist_percentile(&sh->sh_lat, 50);
 	out->ss_lat_p90 = kv_hist_percentile(&sh->sh_lat, 90);
 	out->ss_lat_p99 = kv_hist_percentile(&sh->sh_lat, 99);
@@ -2315,17 +2609,18 @@ int kv_shared_render(const char *pool, const char *ns, const struct kv_shared_st
 	json_string(f, ename ? ename : "other");
 	fputs(", \"last_error_text\": ", f);
 	json_string(f, s->ss_last_error_text);
-	fprintf(f,
-		", \"healthy\": %s, \"objects_read\": %" PRIu64 ", \"objects_written\": %" PRIu64
-		", \"bytes_read\": %" PRIu64 ", \"bytes_written\": %" PRIu64 ", \"hits\": %" PRIu64
-		", \"puts\": %" PRIu64 ", \"deletes\": %" PRIu64 ", \"backlog\": %" PRIu64
-		", \"backlog_bytes\": %" PRIu64 ", \"gc_sweeps\": %" PRIu64
-		", \"gc_removed\": %" PRIu64 ", \"errors\": %" PRIu64 ", \"timeouts\": %" PRIu64
-		", \"lat_ns\": {\"p50\": %" PRIu64 ", \"p90\": %" PRIu64 ", \"p99\": %" PRIu64 "}}",
-		s->ss_healthy ? "true" : "false", s->ss_objects_read, s->ss_objects_written,
-		s->ss_bytes_read, s->ss_bytes_written, s->ss_hits, s->ss_puts, s->ss_deletes,
-		s->ss_backlog, s->ss_backlog_bytes, s->ss_gc_sweeps, s->ss_gc_removed, s->ss_errors,
-		s->ss_timeouts, s->ss_lat_p50, s->ss_lat_p90, s->ss_lat_p99);
+	fprintf(
+	    f,
+	    ", \"healthy\": %s, \"objects_read\": %" PRIu64 ", \"objects_written\": %" PRIu64
+	    ", \"bytes_read\": %" PRIu64 ", \"bytes_written\": %" PRIu64 ", \"hits\": %" PRIu64
+	    ", \"puts\": %" PRIu64 ", \"deletes\": %" PRIu64 ", \"backlog\": %" PRIu64
+	    ", \"backlog_bytes\": %" PRIu64 ", \"replayed\": %" PRIu64 ", \"gc_sweeps\": %" PRIu64
+	    ", \"gc_removed\": %" PRIu64 ", \"errors\": %" PRIu64 ", \"timeouts\": %" PRIu64
+	    ", \"lat_ns\": {\"p50\": %" PRIu64 ", \"p90\": %" PRIu64 ", \"p99\": %" PRIu64 "}}",
+	    s->ss_healthy ? "true" : "false", s->ss_objects_read, s->ss_objects_written,
+	    s->ss_bytes_read, s->ss_bytes_written, s->ss_hits, s->ss_puts, s->ss_deletes,
+	    s->ss_backlog, s->ss_backlog_bytes, s->ss_replayed, s->ss_gc_sweeps, s->ss_gc_removed,
+	    s->ss_errors, s->ss_timeouts, s->ss_lat_p50, s->ss_lat_p90, s->ss_lat_p99);
 	if (fclose(f) != 0)
 		return -ENOMEM;
 	return 0;

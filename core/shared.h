@@ -78,6 +78,8 @@ struct kv_shared_stats {
 	uint64_t ss_hits;		       /* values brought in from the cluster */
 	uint64_t ss_puts, ss_deletes;	       /* entries published and removed */
 	uint64_t ss_backlog, ss_backlog_bytes; /* changes waiting, and the bytes of their values */
+	uint64_t
+	    ss_replayed; /* changes the log held at the start (not sent before the last stop) */
 	uint64_t ss_gc_sweeps, ss_gc_removed;  /* background sweeps done, orphans they removed */
 	uint64_t ss_errors, ss_timeouts;
 	uint64_t ss_lat_p50, ss_lat_p90, ss_lat_p99; /* of each cluster operation, ns */
@@ -89,12 +91,14 @@ bool kv_shared_built(void);
 /*
  * Starts the tier for cfg->kc_rados_pool (which must be set) and the other
  * kc_rados_* settings, copied: cfg may go after this returns, st may not.
- * node is this node's id (kv_datadir_node). Installs the store's hooks
+ * node is this node's id (kv_datadir_node). dirfd is DATA_DIR (-1: none):
+ * its change log (ssd/rados_log.h) is read and what it holds queued again,
+ * to be sent before anything newer. Installs the store's hooks
  * (kv_store_set_hooks): call it before the store serves. Never waits for
  * the cluster. Returns 0 and sets *out, -ENOTSUP when built without
  * librados, -ENOMEM, or pthread_create's -errno.
  */
-int kv_shared_start(const struct kv_config *cfg, struct kv_store *st, uint64_t node,
+int kv_shared_start(const struct kv_config *cfg, struct kv_store *st, uint64_t node, int dirfd,
 		    struct kv_shared **out);
 
 /*
@@ -133,6 +137,12 @@ int kv_shared_readdir(struct kv_shared *sh, struct kv_inode *dir, struct kv_dir_
  */
 int kv_shared_sync(struct kv_shared *sh);
 
+/*
+ * Makes the changes queued so far survive a power cut (their log is
+ * synced; fsync calls it). A kill -9 never loses them. Returns 0 or -errno.
+ */
+int kv_shared_persist(struct kv_shared *sh);
+
 /* --rados-sync: fsync and the ioctl put call kv_shared_sync. */
 bool kv_shared_sync_on(const struct kv_shared *sh);
 
@@ -159,7 +169,8 @@ const char *kv_shared_state_name(enum kv_shared_state st);
  *           "last_error": "ETIMEDOUT", "last_error_text": "connect: ...",
  *           "healthy": true, "objects_read": N, "objects_written": N,
  *           "bytes_read": N, "bytes_written": N, "hits": N, "puts": N,
- *           "deletes": N, "backlog": N, "backlog_bytes": N, "gc_sweeps": N,
+ *           "deletes": N, "backlog": N, "backlog_bytes": N, "replayed": N,
+ *           "gc_sweeps": N,
  *           "gc_removed": N, "errors": N,
  *           "timeouts": N, "lat_ns": {"p50": N, "p90": N, "p99": N}}
  *

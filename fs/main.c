@@ -422,7 +422,7 @@ int main(int argc, char **argv)
 
 		rc = kv_datadir_node(&dd, &node);
 		if (!rc)
-			rc = kv_shared_start(&cfg, fs.kf_store, node, &fs.kf_shared);
+			rc = kv_shared_start(&cfg, fs.kf_store, node, dd.kd_dirfd, &fs.kf_shared);
 		if (rc) {
 			fprintf(stderr, "kvfs: cannot start the RADOS tier: %s\n", strerror(-rc));
 			goto out_store;

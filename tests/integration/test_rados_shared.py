@@ -15,6 +15,10 @@ their own DATA_DIRs and mounts on one pool and namespace:
   could have fails with EIO within the timeout, and then the node answers
   from its own store (ENOENT), so puts are made and queue (stats: backlog);
   the OSD back: the queue drains and B sees the keys;
+- changes queued while the OSD is down survive a clean stop and a kill -9
+  of A (DATA_DIR/rados.log): A restarted on its DATA_DIR sends them, in
+  order (a put, an overwrite, an unlink, a rename, a mkdir with its mode),
+  and B sees the result;
 - kill -9 of A between a large put's data objects and its entry: B never
   sees the key; `kvfs --rados-gc` removes the orphan objects and keeps
   those in use, and so does a daemon's own sweep (--rados-gc-interval).
@@ -29,6 +33,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -234,6 +239,60 @@ class SharedTierTest(kvfstest.KvfsTestCase, cephtest.CephTestCase):
         self.assertEqual(read_file(b.path("k3")), b"three")
         self.assertEqual(read_file(b.path("only-remote")), pattern("r", 100000))
         self.assertGreater(rados_stats(a)["timeouts"], 0)
+
+    def test_queue_survives_restarts(self):
+        c = self.cluster()
+        data = tempfile.mkdtemp(prefix="kvfs-it-queue-", dir="/tmp")
+        self.addCleanup(shutil.rmtree, data, True)
+        a = self.node(c, sync=False, name="A", data=data)
+        os.makedirs(a.path("d"))
+        write_file(a.path("d/gone"), b"deleted while the cluster was down")
+        write_file(a.path("d/moved"), b"renamed while the cluster was down")
+        kvfstest.wait_until(lambda: rados_stats(a)["backlog"] == 0, what="A's backlog sent")
+        self.assertEqual(rados_stats(a)["replayed"], 0)
+        c.osd_stop()
+        if rados_stats(a)["healthy"]:  # learnt by the first lookup that needs the cluster
+            self.assertErrno(errno.EIO, os.stat, a.path("d/k1"))
+        write_file(a.path("d/k1"), pattern("k1", 3 * MiB))
+        kvfstest.wait_until(lambda: rados_stats(a)["backlog"] >= 1, what="A's backlog")
+        a.stop()  # a clean stop: what could not be sent is kept
+        self.assertIn("kept in rados.log for the next start", a.log_text())
+        # again, the cluster still down; this time A is killed
+        a = self.node(c, sync=False, name="A2", data=data)
+        self.assertEqual(rados_stats(a)["replayed"], 1)
+        # its first attempt to send times out: from then on it answers from its own store
+        kvfstest.wait_until(lambda: not rados_stats(a)["healthy"], timeout=3 * TIMEOUT_S + 5,
+                            what="A2 unhealthy")
+        self.assertEqual(read_file(a.path("d/k1")), pattern("k1", 3 * MiB))
+        write_file(a.path("d/k2"), b"two")
+        os.unlink(a.path("d/gone"))
+        os.rename(a.path("d/moved"), a.path("d/there"))
+        os.mkdir(a.path("e"), 0o751)
+        write_file(a.path("e/k3"), pattern("k3", 100000))
+        write_file(a.path("d/k2"), b"two, overwritten")
+        fsync_path(a.path("d/k2"))
+        kvfstest.wait_until(lambda: rados_stats(a)["backlog"] >= 7, what="A's backlog")
+        a.signal(signal.SIGKILL)
+        self.assertEqual(a.wait_exit(), -signal.SIGKILL)
+        a.cleanup()
+        c.osd_start()
+        a = self.node(c, sync=False, name="A3", data=data)
+        self.assertGreaterEqual(rados_stats(a)["replayed"], 7)
+        kvfstest.wait_until(lambda: rados_stats(a)["backlog"] == 0, timeout=30,
+                            what="A's logged changes sent")
+        self.assertEqual(rados_stats(a)["errors"], 0)
+        b = self.node(c, name="B")  # a node that was never told: it reads the cluster
+        self.assertEqual(read_file(b.path("d/k1")), pattern("k1", 3 * MiB))
+        self.assertEqual(read_file(b.path("d/k2")), b"two, overwritten")
+        self.assertEqual(read_file(b.path("d/there")), b"renamed while the cluster was down")
+        self.assertErrno(errno.ENOENT, os.stat, b.path("d/gone"))
+        self.assertErrno(errno.ENOENT, os.stat, b.path("d/moved"))
+        self.assertEqual(read_file(b.path("e/k3")), pattern("k3", 100000))
+        self.assertEqual(os.stat(b.path("e")).st_mode & 0o7777, 0o751)
+        # sent: the next start has nothing to send again
+        a.stop()
+        a = self.node(c, sync=False, name="A4", data=data)
+        self.assertEqual(rados_stats(a)["replayed"], 0)
 
     def test_kill9_mid_put_then_gc(self):
         c = self.cluster()

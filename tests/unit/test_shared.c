@@ -6,7 +6,10 @@
  * milliseconds: kv_shared_start returns at once, the state goes
  * "unreachable" with the errno, attempts are retried, and a stop during
  * the backoff returns at once. Built without librados, start says
- * -ENOTSUP. The real cluster is in tests/integration/test_rados_tier.py.
+ * -ENOTSUP. The change log (ssd/rados_log.h) is tested here too: what it
+ * gives back after a reopen, a torn tail, a corrupt record, another
+ * pool's log, shrinking and rewriting. The real cluster is in
+ * tests/integration/test_rados_tier.py and test_rados_shared.py.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,7 +18,11 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -24,6 +31,28 @@
 #include "core/store.h"
 #include "ssd/rados.h"
 #include "ssd/rados_format.h"
+#include "ssd/rados_log.h"
+
+/* A scratch data directory, removed with what is in it by rm_dir. */
+static int scratch_dir(char *path)
+{
+	int fd;
+
+	strcpy(path, "/tmp/kvfs-test-shared.XXXXXX");
+	assert_non_null(mkdtemp(path));
+	fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	assert_true(fd >= 0);
+	return fd;
+}
+
+static void rm_dir(int fd, const char *path)
+{
+	char cmd[128];
+
+	close(fd);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", path);
+	assert_int_equal(system(cmd), 0);
+}
 
 static void test_unreachable_and_stop(void **state)
 {
@@ -31,8 +60,9 @@ static void test_unreachable_and_stop(void **state)
 	struct kv_shared *sh = NULL;
 	struct kv_shared_stats s;
 	struct kv_store *st;
+	char dir[64];
 	uint64_t t0;
-	int i;
+	int i, dirfd;
 
 	(void)state;
 	kv_config_defaults(&cfg);
@@ -43,12 +73,13 @@ static void test_unreachable_and_stop(void **state)
 	cfg.kc_rados_timeout_ns = 1000000000ull;
 	t0 = kv_now_ns();
 	if (!kv_shared_built()) {
-		assert_int_equal(kv_shared_start(&cfg, st, 1, &sh), -ENOTSUP);
+		assert_int_equal(kv_shared_start(&cfg, st, 1, -1, &sh), -ENOTSUP);
 		assert_null(sh);
 		kv_store_destroy(st);
 		return;
 	}
-	assert_int_equal(kv_shared_start(&cfg, st, 1, &sh), 0);
+	dirfd = scratch_dir(dir);
+	assert_int_equal(kv_shared_start(&cfg, st, 1, dirfd, &sh), 0);
 	assert_true(kv_now_ns() - t0 < 500000000ull);
 	assert_string_equal(kv_shared_pool(sh), "kv");
 	assert_string_equal(kv_shared_namespace(sh), "");
@@ -84,7 +115,185 @@ static void test_unreachable_and_stop(void **state)
 	kv_shared_stop(sh);
 	assert_true(kv_now_ns() - t0 < 500000000ull);
 	kv_shared_stop(NULL);
+	/* the changes not sent are in DATA_DIR/rados.log: a new start queues them again */
+	assert_int_equal(kv_shared_start(&cfg, st, 1, dirfd, &sh), 0);
+	kv_shared_stats(sh, &s);
+	assert_int_equal(s.ss_replayed, 2);
+	assert_int_equal(s.ss_backlog, 2);
+	assert_int_equal(kv_shared_persist(sh), 0);
+	kv_shared_stop(sh);
+	/* another pool: that log is set aside, not sent there */
+	cfg.kc_rados_pool = "other";
+	assert_int_equal(kv_shared_start(&cfg, st, 1, dirfd, &sh), 0);
+	kv_shared_stats(sh, &s);
+	assert_int_equal(s.ss_replayed + s.ss_backlog, 0);
+	kv_shared_stop(sh);
+	assert_int_equal(faccessat(dirfd, KV_RLOG_NAME ".old", F_OK, 0), 0);
+	rm_dir(dirfd, dir);
 	kv_store_destroy(st);
+}
+
+/* What kv_rlog_open gave back: the changes, their paths copied. */
+struct got {
+	unsigned n;
+	struct kv_rlog_change c[8];
+	char p[8][2][64];
+};
+
+static int got_one(void *arg, const struct kv_rlog_change *c)
+{
+	struct got *g = arg;
+
+	if (g->n == 8)
+		return -E2BIG;
+	g->c[g->n] = *c;
+	snprintf(g->p[g->n][0], 64, "%s", c->rc_path);
+	snprintf(g->p[g->n][1], 64, "%s", c->rc_path2);
+	g->n++;
+	return 0;
+}
+
+static struct kv_rlog *reopen(int dirfd, const char *pool, struct got *g, uint64_t *last)
+{
+	struct kv_rlog *l = NULL;
+
+	memset(g, 0, sizeof(*g));
+	assert_int_equal(kv_rlog_open(dirfd, pool, "ns", got_one, g, &l, last), 0);
+	return l;
+}
+
+static off_t log_size(int dirfd)
+{
+	struct stat sb;
+
+	assert_int_equal(fstatat(dirfd, KV_RLOG_NAME, &sb, 0), 0);
+	return sb.st_size;
+}
+
+static void test_log(void **state)
+{
+	const struct kv_rlog_change put = {
+	    .rc_id = 1, .rc_kind = KV_RLOG_PUT, .rc_seq = 77, .rc_size = 5 << 20};
+	const struct kv_rlog_change del = {.rc_id = 2, .rc_kind = KV_RLOG_DEL, .rc_path = "/a/k"};
+	const struct kv_rlog_change mv = {
+	    .rc_id = 3, .rc_kind = KV_RLOG_RENAME, .rc_path = "/a/x", .rc_path2 = "/b/y"};
+	const struct kv_rlog_change mk = {
+	    .rc_id = 4, .rc_kind = KV_RLOG_MKDIR, .rc_path = "/d", .rc_mode = 0700};
+	char dir[64], *longp = malloc(KV_RLOG_PATH_MAX + 2);
+	struct kv_rlog *l;
+	struct got g;
+	uint64_t last;
+	off_t head, full;
+	int dirfd = scratch_dir(dir), fd;
+
+	(void)state;
+	l = reopen(dirfd, "pool", &g, &last);
+	assert_int_equal(g.n, 0);
+	assert_int_equal(last, 0);
+	head = log_size(dirfd);
+	assert_int_equal(kv_rlog_bytes(l), head);
+	assert_int_equal(kv_rlog_append(l, &put), 0);
+	assert_int_equal(kv_rlog_append(l, &del), 0);
+	assert_int_equal(kv_rlog_done(l, 2, false), 0);
+	assert_int_equal(kv_rlog_append(l, &mv), 0);
+	assert_int_equal(kv_rlog_append(l, &mk), 0);
+	memset(longp, 'p', KV_RLOG_PATH_MAX + 1);
+	longp[KV_RLOG_PATH_MAX + 1] = '\0';
+	{
+		struct kv_rlog_change bad = del;
+
+		bad.rc_path = longp;
+		assert_int_equal(kv_rlog_append(l, &bad), -ENAMETOOLONG);
+	}
+	kv_rlog_close(l);
+
+	/* only what follows the last DONE comes back, in order, whole */
+	l = reopen(dirfd, "pool", &g, &last);
+	assert_int_equal(last, 4);
+	assert_int_equal(g.n, 2);
+	assert_int_equal(g.c[0].rc_id, 3);
+	assert_int_equal(g.c[0].rc_kind, KV_RLOG_RENAME);
+	assert_string_equal(g.p[0][0], "/a/x");
+	assert_string_equal(g.p[0][1], "/b/y");
+	assert_int_equal(g.c[1].rc_kind, KV_RLOG_MKDIR);
+	assert_int_equal(g.c[1].rc_mode, 0700);
+	assert_string_equal(g.p[1][0], "/d");
+	assert_string_equal(g.p[1][1], "");
+	full = log_size(dirfd);
+	kv_rlog_close(l);
+
+	/* a torn tail (a power cut mid-append) is cut off, and appends follow the last record */
+	fd = openat(dirfd, KV_RLOG_NAME, O_WRONLY | O_APPEND);
+	assert_int_equal(write(fd, "QREC\x40\0\0\0garbage", 15), 15);
+	close(fd);
+	l = reopen(dirfd, "pool", &g, &last);
+	assert_int_equal(g.n, 2);
+	assert_int_equal(log_size(dirfd), full);
+	{
+		struct kv_rlog_change p2 = put;
+
+		p2.rc_id = 5;
+		assert_int_equal(kv_rlog_append(l, &p2), 0);
+	}
+	kv_rlog_close(l);
+	l = reopen(dirfd, "pool", &g, &last);
+	assert_int_equal(g.n, 3);
+	assert_int_equal(g.c[2].rc_id, 5);
+	assert_int_equal(g.c[2].rc_kind, KV_RLOG_PUT);
+	assert_int_equal(g.c[2].rc_seq, 77);
+	assert_int_equal(g.c[2].rc_size, 5 << 20);
+	kv_rlog_close(l);
+
+	/* a corrupt record ends the log there */
+	fd = openat(dirfd, KV_RLOG_NAME, O_WRONLY);
+	assert_int_equal(pwrite(fd, "X", 1, full - 3), 1); /* in record 4's sum */
+	close(fd);
+	l = reopen(dirfd, "pool", &g, &last);
+	assert_int_equal(g.n, 1);
+	assert_int_equal(g.c[0].rc_id, 3);
+	assert_int_equal(last, 3);
+
+	/* a rewrite keeps only what it is given */
+	assert_int_equal(kv_rlog_rewrite_begin(l), 0);
+	assert_int_equal(kv_rlog_rewrite_add(l, &mk), 0);
+	assert_int_equal(kv_rlog_rewrite_end(l, true), 0);
+	assert_int_equal(kv_rlog_bytes(l), log_size(dirfd));
+	assert_int_equal(kv_rlog_append(l, &del), 0); /* appends go to the new log */
+	assert_int_equal(kv_rlog_rewrite_begin(l), 0);
+	assert_int_equal(kv_rlog_rewrite_end(l, false), 0); /* dropped: the log stays */
+	assert_int_not_equal(faccessat(dirfd, KV_RLOG_NAME ".tmp", F_OK, 0), 0);
+	kv_rlog_close(l);
+	l = reopen(dirfd, "pool", &g, &last);
+	assert_int_equal(g.n, 2);
+	assert_int_equal(g.c[0].rc_id, 4);
+	assert_int_equal(g.c[1].rc_id, 2);
+
+	/* nothing left: a small log takes a DONE, a large one shrinks to its header */
+	assert_int_equal(kv_rlog_done(l, 4, true), 0);
+	assert_true(kv_rlog_bytes(l) > (uint64_t)head);
+	for (uint64_t id = 10; kv_rlog_bytes(l) <= KV_RLOG_SHRINK; id++) {
+		struct kv_rlog_change d2 = del;
+
+		d2.rc_id = id;
+		assert_int_equal(kv_rlog_append(l, &d2), 0);
+	}
+	assert_int_equal(kv_rlog_done(l, 1u << 30, true), 0);
+	assert_int_equal(log_size(dirfd), head);
+	kv_rlog_close(l);
+	l = reopen(dirfd, "pool", &g, &last);
+	assert_int_equal(g.n, 0);
+	assert_int_equal(kv_rlog_append(l, &mk), 0);
+	kv_rlog_close(l);
+
+	/* another pool's log: set aside, a new one begun */
+	l = reopen(dirfd, "other", &g, &last);
+	assert_int_equal(g.n, 0);
+	assert_int_equal(log_size(dirfd), head + 5 - 4); /* "other" vs "pool" */
+	assert_int_equal(faccessat(dirfd, KV_RLOG_NAME ".old", F_OK, 0), 0);
+	kv_rlog_close(l);
+	kv_rlog_close(NULL);
+	free(longp);
+	rm_dir(dirfd, dir);
 }
 
 /* Object names (ssd/rados_format.h): fixed width, parsed back, nothing else parses. */
@@ -122,6 +331,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_unreachable_and_stop),
 	    cmocka_unit_test(test_names),
+	    cmocka_unit_test(test_log),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -541,6 +541,7 @@ static void test_render_rados(void **state)
 	    .ss_hits = 5,
 	    .ss_backlog = 2,
 	    .ss_backlog_bytes = 4096,
+	    .ss_replayed = 9,
 	    .ss_lat_p99 = 123456,
 	};
 	struct kv_stats_gauges g = {0};
@@ -569,7 +570,7 @@ static void test_render_rados(void **state)
 		     "\"objects_read\": 0, \"objects_written\": 0, \"bytes_read\": 0, "
 		     "\"bytes_written\": 2**40, \"errors\": 0, \"timeouts\": 7, "
 		     "\"healthy\": False, \"hits\": 5, \"puts\": 0, \"deletes\": 0, "
-		     "\"backlog\": 2, \"backlog_bytes\": 4096, \"gc_sweeps\": 0, "
+		     "\"backlog\": 2, \"backlog_bytes\": 4096, \"replayed\": 9, \"gc_sweeps\": 0, "
 		     "\"gc_removed\": 0, "
 		     "\"lat_ns\": {\"p50\": 0, \"p90\": 0, \"p99\": 123456}}, r' %s",
 		     path) > 0);
