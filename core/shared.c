@@ -28,6 +28,10 @@
  * The known table remembers, per local key (inode number), which local
  * version (sequence number) is the same bytes as which cluster version
  * (node, seq), and when that was last checked against the directory entry.
+ * What it says of clean versions is also kept in DATA_DIR/rados.known
+ * (ssd/rados_known.h), by sequence number, so that after a restart a copy
+ * is still known as a copy (replaced or removed with the cluster's
+ * version) and a key made here (kept until it is sent) is not.
  */
 #include "core/shared.h"
 
@@ -49,6 +53,7 @@
 #include "core/store.h"
 #include "ssd/rados.h"
 #include "ssd/rados_format.h"
+#include "ssd/rados_known.h"
 #include "ssd/rados_log.h"
 
 #define KNOWN_BUCKETS 65536 /* the known table's chains (a power of two) */
@@ -108,6 +113,7 @@ struct kv_shared {
 	uint64_t sh_reconnected_ns; /* the thread only: when probe() last replaced the connection */
 	uint64_t sh_gc_interval_ns, sh_gc_grace_ns; /* the background sweep; interval 0: none */
 	struct kv_store *sh_st;
+	struct kv_rknown *sh_rk; /* DATA_DIR/rados.known, or NULL (thread-safe itself) */
 	pthread_t sh_thread;
 
 	/*
@@ -621,10 +627,13 @@ static void known_set(struct kv_shared *sh, uint64_t ino, uint64_t seq, bool cle
 		      uint64_t rseq)
 {
 	struct known **slot, *k;
+	uint64_t old = 0; /* a clean version this record described before */
 
 	pthread_mutex_lock(&sh->sh_known_lock);
 	slot = known_slot(sh, ino);
 	k = *slot;
+	if (k && k->kn_clean)
+		old = k->kn_seq;
 	if (!k && sh->sh_known_n >= KNOWN_MAX) {
 		/* full: this chain's records go (a key without one is only checked again) */
 		struct known **head =
@@ -655,6 +664,12 @@ static void known_set(struct kv_shared *sh, uint64_t ino, uint64_t seq, bool cle
 	k->kn_rseq = rseq;
 	k->kn_checked_ns = mono_ns();
 	pthread_mutex_unlock(&sh->sh_known_lock);
+	if (!sh->sh_rk)
+		return;
+	if (old && (old != seq || !clean))
+		kv_rknown_forget(sh->sh_rk, old);
+	if (clean && seq) /* a failed write: known until the process ends */
+		kv_rknown_set(sh->sh_rk, seq, node, rseq);
 }
 
 static void known_drop(struct kv_shared *sh, uint64_t ino)
@@ -669,7 +684,27 @@ static void known_drop(struct kv_shared *sh, uint64_t ino)
 		sh->sh_known_n--;
 	}
 	pthread_mutex_unlock(&sh->sh_known_lock);
+	if (k && k->kn_clean && sh->sh_rk)
+		kv_rknown_forget(sh->sh_rk, k->kn_seq);
 	free(k);
+}
+
+/*
+ * What is known of local key ino at version seq: its record, or, when it
+ * has none for that version (after a restart), rados.known's (clean, not
+ * checked yet). False: nothing (a version made here and not yet sent).
+ */
+static bool known_of(struct kv_shared *sh, uint64_t ino, uint64_t seq, struct known *out)
+{
+	uint64_t node, rseq;
+
+	if (known_get(sh, ino, out) && out->kn_seq == seq)
+		return true;
+	if (!sh->sh_rk || !kv_rknown_get(sh->sh_rk, seq, &node, &rseq))
+		return false;
+	*out = (struct known){
+	    .kn_ino = ino, .kn_seq = seq, .kn_node = node, .kn_rseq = rseq, .kn_clean = true};
+	return true;
 }
 
 /* --- the change queue --- */
@@ -1019,7 +1054,7 @@ static int put_start(struct kv_shared *sh, struct change *ch, struct put_job *j)
 	}
 	kv_store_getattr(sh->sh_st, ch->ch_ino, &a);
 	if (a.ka_seq != ch->ch_seq || a.ka_nlink == 0 ||
-	    (known_get(sh, a.ka_ino, &k) && k.kn_seq == ch->ch_seq && k.kn_clean)) {
+	    (known_of(sh, a.ka_ino, ch->ch_seq, &k) && k.kn_clean)) {
 		j->pj_skip = true; /* replaced (its own put follows), deleted, or there already */
 		return 0;
 	}
@@ -1640,12 +1675,51 @@ static int found_cmp(const void *a, const void *b)
 	return x->f_seq < y->f_seq ? -1 : x->f_seq > y->f_seq;
 }
 
-/* Walks the local namespace for the keys whose value has one of f's sequence numbers. */
-static void walk_find(struct kv_store *st, struct found *f, size_t n)
+static int seq_cmp(const void *a, const void *b)
+{
+	const uint64_t *x = a, *y = b;
+
+	return *x < *y ? -1 : *x > *y;
+}
+
+/* What one walk of the local namespace looks for, and what it found. */
+struct walk {
+	struct found *w_f; /* sorted by f_seq: the keys with these versions */
+	size_t w_nf;
+	uint64_t *w_live; /* every key's version (NULL: not wanted) */
+	size_t w_nlive, w_cap_live;
+	bool w_short; /* out of memory: w_live misses some */
+};
+
+static void walk_key(struct walk *w, struct kv_inode *ino, const struct kv_attr *a)
+{
+	struct found key = {.f_seq = a->ka_seq}, *hit;
+
+	if (w->w_live && w->w_nlive == w->w_cap_live) {
+		uint64_t *more = realloc(w->w_live, 2 * w->w_cap_live * sizeof(*more));
+
+		w->w_short |= !more;
+		if (more) {
+			w->w_live = more;
+			w->w_cap_live *= 2;
+		}
+	}
+	if (w->w_live && w->w_nlive < w->w_cap_live)
+		w->w_live[w->w_nlive++] = a->ka_seq;
+	hit = w->w_nf ? bsearch(&key, w->w_f, w->w_nf, sizeof(key), found_cmp) : NULL;
+	if (hit && !hit->f_ino) {
+		kv_inode_get(ino);
+		hit->f_ino = ino;
+	}
+}
+
+/* Visits every regular file of the local store once (directories by a stack). */
+static void walk_store(struct kv_store *st, struct walk *w)
 {
 	struct kv_inode **dirs = malloc(sizeof(*dirs)), *root = kv_store_root(st);
 	size_t nd = 0, cap = 1;
 
+	w->w_short |= !dirs;
 	if (!dirs)
 		return;
 	kv_inode_get(root);
@@ -1655,31 +1729,32 @@ static void walk_find(struct kv_store *st, struct found *f, size_t n)
 		struct kv_dir_snap snap = {0};
 		struct kv_attr a;
 
-		if (kv_store_readdir(st, d, &snap))
+		if (kv_store_readdir(st, d, &snap)) {
 			snap.kds_count = 0; /* no memory: that directory is not searched */
+			w->w_short = true;
+		}
 		for (uint32_t i = 0; i < snap.kds_count; i++) {
 			const struct kv_dirent *e = &snap.kds_ent[i];
-			struct found key = {0}, *hit;
 
 			if ((!S_ISDIR(e->kde_type) && !S_ISREG(e->kde_type)) ||
 			    kv_store_lookup(st, d, e->kde_name, &ino, &a))
 				continue;
-			key.f_seq = a.ka_seq;
 			if (S_ISDIR(a.ka_mode) && nd == cap) {
 				struct kv_inode **more = realloc(dirs, 2 * cap * sizeof(*dirs));
 
+				w->w_short |= !more;
 				if (more) {
 					dirs = more;
 					cap *= 2;
 				}
 			}
-			if (S_ISDIR(a.ka_mode) && nd < cap)
+			if (S_ISDIR(a.ka_mode) && nd < cap) {
 				dirs[nd++] = ino;
-			else if (S_ISREG(a.ka_mode) &&
-				 (hit = bsearch(&key, f, n, sizeof(*f), found_cmp)) && !hit->f_ino)
-				hit->f_ino = ino;
-			else
-				kv_inode_put(ino);
+				continue;
+			}
+			if (S_ISREG(a.ka_mode))
+				walk_key(w, ino, &a);
+			kv_inode_put(ino);
 		}
 		kv_dir_snap_free(&snap);
 		kv_inode_put(d);
@@ -1687,46 +1762,68 @@ static void walk_find(struct kv_store *st, struct found *f, size_t n)
 	free(dirs);
 }
 
-/*
- * Before the thread sends anything after a start that read puts back from
- * the log: gives each of them the key whose value still has its sequence
- * number (one walk of the local namespace). A put whose version no key has
- * any more (replaced: the replacing put follows it; deleted: so does the
- * delete) is skipped when its turn comes.
- */
-static void resolve_puts(struct kv_shared *sh)
+static bool seq_live(void *arg, uint64_t seq)
 {
-	struct found *f, key = {0}, *hit;
-	size_t n = 0;
+	const struct walk *w = arg;
 
+	return bsearch(&seq, w->w_live, w->w_nlive, sizeof(seq), seq_cmp) != NULL;
+}
+
+/*
+ * Before the thread sends anything after a start, one walk of the local
+ * namespace does two things. It gives each put read back from the log the
+ * key whose value still has its sequence number; a put whose version no
+ * key has any more (replaced: the replacing put follows it; deleted: so
+ * does the delete) is skipped when its turn comes. And it forgets, in
+ * rados.known, the versions no key has any more (deleted, overwritten or
+ * evicted while nobody told the tier), as far as the highest version
+ * known when the walk began: versions made during the walk are newer.
+ */
+static void start_walk(struct kv_shared *sh)
+{
+	struct walk w = {0};
+	uint64_t upto = 0;
+	struct found key = {0}, *hit;
+
+	if (sh->sh_rk && kv_rknown_count(sh->sh_rk, &upto)) {
+		w.w_cap_live = 1024;
+		w.w_live = malloc(w.w_cap_live * sizeof(*w.w_live));
+		w.w_short |= !w.w_live;
+	}
 	pthread_mutex_lock(&sh->sh_lock);
-	f = calloc(sh->sh_unresolved, sizeof(*f));
-	for (struct change *c = sh->sh_q_head; f && c; c = c->ch_next)
+	if (sh->sh_unresolved)
+		w.w_f = calloc(sh->sh_unresolved, sizeof(*w.w_f));
+	for (struct change *c = sh->sh_q_head; w.w_f && c; c = c->ch_next)
 		if (c->ch_kind == CH_PUT && !c->ch_ino)
-			f[n++].f_seq = c->ch_seq;
+			w.w_f[w.w_nf++].f_seq = c->ch_seq;
 	pthread_mutex_unlock(&sh->sh_lock);
-	if (!f) {
+	if (sh->sh_unresolved && !w.w_f)
 		fprintf(stderr, "kvfs: rados: out of memory: %" PRIu64 " logged puts not sent\n",
 			sh->sh_unresolved);
+	if (!w.w_nf && !w.w_live)
 		return;
+	qsort(w.w_f, w.w_nf, sizeof(*w.w_f), found_cmp);
+	walk_store(sh->sh_st, &w);
+	if (w.w_live && !w.w_short) {
+		qsort(w.w_live, w.w_nlive, sizeof(*w.w_live), seq_cmp);
+		kv_rknown_prune(sh->sh_rk, upto, seq_live, &w);
 	}
-	qsort(f, n, sizeof(*f), found_cmp);
-	walk_find(sh->sh_st, f, n);
+	free(w.w_live);
 	pthread_mutex_lock(&sh->sh_lock);
-	for (struct change *c = sh->sh_q_head; c; c = c->ch_next) {
+	for (struct change *c = sh->sh_q_head; w.w_nf && c; c = c->ch_next) {
 		key.f_seq = c->ch_seq;
 		if (c->ch_kind == CH_PUT && !c->ch_ino &&
-		    (hit = bsearch(&key, f, n, sizeof(*f), found_cmp))) {
+		    (hit = bsearch(&key, w.w_f, w.w_nf, sizeof(key), found_cmp))) {
 			c->ch_ino = hit->f_ino; /* its reference; NULL: skipped */
 			hit->f_ino = NULL;
 		}
 	}
 	sh->sh_unresolved = 0;
 	pthread_mutex_unlock(&sh->sh_lock);
-	for (size_t i = 0; i < n; i++)
-		if (f[i].f_ino)
-			kv_inode_put(f[i].f_ino);
-	free(f);
+	for (size_t i = 0; i < w.w_nf; i++)
+		if (w.w_f[i].f_ino)
+			kv_inode_put(w.w_f[i].f_ino);
+	free(w.w_f);
 }
 
 static void *worker(void *arg)
@@ -1737,8 +1834,7 @@ static void *worker(void *arg)
 	bool moved = false;
 	unsigned backoff_ms = 250, nsmall, ndone;
 
-	if (sh->sh_unresolved)
-		resolve_puts(sh);
+	start_walk(sh);
 	pthread_mutex_lock(&sh->sh_lock);
 	if (!connect_loop(sh)) {
 		pthread_mutex_unlock(&sh->sh_lock);
@@ -1866,6 +1962,7 @@ static void shared_free(struct kv_shared *sh)
 	free(sh->sh_known);
 	free(sh->sh_dirs);
 	kv_rlog_close(sh->sh_log);
+	kv_rknown_close(sh->sh_rk);
 	if (sh->sh_conn) {
 		kv_rados_close(sh->sh_conn->c_r);
 		free(sh->sh_conn);
@@ -1995,8 +2092,13 @@ int kv_shared_start(const struct kv_config *cfg, struct kv_store *st, uint64_t n
 		shared_free(sh);
 		return -ENOMEM;
 	}
-	if (dirfd >= 0)
+	if (dirfd >= 0) {
 		log_open(sh, dirfd);
+		err = kv_rknown_open(dirfd, sh->sh_pool, sh->sh_ns, &sh->sh_rk);
+		if (err) /* copies are then kept as local keys after a restart */
+			fprintf(stderr, "kvfs: rados: cannot open %s: %s\n", KV_RKNOWN_NAME,
+				strerror(-err));
+	}
 	err = pthread_create(&sh->sh_thread, NULL, worker, sh);
 	if (err) {
 		shared_free(sh);
@@ -2288,10 +2390,10 @@ static void drop_tree(struct kv_shared *sh, struct kv_inode *parent, const char 
 
 		if (S_ISDIR(d->kde_type)) {
 			drop_tree(sh, dir, d->kde_name, depth + 1);
-		} else if (S_ISREG(d->kde_type) && known_get(sh, d->kde_ino, &k) && k.kn_clean &&
+		} else if (S_ISREG(d->kde_type) &&
 			   !kv_store_lookup(st, dir, d->kde_name, &c, &ca)) {
 			kv_inode_put(c);
-			if (ca.ka_ino == k.kn_ino && ca.ka_seq == k.kn_seq)
+			if (known_of(sh, ca.ka_ino, ca.ka_seq, &k) && k.kn_clean)
 				drop_local(sh, dir, d->kde_name, ca.ka_ino);
 		}
 	}
@@ -2323,7 +2425,7 @@ static int lookup_in(struct kv_shared *sh, struct kv_rados *r, struct kv_inode *
 
 		if (local) {
 			kv_inode_put(ino);
-			have = known_get(sh, a.ka_ino, &k) && k.kn_seq == a.ka_seq;
+			have = known_of(sh, a.ka_ino, a.ka_seq, &k);
 			clean = have && k.kn_clean;
 			if (!S_ISREG(a.ka_mode) && !(S_ISDIR(a.ka_mode) && clean))
 				break; /* made here, or not a key: not checked */
@@ -2450,10 +2552,10 @@ static int readdir_in(struct kv_shared *sh, struct kv_rados *r, struct kv_inode 
 			}
 			kv_inode_put(ino);
 		}
-		if (S_ISREG(d->kde_type) && !listed && known_get(sh, d->kde_ino, &k) &&
-		    k.kn_clean && !kv_store_lookup(st, dir, d->kde_name, &ino, &a)) {
+		if (S_ISREG(d->kde_type) && !listed &&
+		    !kv_store_lookup(st, dir, d->kde_name, &ino, &a)) {
 			kv_inode_put(ino);
-			if (a.ka_ino == k.kn_ino && a.ka_seq == k.kn_seq) {
+			if (known_of(sh, a.ka_ino, a.ka_seq, &k) && k.kn_clean) {
 				drop_local(sh, dir, d->kde_name, a.ka_ino);
 				free(d->kde_name);
 				continue;

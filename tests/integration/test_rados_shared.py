@@ -19,6 +19,10 @@ their own DATA_DIRs and mounts on one pool and namespace:
   of A (DATA_DIR/rados.log): A restarted on its DATA_DIR sends them, in
   order (a put, an overwrite, an unlink, a rename, a mkdir with its mode),
   and B sees the result;
+- copies stay copies across a restart (DATA_DIR/rados.known): B restarted
+  drops its copies of keys deleted meanwhile, its own published key
+  deleted by A, and replaces a copy A overwrote, but keeps a key made
+  while its tier was off;
 - kill -9 of A between a large put's data objects and its entry: B never
   sees the key; `kvfs --rados-gc` removes the orphan objects and keeps
   those in use, and so does a daemon's own sweep (--rados-gc-interval).
@@ -293,6 +297,35 @@ class SharedTierTest(kvfstest.KvfsTestCase, cephtest.CephTestCase):
         a.stop()
         a = self.node(c, sync=False, name="A4", data=data)
         self.assertEqual(rados_stats(a)["replayed"], 0)
+
+    def test_copies_across_restart(self):
+        c = self.cluster()
+        data = tempfile.mkdtemp(prefix="kvfs-it-copies-", dir="/tmp")
+        self.addCleanup(shutil.rmtree, data, True)
+        a = self.node(c, name="A")
+        b = self.node(c, name="B", data=data)
+        write_synced(a.path("fetched"), b"made on A")
+        write_synced(a.path("replaced"), b"old")
+        write_synced(b.path("mine"), b"published by B")
+        self.assertEqual(read_file(b.path("fetched")), b"made on A")  # copies on B
+        self.assertEqual(read_file(b.path("replaced")), b"old")
+        b.stop()
+        # a key made on B's DATA_DIR while its tier is off: B's own, never dropped
+        off = self.mount(["--mem-size=64M"], name="B-off", data=data)
+        write_file(off.path("offline"), b"made without the tier")
+        off.stop()
+        # meanwhile A deletes two of the keys B holds and overwrites the third
+        self.assertEqual(read_file(a.path("mine")), b"published by B")
+        os.unlink(a.path("fetched"))
+        os.unlink(a.path("mine"))
+        write_synced(a.path("replaced"), b"new")
+        b = self.node(c, name="B2", data=data)
+        self.assertErrno(errno.ENOENT, os.stat, b.path("fetched"))
+        self.assertErrno(errno.ENOENT, os.stat, b.path("mine"))
+        self.assertEqual(read_file(b.path("replaced")), b"new")
+        self.assertEqual(read_file(b.path("offline")), b"made without the tier")
+        self.assertEqual(sorted(n for n in os.listdir(b.mnt) if not n.startswith(".")),
+                         ["offline", "replaced"])
 
     def test_kill9_mid_put_then_gc(self):
         c = self.cluster()

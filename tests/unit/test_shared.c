@@ -8,7 +8,9 @@
  * the backoff returns at once. Built without librados, start says
  * -ENOTSUP. The change log (ssd/rados_log.h) is tested here too: what it
  * gives back after a reopen, a torn tail, a corrupt record, another
- * pool's log, shrinking and rewriting. The real cluster is in
+ * pool's log, shrinking and rewriting; and the known versions
+ * (ssd/rados_known.h): set, forget, reopen, a torn tail, pruning,
+ * rewriting, another pool's file. The real cluster is in
  * tests/integration/test_rados_tier.py and test_rados_shared.py.
  */
 #include <setjmp.h>
@@ -31,6 +33,7 @@
 #include "core/store.h"
 #include "ssd/rados.h"
 #include "ssd/rados_format.h"
+#include "ssd/rados_known.h"
 #include "ssd/rados_log.h"
 
 /* A scratch data directory, removed with what is in it by rm_dir. */
@@ -326,12 +329,102 @@ static void test_names(void **state)
 	assert_string_equal(d2, oid);
 }
 
+static bool odd_live(void *arg, uint64_t seq)
+{
+	(void)arg;
+	return seq % 2;
+}
+
+static void test_known(void **state)
+{
+	char dir[64];
+	int dirfd = scratch_dir(dir), fd;
+	struct kv_rknown *k = NULL;
+	uint64_t node, rseq, max;
+	off_t size;
+	struct stat sb;
+
+	(void)state;
+	assert_int_equal(kv_rknown_open(dirfd, "pool", "ns", &k), 0);
+	assert_int_equal(kv_rknown_count(k, &max), 0);
+	assert_false(kv_rknown_get(k, 1, &node, &rseq));
+	/* enough to grow the table a few times */
+	for (uint64_t seq = 1; seq <= 5000; seq++)
+		assert_int_equal(kv_rknown_set(k, seq, 100 + seq, 1000 + seq), 0);
+	assert_int_equal(kv_rknown_set(k, 0, 1, 1), -EINVAL);
+	assert_int_equal(kv_rknown_set(k, 7, 0, 0), 0); /* the cluster replaced it */
+	assert_int_equal(kv_rknown_forget(k, 8), 0);
+	assert_int_equal(kv_rknown_forget(k, 8), 0); /* not known: nothing */
+	assert_int_equal(kv_rknown_count(k, &max), 4999);
+	assert_int_equal(max, 5000);
+	assert_true(kv_rknown_get(k, 4321, &node, &rseq));
+	assert_true(node == 4421 && rseq == 5321);
+	kv_rknown_close(k);
+
+	/* reopened: the same, the last record of each version winning */
+	assert_int_equal(kv_rknown_open(dirfd, "pool", "ns", &k), 0);
+	assert_int_equal(kv_rknown_count(k, NULL), 4999);
+	assert_true(kv_rknown_get(k, 7, &node, &rseq));
+	assert_true(node == 0 && rseq == 0);
+	assert_false(kv_rknown_get(k, 8, &node, &rseq));
+	for (uint64_t seq = 1; seq <= 5000; seq++)
+		if (seq != 7 && seq != 8) {
+			assert_true(kv_rknown_get(k, seq, &node, &rseq));
+			assert_true(node == 100 + seq && rseq == 1000 + seq);
+		}
+	kv_rknown_close(k);
+
+	/* a torn tail goes; what came before stays */
+	assert_int_equal(fstatat(dirfd, KV_RKNOWN_NAME, &sb, 0), 0);
+	size = sb.st_size;
+	fd = openat(dirfd, KV_RKNOWN_NAME, O_WRONLY | O_APPEND);
+	assert_int_equal(write(fd, "torn record", 11), 11);
+	close(fd);
+	assert_int_equal(kv_rknown_open(dirfd, "pool", "ns", &k), 0);
+	assert_int_equal(kv_rknown_count(k, NULL), 4999);
+	assert_int_equal(fstatat(dirfd, KV_RKNOWN_NAME, &sb, 0), 0);
+	assert_int_equal(sb.st_size, size);
+
+	/* pruning: the versions no key has go (up to the bound), and the file is rewritten */
+	assert_int_equal(kv_rknown_prune(k, 4000, odd_live, NULL), 2000 - 1); /* 8 went before */
+	assert_int_equal(kv_rknown_count(k, NULL), 4999 - 1999);
+	assert_false(kv_rknown_get(k, 3998, &node, &rseq));
+	assert_true(kv_rknown_get(k, 3999, &node, &rseq));
+	assert_true(kv_rknown_get(k, 4002, &node, &rseq)); /* past the bound: kept */
+	assert_int_equal(fstatat(dirfd, KV_RKNOWN_NAME, &sb, 0), 0);
+	assert_int_equal(sb.st_size,
+			 sizeof(struct kv_rknown_head) + 6 + 3000 * sizeof(struct kv_rknown_rec));
+	/* forgetting most of it: the file shrinks by itself once it is mostly forgotten */
+	for (uint64_t seq = 1; seq <= 5000; seq++)
+		assert_int_equal(kv_rknown_forget(k, seq), 0);
+	for (uint64_t seq = 10001; kv_rknown_count(k, NULL) < 40000; seq++) {
+		assert_int_equal(kv_rknown_set(k, seq, 1, seq), 0);
+		assert_int_equal(kv_rknown_forget(k, seq - 1), 0);
+		assert_int_equal(kv_rknown_set(k, seq + 100000, 1, seq), 0);
+	}
+	kv_rknown_close(k);
+	assert_int_equal(fstatat(dirfd, KV_RKNOWN_NAME, &sb, 0), 0);
+	assert_true(sb.st_size <
+		    (off_t)((2 * 40000 + KV_RKNOWN_SLACK + 1) * sizeof(struct kv_rknown_rec)));
+	assert_int_equal(kv_rknown_open(dirfd, "pool", "ns", &k), 0);
+	assert_int_equal(kv_rknown_count(k, NULL), 40000);
+	kv_rknown_close(k);
+
+	/* another pool's file: begun anew */
+	assert_int_equal(kv_rknown_open(dirfd, "other", "ns", &k), 0);
+	assert_int_equal(kv_rknown_count(k, NULL), 0);
+	kv_rknown_close(k);
+	kv_rknown_close(NULL);
+	rm_dir(dirfd, dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_unreachable_and_stop),
 	    cmocka_unit_test(test_names),
 	    cmocka_unit_test(test_log),
+	    cmocka_unit_test(test_known),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
