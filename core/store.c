@@ -2120,7 +2120,7 @@ int kv_store_fsync(struct kv_store *st, struct kv_inode *ino)
 	uint64_t seq = 0;
 	int err;
 
-	if (!st->ks_tier)
+	if (!S_ISREG(ino->ki_type) && !st->ks_tier)
 		return 0;
 	/* libfuse 3.14 does not pass syncfs on: fsync of the root stands in for it. */
 	if (ino == st->ks_root)
@@ -2142,7 +2142,7 @@ int kv_store_fsync(struct kv_store *st, struct kv_inode *ino)
 			seal(ino);
 		seq = ino->ki_obj ? ino->ki_obj->ko_seq : 0;
 		pthread_rwlock_unlock(&ino->ki_lock);
-		err = kv_tier_wait_durable(st->ks_tier, ino, seq);
+		err = st->ks_tier ? kv_tier_wait_durable(st->ks_tier, ino, seq) : 0;
 	} while (err == -EAGAIN);
 	return err;
 }

@@ -339,8 +339,9 @@ int kv_store_write(struct kv_store *st, struct kv_inode *ino, uint64_t off, cons
  * and the call returns once that version and the metadata that finds it
  * are on the SSD. A directory: waits for the journal. The mount's root:
  * everything sealed so far, values and journal (what syncfs would do,
- * which libfuse 3.14 does not pass on). Returns 0 at once
- * without an SSD tier; -ENOSPC when the SSD is full; -EIO.
+ * which libfuse 3.14 does not pass on). Without an SSD tier a file's
+ * version is sealed and 0 returned at once. Returns 0, -ENOSPC when the
+ * SSD is full, -EIO.
  */
 int kv_store_fsync(struct kv_store *st, struct kv_inode *ino);
 

@@ -492,11 +492,17 @@ static void kv_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 /* Tags of regular files' open handles, for fs/ioctl.c: odd, so never a handle's address. */
 static _Atomic uint64_t next_tag;
 
-static void set_open_flags(struct fuse_file_info *fi)
+/*
+ * Regular files' open flags. FLUSH (sent when close(2) is called) is asked
+ * for only with --rados-sync, on handles open for writing: kv_flush then
+ * makes close-to-open hold across nodes.
+ */
+static void set_open_flags(struct kv_fs *fs, struct fuse_file_info *fi)
 {
 	fi->fh = atomic_fetch_add_explicit(&next_tag, 1, memory_order_relaxed) * 2 + 1;
 	fi->keep_cache = 1;
-	fi->noflush = 1;
+	fi->noflush = !(fs->kf_shared && kv_shared_sync_on(fs->kf_shared) &&
+			(fi->flags & O_ACCMODE) != O_RDONLY);
 	fi->direct_io = 0;
 }
 
@@ -517,7 +523,7 @@ static void kv_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	if (err)
 		return reply_err(req, KV_OP_CREATE, t0, err);
 	to_entry(fs, ino, &a, &e);
-	set_open_flags(fi);
+	set_open_flags(fs, fi);
 	done(req, KV_OP_CREATE, t0, 0, 0);
 	if (fuse_reply_create(req, &e, fi)) {
 		kv_store_release(fs->kf_store, ino, fi->flags);
@@ -572,7 +578,7 @@ static void kv_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	err = kv_store_open(fs->kf_store, inode, fi->flags);
 	if (err)
 		return reply_err(req, KV_OP_OPEN, t0, err);
-	set_open_flags(fi);
+	set_open_flags(fs, fi);
 	done(req, KV_OP_OPEN, t0, 0, 0);
 	if (fuse_reply_open(req, fi))
 		kv_store_release(fs->kf_store, inode, fi->flags);
@@ -636,10 +642,25 @@ static void kv_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	fuse_reply_write(req, size);
 }
 
+/*
+ * close(2) of a handle open for writing, with --rados-sync (set_open_flags):
+ * the release that would seal the value comes after close returns, so the
+ * bytes so far are put here (as fsync does) and close returns once the
+ * cluster has them (EIO after --rados-timeout, as fsync).
+ */
 static void kv_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	uint64_t t0 = kv_now_ns();
+	struct kv_fs *fs = fs_of(req);
+	int err = 0;
 
+	if (!kv_ctl_is(ino) && fs->kf_shared && kv_shared_sync_on(fs->kf_shared)) {
+		err = kv_store_fsync(fs->kf_store, inode_of(fs, ino));
+		if (!err)
+			err = kv_shared_sync(fs->kf_shared);
+	}
+	if (err)
+		return reply_err(req, KV_OP_FLUSH, t0, err);
 	done(req, KV_OP_FLUSH, t0, 0, 0);
 	fuse_reply_err(req, 0);
 }

@@ -5,7 +5,8 @@ core/shared.h, ssd/rados_format.h).
 Against the test cluster (scripts/ceph-cluster.sh), two daemons A and B with
 their own DATA_DIRs and mounts on one pool and namespace:
 
-- write on A, read on B byte-exact: small keys, a file three times B's
+- write on A, read on B byte-exact (a key B opens right after A's close
+  returned, with --rados-sync): small keys, a file three times B's
   pool, a 32-layer ioctl put (read on B through the ioctl batch get, which
   asks the cluster too); an overwrite on A is seen on B within the TTL; an
   unlink and an `rm -rf` on A (which takes B's key in the tree too) are
@@ -115,6 +116,10 @@ class SharedTierTest(kvfstest.KvfsTestCase, cephtest.CephTestCase):
         small = {"k%02d" % i: pattern("small%d" % i, 1000 + 4096 * i) for i in range(8)}
         for k, v in small.items():
             write_synced(a.path("model", "tp0", k), v)
+        # --rados-sync: close(2) alone returns once the cluster has the value
+        # (B has not read this directory yet: nothing of it is cached there)
+        write_file(a.path("model", "closed"), pattern("closed", 3 * MiB + 5))
+        self.assertEqual(read_file(b.path("model", "closed")), pattern("closed", 3 * MiB + 5))
         big = pattern("big", 96 * MiB + 12345)  # 3x B's pool, not a multiple of an object
         write_synced(a.path("model", "big"), big)
         # a 32-layer ioctl put of two 2 MiB blocks on A
