@@ -87,16 +87,17 @@ struct known {
 	uint64_t kn_checked_ns;	   /* CLOCK_MONOTONIC when last checked against the entry */
 };
 
-enum change_kind { CH_PUT, CH_DEL, CH_MKDIR, CH_RMDIR, CH_RENAME };
+enum change_kind { CH_PUT, CH_DEL, CH_MKDIR, CH_RMDIR, CH_RENAME, CH_SYMLINK };
 
 /* A change for the cluster, in the queue (sh_q_lock). */
 struct change {
 	struct change *ch_next;
 	enum change_kind ch_kind;
 	uint64_t ch_id;		  /* its place in the queue, from 1 */
-	struct kv_inode *ch_ino;  /* PUT: referenced; NULL: from the log, key not found (yet) */
-	uint64_t ch_seq, ch_size; /* PUT */
-	char *ch_path, *ch_path2; /* the others: "/a/b" (RENAME: from, to) */
+	struct kv_inode *ch_ino;  /* PUT, SYMLINK: referenced; NULL: from the log (PUT: key not
+				     found yet) */
+	uint64_t ch_seq, ch_size; /* PUT (SYMLINK: ch_seq, its owner: uid << 32 | gid) */
+	char *ch_path, *ch_path2; /* the others: "/a/b" (RENAME: from, to; SYMLINK: the target) */
 	mode_t ch_mode;		  /* MKDIR */
 };
 
@@ -349,6 +350,8 @@ static bool entry_ok(struct kv_shared *sh, const char *doid, const char *name,
 		     const struct kv_rdent *e, size_t len)
 {
 	if (len >= sizeof(*e) && e->re_magic == KV_RDENT_MAGIC && e->re_format == KV_RDENT_FORMAT &&
+	    (e->re_type != KV_RDENT_SYMLINK ||
+	     (e->re_size && e->re_size <= KV_SYMLINK_MAX && len == sizeof(*e) + e->re_size)) &&
 	    (e->re_type != KV_RDENT_FILE ||
 	     (e->re_extent && e->re_nobj <= KV_RDENT_MAX_OBJ &&
 	      len == sizeof(*e) + 8ull * e->re_nobj &&
@@ -718,11 +721,9 @@ static void change_free(struct change *ch)
 	free(ch);
 }
 
-static const enum kv_rlog_kind log_kinds[] = {[CH_PUT] = KV_RLOG_PUT,
-					      [CH_DEL] = KV_RLOG_DEL,
-					      [CH_MKDIR] = KV_RLOG_MKDIR,
-					      [CH_RMDIR] = KV_RLOG_RMDIR,
-					      [CH_RENAME] = KV_RLOG_RENAME};
+static const enum kv_rlog_kind log_kinds[] = {
+    [CH_PUT] = KV_RLOG_PUT,	[CH_DEL] = KV_RLOG_DEL,	      [CH_MKDIR] = KV_RLOG_MKDIR,
+    [CH_RMDIR] = KV_RLOG_RMDIR, [CH_RENAME] = KV_RLOG_RENAME, [CH_SYMLINK] = KV_RLOG_SYMLINK};
 
 static struct kv_rlog_change log_change(const struct change *ch)
 {
@@ -811,7 +812,8 @@ static void on_changed(void *arg, enum kv_store_change what, struct kv_inode *di
 	static const enum change_kind kinds[] = {[KV_CHANGE_MKDIR] = CH_MKDIR,
 						 [KV_CHANGE_UNLINK] = CH_DEL,
 						 [KV_CHANGE_RMDIR] = CH_RMDIR,
-						 [KV_CHANGE_RENAME] = CH_RENAME};
+						 [KV_CHANGE_RENAME] = CH_RENAME,
+						 [KV_CHANGE_SYMLINK] = CH_SYMLINK};
 	struct kv_shared *sh = arg;
 	struct change *ch;
 
@@ -830,6 +832,16 @@ static void on_changed(void *arg, enum kv_store_change what, struct kv_inode *di
 			ch->ch_mode = a.ka_mode & 07777;
 			kv_inode_put(d);
 		}
+	}
+	if (what == KV_CHANGE_SYMLINK) { /* its target and owner */
+		struct kv_attr a;
+		const char *target;
+
+		if (kv_store_lookup(sh->sh_st, dir, name, &ch->ch_ino, &a) ||
+		    kv_store_readlink(sh->sh_st, ch->ch_ino, &target) ||
+		    !(ch->ch_path2 = strdup(target)))
+			goto fail;
+		ch->ch_seq = (uint64_t)a.ka_uid << 32 | a.ka_gid;
 	}
 	ch->ch_path = path_in(sh, dir, name);
 	if (!ch->ch_path)
@@ -1165,7 +1177,7 @@ static int put_finish(struct kv_shared *sh, struct kv_rados *r, struct put_job *
 		if (lost)
 			remove_objects(sh, r, ent);
 	} else if (err == -EEXIST) {
-		fprintf(stderr, "kvfs: rados: '%s' is a directory in the cluster: not shared\n",
+		fprintf(stderr, "kvfs: rados: '%s' is not a file in the cluster: not shared\n",
 			path);
 		remove_objects(sh, r, ent);
 	}
@@ -1278,7 +1290,9 @@ static int apply_remove(struct kv_shared *sh, struct kv_rados *r, const char *pa
 		}
 		if (err)
 			break;
-		if (cur->re_type != want) { /* another node put something else there since */
+		if (cur->re_type != want &&
+		    !(want == KV_RDENT_FILE && cur->re_type == KV_RDENT_SYMLINK)) {
+			/* another node put something else there since */
 			free(cur);
 			break;
 		}
@@ -1304,7 +1318,7 @@ static int apply_remove(struct kv_shared *sh, struct kv_rados *r, const char *pa
 	return err;
 }
 
-/* Moves the entry of a file from path to path2 (replacing what path2 held). */
+/* Moves the entry of a file or symlink from path to path2 (replacing what path2 held). */
 static int apply_rename(struct kv_shared *sh, struct kv_rados *r, const char *path,
 			const char *path2)
 {
@@ -1319,8 +1333,8 @@ static int apply_rename(struct kv_shared *sh, struct kv_rados *r, const char *pa
 	if (!pp)
 		return -ENOMEM;
 	err = entry_get(sh, r, doid, name, &cur, &clen);
-	if (err == -ENOENT || (!err && cur->re_type != KV_RDENT_FILE)) {
-		/* not there yet (its put, queued after, uses the new name) or not a file */
+	if (err == -ENOENT || (!err && cur->re_type == KV_RDENT_DIR)) {
+		/* not there yet (its put, queued after, uses the new name) or a directory */
 		free(cur);
 		free(pp);
 		return 0;
@@ -1352,6 +1366,47 @@ static int apply_rename(struct kv_shared *sh, struct kv_rados *r, const char *pa
 	return err;
 }
 
+/* Publishes symlink ch: its entry carries the target; no data objects. */
+static int apply_symlink(struct kv_shared *sh, struct kv_rados *r, struct change *ch)
+{
+	size_t tlen = strlen(ch->ch_path2);
+	struct kv_rdent *ent = calloc(1, sizeof(*ent) + tlen), *old = NULL;
+	struct timespec now;
+	char *dir = strndup(ch->ch_path, strrchr(ch->ch_path, '/') - ch->ch_path);
+	bool lost;
+	int err = ent && dir ? 0 : -ENOMEM;
+
+	if (!err)
+		err = make_dirs(sh, r, *dir ? dir : "/", 0755);
+	if (!err) {
+		clock_gettime(CLOCK_REALTIME, &now);
+		*ent = (struct kv_rdent){.re_magic = KV_RDENT_MAGIC,
+					 .re_format = KV_RDENT_FORMAT,
+					 .re_type = KV_RDENT_SYMLINK,
+					 .re_mode = 0777,
+					 .re_uid = (uint32_t)(ch->ch_seq >> 32),
+					 .re_gid = (uint32_t)ch->ch_seq,
+					 .re_size = tlen,
+					 .re_mtime_ns = now.tv_sec * 1000000000ll + now.tv_nsec};
+		memcpy(ent + 1, ch->ch_path2, tlen);
+		err = set_entry(sh, r, ch->ch_path, ent, sizeof(*ent) + tlen, &lost, &old);
+	}
+	if (err == -EEXIST) {
+		fprintf(stderr, "kvfs: rados: '%s' is not a symlink in the cluster: not shared\n",
+			ch->ch_path);
+	} else if (!err && ch->ch_ino) { /* the cluster's now: removed when it is removed there */
+		struct kv_attr a;
+
+		kv_store_getattr(sh->sh_st, ch->ch_ino, &a);
+		if (a.ka_nlink)
+			known_set(sh, a.ka_ino, a.ka_seq, true, 0, 0);
+	}
+	free(old);
+	free(ent);
+	free(dir);
+	return err;
+}
+
 static int apply(struct kv_shared *sh, struct kv_rados *r, struct change *ch)
 {
 	switch (ch->ch_kind) {
@@ -1365,6 +1420,8 @@ static int apply(struct kv_shared *sh, struct kv_rados *r, struct change *ch)
 		return make_dirs(sh, r, ch->ch_path, ch->ch_mode);
 	case CH_RENAME:
 		return apply_rename(sh, r, ch->ch_path, ch->ch_path2);
+	case CH_SYMLINK:
+		return apply_symlink(sh, r, ch);
 	}
 	return 0;
 }
@@ -1985,11 +2042,10 @@ static void shared_free(struct kv_shared *sh)
 /* kv_rlog_open's: a change read back from the log goes to the queue (before the thread runs). */
 static int replayed(void *arg, const struct kv_rlog_change *c)
 {
-	static const enum change_kind kinds[] = {[KV_RLOG_PUT] = CH_PUT,
-						 [KV_RLOG_DEL] = CH_DEL,
-						 [KV_RLOG_MKDIR] = CH_MKDIR,
-						 [KV_RLOG_RMDIR] = CH_RMDIR,
-						 [KV_RLOG_RENAME] = CH_RENAME};
+	static const enum change_kind kinds[] = {
+	    [KV_RLOG_PUT] = CH_PUT,	  [KV_RLOG_DEL] = CH_DEL,
+	    [KV_RLOG_MKDIR] = CH_MKDIR,	  [KV_RLOG_RMDIR] = CH_RMDIR,
+	    [KV_RLOG_RENAME] = CH_RENAME, [KV_RLOG_SYMLINK] = CH_SYMLINK};
 	struct kv_shared *sh = arg;
 	struct change *ch = calloc(1, sizeof(*ch));
 
@@ -2002,7 +2058,8 @@ static int replayed(void *arg, const struct kv_rlog_change *c)
 	ch->ch_mode = c->rc_mode;
 	if (c->rc_kind != KV_RLOG_PUT && !(ch->ch_path = strdup(c->rc_path)))
 		goto nomem;
-	if (c->rc_kind == KV_RLOG_RENAME && !(ch->ch_path2 = strdup(c->rc_path2)))
+	if ((c->rc_kind == KV_RLOG_RENAME || c->rc_kind == KV_RLOG_SYMLINK) &&
+	    !(ch->ch_path2 = strdup(c->rc_path2)))
 		goto nomem;
 	if (c->rc_kind == KV_RLOG_PUT)
 		sh->sh_unresolved++;
@@ -2390,7 +2447,7 @@ static void drop_tree(struct kv_shared *sh, struct kv_inode *parent, const char 
 
 		if (S_ISDIR(d->kde_type)) {
 			drop_tree(sh, dir, d->kde_name, depth + 1);
-		} else if (S_ISREG(d->kde_type) &&
+		} else if ((S_ISREG(d->kde_type) || S_ISLNK(d->kde_type)) &&
 			   !kv_store_lookup(st, dir, d->kde_name, &c, &ca)) {
 			kv_inode_put(c);
 			if (known_of(sh, ca.ka_ino, ca.ka_seq, &k) && k.kn_clean)
@@ -2403,6 +2460,43 @@ static void drop_tree(struct kv_shared *sh, struct kv_inode *parent, const char 
 	if (!kv_store_rmdir(st, parent, name))
 		known_drop(sh, a.ka_ino);
 	tl_quiet = false;
+}
+
+/* True when name in dir is a symlink to e's target (e: a SYMLINK entry). */
+static bool same_link(struct kv_store *st, struct kv_inode *dir, const char *name,
+		      const struct kv_rdent *e)
+{
+	struct kv_inode *ino;
+	struct kv_attr a;
+	const char *target;
+	bool same;
+
+	if (e->re_type != KV_RDENT_SYMLINK || kv_store_lookup(st, dir, name, &ino, &a))
+		return false;
+	same = !kv_store_readlink(st, ino, &target) && strlen(target) == e->re_size &&
+	       !memcmp(target, e + 1, e->re_size);
+	kv_inode_put(ino);
+	return same;
+}
+
+/* Makes the cluster's symlink e as name in dir, a clean copy. */
+static void bring_link(struct kv_shared *sh, struct kv_inode *dir, const char *name,
+		       const struct kv_rdent *e)
+{
+	struct kv_cred cred = cred_of(e);
+	char *target = strndup((const char *)(e + 1), e->re_size);
+	struct kv_inode *l;
+	struct kv_attr a;
+
+	if (!target)
+		return;
+	tl_quiet = true;
+	if (!kv_store_symlink(sh->sh_st, dir, name, target, &cred, &l, &a)) {
+		known_set(sh, a.ka_ino, a.ka_seq, true, 0, 0);
+		kv_store_forget(sh->sh_st, l, 1);
+	}
+	tl_quiet = false;
+	free(target);
 }
 
 static int lookup_in(struct kv_shared *sh, struct kv_rados *r, struct kv_inode *dir,
@@ -2427,7 +2521,8 @@ static int lookup_in(struct kv_shared *sh, struct kv_rados *r, struct kv_inode *
 			kv_inode_put(ino);
 			have = known_of(sh, a.ka_ino, a.ka_seq, &k);
 			clean = have && k.kn_clean;
-			if (!S_ISREG(a.ka_mode) && !(S_ISDIR(a.ka_mode) && clean))
+			if (!S_ISREG(a.ka_mode) &&
+			    !((S_ISDIR(a.ka_mode) || S_ISLNK(a.ka_mode)) && clean))
 				break; /* made here, or not a key: not checked */
 			if (have && mono_ns() - k.kn_checked_ns < sh->sh_ttl_ns)
 				break; /* checked within the TTL */
@@ -2455,6 +2550,13 @@ static int lookup_in(struct kv_shared *sh, struct kv_rados *r, struct kv_inode *
 		}
 		if (local && S_ISDIR(a.ka_mode)) {
 			known_set(sh, a.ka_ino, 0, true, 0, 0); /* still there */
+		} else if (local && S_ISLNK(a.ka_mode)) {
+			if (!same_link(st, dir, name, e)) {
+				drop_local(sh, dir, name, a.ka_ino); /* replaced there */
+				free(e);
+				continue;
+			}
+			known_set(sh, a.ka_ino, a.ka_seq, true, 0, 0); /* still there */
 		} else if (!local && e->re_type == KV_RDENT_DIR) {
 			struct kv_inode *d;
 			struct kv_cred cred = cred_of(e);
@@ -2467,7 +2569,7 @@ static int lookup_in(struct kv_shared *sh, struct kv_rados *r, struct kv_inode *
 			}
 			tl_quiet = false;
 		} else if (!local && e->re_type == KV_RDENT_SYMLINK) {
-			/* symlinks are not shared (yet): kept local */
+			bring_link(sh, dir, name, e);
 		} else if (e->re_type == KV_RDENT_FILE) {
 			int64_t lmtime =
 			    local ? a.ka_mtime.tv_sec * 1000000000ll + a.ka_mtime.tv_nsec : 0;
@@ -2552,7 +2654,7 @@ static int readdir_in(struct kv_shared *sh, struct kv_rados *r, struct kv_inode 
 			}
 			kv_inode_put(ino);
 		}
-		if (S_ISREG(d->kde_type) && !listed &&
+		if ((S_ISREG(d->kde_type) || S_ISLNK(d->kde_type)) && !listed &&
 		    !kv_store_lookup(st, dir, d->kde_name, &ino, &a)) {
 			kv_inode_put(ino);
 			if (known_of(sh, a.ka_ino, a.ka_seq, &k) && k.kn_clean) {

@@ -1255,7 +1255,8 @@ int kv_store_symlink(struct kv_store *st, struct kv_inode *dir, const char *name
 		return -ENOENT;
 	if (len > KV_SYMLINK_MAX)
 		return -ENAMETOOLONG;
-	return new_node(st, dir, name, S_IFLNK | 0777, target, cred, false, out, attr);
+	return changed(st, new_node(st, dir, name, S_IFLNK | 0777, target, cred, false, out, attr),
+		       KV_CHANGE_SYMLINK, dir, name, NULL, NULL);
 }
 
 int kv_store_readlink(struct kv_store *st, struct kv_inode *ino, const char **target)

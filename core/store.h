@@ -430,13 +430,20 @@ void kv_store_set_evicted(struct kv_store *st, kv_store_evicted_fn fn, void *arg
  * no lock of the store, call nothing of it but kv_inode_get, and return at
  * once (copy and queue).
  *
- * kh_changed: a caller of kv_store_mkdir, _unlink, _rmdir or _rename (never
+ * kh_changed: a caller of kv_store_mkdir, _symlink, _unlink, _rmdir or
+ * _rename (never
  * recovery, cache mode or compaction) changed the namespace: `name` in
  * `dir` (and, for a rename, its new place `name2` in `dir2`). Called after
  * the change, in the caller's thread, with no lock of the store held; dir
  * and dir2 are referenced for the call. The hook may call the store.
  */
-enum kv_store_change { KV_CHANGE_MKDIR, KV_CHANGE_UNLINK, KV_CHANGE_RMDIR, KV_CHANGE_RENAME };
+enum kv_store_change {
+	KV_CHANGE_MKDIR,
+	KV_CHANGE_SYMLINK,
+	KV_CHANGE_UNLINK,
+	KV_CHANGE_RMDIR,
+	KV_CHANGE_RENAME
+};
 
 struct kv_store_hooks {
 	void (*kh_sealed)(void *arg, struct kv_inode *ino, uint64_t seq, uint64_t size);

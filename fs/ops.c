@@ -372,6 +372,8 @@ static void kv_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, cons
 	if (kv_ctl_is(parent))
 		return reply_err(req, KV_OP_SYMLINK, t0, -EPERM);
 	err = kv_store_symlink(fs->kf_store, inode_of(fs, parent), name, link, &c, &ino, &a);
+	if (!err)
+		shared_sync(fs);
 	reply_new(req, KV_OP_SYMLINK, t0, err, ino, &a);
 }
 

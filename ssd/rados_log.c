@@ -87,7 +87,7 @@ static const struct kv_rlog_rec *decode(const char *p, uint64_t avail)
 	if (r.rr_magic != KV_RLOG_REC_MAGIC || r.rr_len > avail ||
 	    r.rr_len != sizeof(r) + (uint32_t)r.rr_plen + r.rr_plen2 + 8 ||
 	    r.rr_plen > KV_RLOG_PATH_MAX || r.rr_plen2 > KV_RLOG_PATH_MAX ||
-	    r.rr_kind < KV_RLOG_PUT || r.rr_kind > KV_RLOG_DONE)
+	    r.rr_kind < KV_RLOG_PUT || r.rr_kind > KV_RLOG_KIND_MAX)
 		return NULL;
 	memcpy(&sum, p + r.rr_len - 8, 8);
 	if (sum != XXH3_64bits(p, r.rr_len - 8))

@@ -29,6 +29,7 @@
  *   RMDIR    path
  *   RENAME   path -> path2
  *   DONE     rr_id: every change up to this id is in the cluster
+ *   SYMLINK  path, its target in path2, rr_seq: owner uid << 32 | gid
  *
  * The log shrinks to its header when nothing is left to send, and is
  * rewritten with only what is left when it grows past KV_RLOG_REWRITE with
@@ -57,6 +58,8 @@ enum kv_rlog_kind {
 	KV_RLOG_RMDIR,
 	KV_RLOG_RENAME,
 	KV_RLOG_DONE,
+	KV_RLOG_SYMLINK,
+	KV_RLOG_KIND_MAX = KV_RLOG_SYMLINK,
 };
 
 struct kv_rlog_head {
@@ -82,7 +85,7 @@ struct kv_rlog_rec {
 struct kv_rlog_change {
 	uint64_t rc_id;
 	enum kv_rlog_kind rc_kind; /* not DONE */
-	uint64_t rc_seq, rc_size;  /* PUT */
+	uint64_t rc_seq, rc_size;  /* PUT (SYMLINK: rc_seq, its owner) */
 	uint32_t rc_mode;	   /* MKDIR */
 	const char *rc_path, *rc_path2;
 };

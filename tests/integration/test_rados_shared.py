@@ -11,6 +11,8 @@ their own DATA_DIRs and mounts on one pool and namespace:
   asks the cluster too); an overwrite on A is seen on B within the TTL; an
   unlink and an `rm -rf` on A (which takes B's key in the tree too) are
   seen on B;
+- symlinks are shared: made, read through, replaced, renamed and removed
+  on A, seen so on B;
 - A's DATA_DIR wiped and A restarted: its keys come back from the cluster;
 - the OSD stopped: local reads work, a lookup of a name only the cluster
   could have fails with EIO within the timeout, and then the node answers
@@ -192,6 +194,40 @@ class SharedTierTest(kvfstest.KvfsTestCase, cephtest.CephTestCase):
         self.assertEqual(sorted(os.listdir(b.mnt)), [".kvfs", "kv"])
         # the tree's objects are gone from the cluster: only the two ioctl blocks' remain
         self.assertEqual(len(self.data_objects(c)), 2)
+
+    def test_symlinks(self):
+        c = self.cluster()
+        a, b = self.node(c, name="A"), self.node(c, name="B")
+        os.makedirs(a.path("m", "tp0"))
+        write_file(a.path("m", "tp0", "k1"), b"one")
+        write_file(a.path("m", "tp0", "k2"), b"two")
+        os.symlink("tp0/k1", a.path("m", "latest"))  # --rados-sync: in the cluster on return
+        self.assertEqual(os.readlink(b.path("m", "latest")), "tp0/k1")
+        self.assertEqual(read_file(b.path("m", "latest")), b"one")
+        self.assertEqual(sorted(os.listdir(b.path("m"))), ["latest", "tp0"])
+        # replaced on A: B follows within the TTL
+        os.unlink(a.path("m", "latest"))
+        os.symlink("tp0/k2", a.path("m", "latest"))
+        time.sleep(TTL_S + 0.2)
+        self.assertEqual(os.readlink(b.path("m", "latest")), "tp0/k2")
+        self.assertEqual(read_file(b.path("m", "latest")), b"two")
+        # renamed, then removed
+        os.rename(a.path("m", "latest"), a.path("m", "newest"))
+        time.sleep(TTL_S + 0.2)
+        self.assertErrno(errno.ENOENT, os.lstat, b.path("m", "latest"))
+        self.assertEqual(os.readlink(b.path("m", "newest")), "tp0/k2")
+        os.unlink(a.path("m", "newest"))
+        time.sleep(TTL_S + 0.2)
+        self.assertErrno(errno.ENOENT, os.lstat, b.path("m", "newest"))
+        self.assertEqual(sorted(os.listdir(b.path("m"))), ["tp0"])
+        # one made on B goes the other way, and a file over its name replaces it
+        os.symlink("/abs/target", b.path("m", "fromb"))
+        self.assertEqual(os.readlink(a.path("m", "fromb")), "/abs/target")
+        os.unlink(b.path("m", "fromb"))
+        write_file(b.path("m", "fromb"), b"a file now")
+        time.sleep(TTL_S + 0.2)
+        self.assertEqual(read_file(a.path("m", "fromb")), b"a file now")
+        self.assertEqual(rados_stats(a)["errors"] + rados_stats(b)["errors"], 0)
 
     def test_wiped_node_gets_its_keys_back(self):
         c = self.cluster()
