@@ -98,6 +98,8 @@ struct change {
 				     found yet) */
 	uint64_t ch_seq, ch_size; /* PUT (SYMLINK: ch_seq, its owner: uid << 32 | gid) */
 	char *ch_path, *ch_path2; /* the others: "/a/b" (RENAME: from, to; SYMLINK: the target) */
+	int64_t ch_time_ns;	  /* DEL, RMDIR, RENAME: CLOCK_REALTIME when made here */
+	bool ch_replayed;	  /* read back from the log at the start */
 	mode_t ch_mode;		  /* MKDIR */
 };
 
@@ -134,7 +136,8 @@ struct kv_shared {
 	struct change *sh_q_head, *sh_q_tail;
 	struct kv_rlog *sh_log;
 	uint64_t sh_log_limit;	     /* log bytes that make a rewrite worth it */
-	bool sh_log_failed;	     /* an append failed (logged once) */
+	bool sh_log_failed;	     /* an append failed (logged once); until nothing is left, or a
+					rewrite, fsync answers EIO */
 	uint64_t sh_unresolved;	     /* puts read back from the log, their keys not yet found */
 	uint64_t sh_q_last;	     /* the id of the last change queued */
 	uint64_t sh_q_done;	     /* every change up to this id is done */
@@ -152,6 +155,7 @@ struct kv_shared {
 	unsigned sh_ndc;
 
 	_Atomic bool sh_healthy;       /* the last cluster operation answered */
+	_Atomic uint64_t sh_renames;   /* renames made here: start_walk's prune needs none */
 	_Atomic uint64_t sh_fetch_seq; /* names of fetches in flight */
 
 	/* only the thread: directories known to have their entry in the cluster (since) */
@@ -177,6 +181,14 @@ static uint64_t mono_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int64_t realtime_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return ts.tv_sec * 1000000000ll + ts.tv_nsec;
 }
 
 bool kv_shared_built(void)
@@ -351,7 +363,8 @@ static bool entry_ok(struct kv_shared *sh, const char *doid, const char *name,
 {
 	if (len >= sizeof(*e) && e->re_magic == KV_RDENT_MAGIC && e->re_format == KV_RDENT_FORMAT &&
 	    (e->re_type != KV_RDENT_SYMLINK ||
-	     (e->re_size && e->re_size <= KV_SYMLINK_MAX && len == sizeof(*e) + e->re_size)) &&
+	     (e->re_size && e->re_size <= KV_SYMLINK_MAX && len == sizeof(*e) + e->re_size &&
+	      !memchr(e + 1, '\0', e->re_size))) &&
 	    (e->re_type != KV_RDENT_FILE ||
 	     (e->re_extent && e->re_nobj <= KV_RDENT_MAX_OBJ &&
 	      len == sizeof(*e) + 8ull * e->re_nobj &&
@@ -730,7 +743,8 @@ static struct kv_rlog_change log_change(const struct change *ch)
 	return (struct kv_rlog_change){.rc_id = ch->ch_id,
 				       .rc_kind = log_kinds[ch->ch_kind],
 				       .rc_seq = ch->ch_seq,
-				       .rc_size = ch->ch_size,
+				       .rc_size = ch->ch_kind == CH_PUT ? ch->ch_size
+									: (uint64_t)ch->ch_time_ns,
 				       .rc_mode = ch->ch_mode,
 				       .rc_path = ch->ch_path,
 				       .rc_path2 = ch->ch_path2};
@@ -824,6 +838,9 @@ static void on_changed(void *arg, enum kv_store_change what, struct kv_inode *di
 		goto fail;
 	ch->ch_kind = kinds[what];
 	ch->ch_mode = 0755;
+	ch->ch_time_ns = realtime_ns();
+	if (what == KV_CHANGE_RENAME)
+		atomic_fetch_add(&sh->sh_renames, 1);
 	if (what == KV_CHANGE_MKDIR) { /* the hook may call the store: the mode it was made with */
 		struct kv_inode *d;
 		struct kv_attr a;
@@ -1267,9 +1284,33 @@ static unsigned apply_small_puts(struct kv_shared *sh, struct kv_rados *r, struc
 	return done;
 }
 
-/* Removes the entry of path (of type want), then its objects, or the directory object. */
+/* True when directory path's object lists a name (or cannot be read). */
+static bool dir_has_names(struct kv_shared *sh, struct kv_rados *r, const char *path)
+{
+	char doid[KV_RADOS_OID_MAX];
+	struct dlist *dl = NULL;
+	bool any;
+	int err;
+
+	dir_oid_of(doid, path);
+	err = dlist_fetch(sh, r, doid, 1, &dl);
+	if (err == -ENOENT)
+		return false;
+	any = err || dl->dl_n;
+	if (dl)
+		dlist_put(dl);
+	return any;
+}
+
+/*
+ * Removes the entry of path (of type want: a FILE takes a SYMLINK too),
+ * then its objects, or the directory object. A directory that lists a name
+ * (another node put one there since) stays. not_after_ns (a change read
+ * back from the log, which may have been applied before the stop): an
+ * entry newer than that was made since, by another node, and stays.
+ */
 static int apply_remove(struct kv_shared *sh, struct kv_rados *r, const char *path,
-			enum kv_rdent_type want)
+			enum kv_rdent_type want, int64_t not_after_ns)
 {
 	char doid[KV_RADOS_OID_MAX];
 	const char *name;
@@ -1290,8 +1331,10 @@ static int apply_remove(struct kv_shared *sh, struct kv_rados *r, const char *pa
 		}
 		if (err)
 			break;
-		if (cur->re_type != want &&
-		    !(want == KV_RDENT_FILE && cur->re_type == KV_RDENT_SYMLINK)) {
+		if ((cur->re_type != want &&
+		     !(want == KV_RDENT_FILE && cur->re_type == KV_RDENT_SYMLINK)) ||
+		    (not_after_ns && cur->re_mtime_ns > not_after_ns) ||
+		    (want == KV_RDENT_DIR && dir_has_names(sh, r, path))) {
 			/* another node put something else there since */
 			free(cur);
 			break;
@@ -1318,9 +1361,12 @@ static int apply_remove(struct kv_shared *sh, struct kv_rados *r, const char *pa
 	return err;
 }
 
-/* Moves the entry of a file or symlink from path to path2 (replacing what path2 held). */
+/*
+ * Moves the entry of a file or symlink from path to path2 (replacing what
+ * path2 held). not_after_ns: as for apply_remove.
+ */
 static int apply_rename(struct kv_shared *sh, struct kv_rados *r, const char *path,
-			const char *path2)
+			const char *path2, int64_t not_after_ns)
 {
 	char doid[KV_RADOS_OID_MAX];
 	const char *name;
@@ -1333,8 +1379,10 @@ static int apply_rename(struct kv_shared *sh, struct kv_rados *r, const char *pa
 	if (!pp)
 		return -ENOMEM;
 	err = entry_get(sh, r, doid, name, &cur, &clen);
-	if (err == -ENOENT || (!err && cur->re_type == KV_RDENT_DIR)) {
-		/* not there yet (its put, queued after, uses the new name) or a directory */
+	if (err == -ENOENT || (!err && cur->re_type == KV_RDENT_DIR) ||
+	    (!err && not_after_ns && cur->re_mtime_ns > not_after_ns)) {
+		/* not there yet (its put, queued after, uses the new name), a directory, or
+		 * made since by another node */
 		free(cur);
 		free(pp);
 		return 0;
@@ -1371,7 +1419,6 @@ static int apply_symlink(struct kv_shared *sh, struct kv_rados *r, struct change
 {
 	size_t tlen = strlen(ch->ch_path2);
 	struct kv_rdent *ent = calloc(1, sizeof(*ent) + tlen), *old = NULL;
-	struct timespec now;
 	char *dir = strndup(ch->ch_path, strrchr(ch->ch_path, '/') - ch->ch_path);
 	bool lost;
 	int err = ent && dir ? 0 : -ENOMEM;
@@ -1379,7 +1426,6 @@ static int apply_symlink(struct kv_shared *sh, struct kv_rados *r, struct change
 	if (!err)
 		err = make_dirs(sh, r, *dir ? dir : "/", 0755);
 	if (!err) {
-		clock_gettime(CLOCK_REALTIME, &now);
 		*ent = (struct kv_rdent){.re_magic = KV_RDENT_MAGIC,
 					 .re_format = KV_RDENT_FORMAT,
 					 .re_type = KV_RDENT_SYMLINK,
@@ -1387,7 +1433,7 @@ static int apply_symlink(struct kv_shared *sh, struct kv_rados *r, struct change
 					 .re_uid = (uint32_t)(ch->ch_seq >> 32),
 					 .re_gid = (uint32_t)ch->ch_seq,
 					 .re_size = tlen,
-					 .re_mtime_ns = now.tv_sec * 1000000000ll + now.tv_nsec};
+					 .re_mtime_ns = realtime_ns()};
 		memcpy(ent + 1, ch->ch_path2, tlen);
 		err = set_entry(sh, r, ch->ch_path, ent, sizeof(*ent) + tlen, &lost, &old);
 	}
@@ -1413,13 +1459,16 @@ static int apply(struct kv_shared *sh, struct kv_rados *r, struct change *ch)
 	case CH_PUT:
 		return apply_put(sh, r, ch);
 	case CH_DEL:
-		return apply_remove(sh, r, ch->ch_path, KV_RDENT_FILE);
+		return apply_remove(sh, r, ch->ch_path, KV_RDENT_FILE,
+				    ch->ch_replayed ? ch->ch_time_ns : 0);
 	case CH_RMDIR:
-		return apply_remove(sh, r, ch->ch_path, KV_RDENT_DIR);
+		return apply_remove(sh, r, ch->ch_path, KV_RDENT_DIR,
+				    ch->ch_replayed ? ch->ch_time_ns : 0);
 	case CH_MKDIR:
 		return make_dirs(sh, r, ch->ch_path, ch->ch_mode);
 	case CH_RENAME:
-		return apply_rename(sh, r, ch->ch_path, ch->ch_path2);
+		return apply_rename(sh, r, ch->ch_path, ch->ch_path2,
+				    ch->ch_replayed ? ch->ch_time_ns : 0);
 	case CH_SYMLINK:
 		return apply_symlink(sh, r, ch);
 	}
@@ -1708,8 +1757,12 @@ static void log_done(struct kv_shared *sh)
 	bool empty = !sh->sh_q_head;
 	int err = kv_rlog_done(sh->sh_log, sh->sh_q_done, empty);
 
-	if (!err && !empty && kv_rlog_bytes(sh->sh_log) > sh->sh_log_limit) {
+	if (!err && empty)
+		sh->sh_log_failed = false; /* what the log missed is sent */
+	if (!err && !empty && (kv_rlog_bytes(sh->sh_log) > sh->sh_log_limit || sh->sh_log_failed)) {
 		err = log_rewrite(sh);
+		if (!err)
+			sh->sh_log_failed = false;
 		/* one that stays large is not rewritten again before it doubles */
 		sh->sh_log_limit = 2 * kv_rlog_bytes(sh->sh_log) > KV_RLOG_REWRITE
 				       ? 2 * kv_rlog_bytes(sh->sh_log)
@@ -1834,12 +1887,14 @@ static bool seq_live(void *arg, uint64_t seq)
  * does the delete) is skipped when its turn comes. And it forgets, in
  * rados.known, the versions no key has any more (deleted, overwritten or
  * evicted while nobody told the tier), as far as the highest version
- * known when the walk began: versions made during the walk are newer.
+ * known when the walk began: versions made during the walk are newer. The
+ * store serves meanwhile: a rename during the walk may hide a key from it,
+ * so then nothing is forgotten (the next start tries again).
  */
 static void start_walk(struct kv_shared *sh)
 {
 	struct walk w = {0};
-	uint64_t upto = 0;
+	uint64_t upto = 0, renames = atomic_load(&sh->sh_renames);
 	struct found key = {0}, *hit;
 
 	if (sh->sh_rk && kv_rknown_count(sh->sh_rk, &upto)) {
@@ -1861,7 +1916,8 @@ static void start_walk(struct kv_shared *sh)
 		return;
 	qsort(w.w_f, w.w_nf, sizeof(*w.w_f), found_cmp);
 	walk_store(sh->sh_st, &w);
-	if (w.w_live && !w.w_short) {
+	/* a key renamed during the walk may have been missed: no prune then */
+	if (w.w_live && !w.w_short && atomic_load(&sh->sh_renames) == renames) {
 		qsort(w.w_live, w.w_nlive, sizeof(*w.w_live), seq_cmp);
 		kv_rknown_prune(sh->sh_rk, upto, seq_live, &w);
 	}
@@ -2055,6 +2111,8 @@ static int replayed(void *arg, const struct kv_rlog_change *c)
 	ch->ch_id = c->rc_id;
 	ch->ch_seq = c->rc_seq;
 	ch->ch_size = c->rc_kind == KV_RLOG_PUT ? c->rc_size : 0;
+	ch->ch_time_ns = c->rc_kind == KV_RLOG_PUT ? 0 : (int64_t)c->rc_size;
+	ch->ch_replayed = true;
 	ch->ch_mode = c->rc_mode;
 	if (c->rc_kind != KV_RLOG_PUT && !(ch->ch_path = strdup(c->rc_path)))
 		goto nomem;
@@ -2069,6 +2127,11 @@ static int replayed(void *arg, const struct kv_rlog_change *c)
 nomem:
 	change_free(ch);
 	return -ENOMEM;
+}
+
+static bool seq_at_most(void *arg, uint64_t seq)
+{
+	return seq <= *(const uint64_t *)arg;
 }
 
 /* Opens DATA_DIR's log and queues what it holds; without one (logged) the tier still runs. */
@@ -2155,6 +2218,17 @@ int kv_shared_start(const struct kv_config *cfg, struct kv_store *st, uint64_t n
 		if (err) /* copies are then kept as local keys after a restart */
 			fprintf(stderr, "kvfs: rados: cannot open %s: %s\n", KV_RKNOWN_NAME,
 				strerror(-err));
+		if (!err && kv_rknown_count(sh->sh_rk, NULL)) {
+			/*
+			 * Versions past the store's last sequence number are not this
+			 * store's (it lost them: no SSD tier, a journal tail lost to a
+			 * power cut): forgotten before a new value can take the number.
+			 */
+			struct kv_store_usage u;
+
+			kv_store_usage(st, &u);
+			kv_rknown_prune(sh->sh_rk, UINT64_MAX, seq_at_most, &u.ku_last_seq);
+		}
 	}
 	err = pthread_create(&sh->sh_thread, NULL, worker, sh);
 	if (err) {
@@ -2214,7 +2288,7 @@ int kv_shared_persist(struct kv_shared *sh)
 
 	pthread_mutex_lock(&sh->sh_lock);
 	if (sh->sh_log)
-		fd = kv_rlog_dup(sh->sh_log);
+		fd = sh->sh_log_failed ? -EIO : kv_rlog_dup(sh->sh_log);
 	pthread_mutex_unlock(&sh->sh_lock);
 	if (fd == -EBADF)
 		return 0; /* no log */
@@ -2548,7 +2622,11 @@ static int lookup_in(struct kv_shared *sh, struct kv_rados *r, struct kv_inode *
 			err = local ? 0 : -EIO; /* a local copy is served as it is */
 			break;
 		}
-		if (local && S_ISDIR(a.ka_mode)) {
+		if (local && clean && S_ISREG(a.ka_mode) && e->re_type != KV_RDENT_FILE) {
+			drop_local(sh, dir, name, a.ka_ino); /* a directory or symlink there now */
+			free(e);
+			continue;
+		} else if (local && S_ISDIR(a.ka_mode)) {
 			known_set(sh, a.ka_ino, 0, true, 0, 0); /* still there */
 		} else if (local && S_ISLNK(a.ka_mode)) {
 			if (!same_link(st, dir, name, e)) {

@@ -41,7 +41,11 @@
  * Locks: sh_lock, sh_known_lock and sh_dc_lock (struct kv_shared,
  * core/shared.c) are leaves: held for a few field accesses only, never
  * across a librados call (a connection is closed after sh_lock is dropped)
- * or a call into the store, and never taken with each other. The hooks run
+ * or a call into the store, and never taken with each other. sh_lock also
+ * orders DATA_DIR/rados.log: each change's record is appended under it
+ * (one write(2) to the page cache), and a rewrite of a log grown past
+ * KV_RLOG_REWRITE runs under it (rare; fdatasync included). rados.known
+ * has its own leaf mutex (ssd/rados_known.h), taken with none of these. The hooks run
  * under store locks and take only sh_lock. The functions below take store
  * locks through the store's API, holding none of their own.
  */

@@ -29,6 +29,7 @@ struct kv_rknown {
 	pthread_mutex_t rk_lock; /* guards everything below (a leaf) */
 	int rk_dirfd;		 /* not owned */
 	int rk_fd;		 /* O_APPEND */
+	uint64_t rk_bytes;	 /* of the file: a partial append is cut back to it */
 	struct slot *rk_tab;
 	uint64_t rk_cap, rk_n; /* slots (a power of two), versions known */
 	uint64_t rk_recs;      /* records in the file */
@@ -138,9 +139,14 @@ static int append(struct kv_rknown *k, uint64_t seq, uint64_t node, uint64_t rse
 	const struct kv_rknown_rec r = record(seq, node, rseq);
 	int err = write_all(k->rk_fd, &r, sizeof(r));
 
-	if (!err)
-		k->rk_recs++;
-	return err;
+	if (err) { /* a partial record would end the file there: cut it off */
+		if (ftruncate(k->rk_fd, (off_t)k->rk_bytes) < 0)
+			return -errno;
+		return err;
+	}
+	k->rk_recs++;
+	k->rk_bytes += sizeof(r);
+	return 0;
 }
 
 /* Writes the file anew with what the table holds (rk_lock held). */
@@ -176,6 +182,7 @@ static int rewrite(struct kv_rknown *k)
 	close(k->rk_fd);
 	k->rk_fd = fd;
 	k->rk_recs = k->rk_n;
+	k->rk_bytes = k->rk_hlen + k->rk_n * sizeof(struct kv_rknown_rec);
 	return 0;
 }
 
@@ -203,6 +210,7 @@ static int load(struct kv_rknown *k, const char *buf, uint64_t off, uint64_t len
 		k->rk_recs++;
 	}
 	*end = off;
+	k->rk_bytes = off;
 	return err;
 }
 
@@ -222,7 +230,11 @@ static int read_all(int fd, char **out, uint64_t *len)
 
 		if (n < 0 && errno == EINTR)
 			continue;
-		if (n <= 0)
+		if (n < 0) {
+			free(buf);
+			return -errno;
+		}
+		if (n == 0)
 			break;
 		got += (uint64_t)n;
 	}
@@ -290,6 +302,8 @@ int kv_rknown_open(int dirfd, const char *pool, const char *ns, struct kv_rknown
 		err = write_all(k->rk_fd, k->rk_head, k->rk_hlen);
 		if (err)
 			goto out_close;
+		k->rk_bytes = k->rk_hlen;
+		fsync(dirfd); /* its name */
 	}
 	pthread_mutex_init(&k->rk_lock, NULL);
 	maybe_rewrite(k);

@@ -68,8 +68,10 @@ static size_t encode(struct kv_rlog *l, const struct kv_rlog_change *c, uint64_t
 		r.rr_size = c->rc_size;
 	}
 	memcpy(b, &r, sizeof(r));
-	memcpy(b + sizeof(r), c ? c->rc_path : "", p1);
-	memcpy(b + sizeof(r) + p1, c ? c->rc_path2 : "", p2);
+	if (p1)
+		memcpy(b + sizeof(r), c->rc_path, p1);
+	if (p2)
+		memcpy(b + sizeof(r) + p1, c->rc_path2, p2);
 	sum = XXH3_64bits(b, r.rr_len - 8);
 	memcpy(b + r.rr_len - 8, &sum, 8);
 	return r.rr_len;
@@ -185,6 +187,7 @@ static int create_log(struct kv_rlog *l, const char *name)
 		close(fd);
 		return err;
 	}
+	fsync(l->rl_dirfd); /* its name: a later fdatasync of the file then keeps it */
 	return fd;
 }
 

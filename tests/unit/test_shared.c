@@ -177,7 +177,13 @@ static void test_log(void **state)
 {
 	const struct kv_rlog_change put = {
 	    .rc_id = 1, .rc_kind = KV_RLOG_PUT, .rc_seq = 77, .rc_size = 5 << 20};
-	const struct kv_rlog_change del = {.rc_id = 2, .rc_kind = KV_RLOG_DEL, .rc_path = "/a/k"};
+	const struct kv_rlog_change del = {
+	    .rc_id = 2, .rc_kind = KV_RLOG_DEL, .rc_path = "/a/k", .rc_size = 1234567890123ull};
+	const struct kv_rlog_change ln = {.rc_id = 6,
+					  .rc_kind = KV_RLOG_SYMLINK,
+					  .rc_path = "/d/l",
+					  .rc_path2 = "../t",
+					  .rc_seq = 1000ull << 32 | 100};
 	const struct kv_rlog_change mv = {
 	    .rc_id = 3, .rc_kind = KV_RLOG_RENAME, .rc_path = "/a/x", .rc_path2 = "/b/y"};
 	const struct kv_rlog_change mk = {
@@ -261,7 +267,7 @@ static void test_log(void **state)
 	assert_int_equal(kv_rlog_rewrite_add(l, &mk), 0);
 	assert_int_equal(kv_rlog_rewrite_end(l, true), 0);
 	assert_int_equal(kv_rlog_bytes(l), log_size(dirfd));
-	assert_int_equal(kv_rlog_append(l, &del), 0); /* appends go to the new log */
+	assert_int_equal(kv_rlog_append(l, &ln), 0); /* appends go to the new log */
 	assert_int_equal(kv_rlog_rewrite_begin(l), 0);
 	assert_int_equal(kv_rlog_rewrite_end(l, false), 0); /* dropped: the log stays */
 	assert_int_not_equal(faccessat(dirfd, KV_RLOG_NAME ".tmp", F_OK, 0), 0);
@@ -269,10 +275,27 @@ static void test_log(void **state)
 	l = reopen(dirfd, "pool", &g, &last);
 	assert_int_equal(g.n, 2);
 	assert_int_equal(g.c[0].rc_id, 4);
-	assert_int_equal(g.c[1].rc_id, 2);
+	assert_int_equal(g.c[1].rc_id, 6);
+	assert_int_equal(g.c[1].rc_kind, KV_RLOG_SYMLINK);
+	assert_string_equal(g.p[1][0], "/d/l");
+	assert_string_equal(g.p[1][1], "../t");
+	assert_true(g.c[1].rc_seq == (1000ull << 32 | 100));
+
+	/* a DEL's field (its time) comes back whole */
+	{
+		struct kv_rlog_change d2 = del;
+
+		d2.rc_id = 7;
+		assert_int_equal(kv_rlog_append(l, &d2), 0);
+		kv_rlog_close(l);
+		l = reopen(dirfd, "pool", &g, &last);
+		assert_int_equal(g.n, 3);
+		assert_int_equal(g.c[2].rc_kind, KV_RLOG_DEL);
+		assert_true(g.c[2].rc_size == 1234567890123ull);
+	}
 
 	/* nothing left: a small log takes a DONE, a large one shrinks to its header */
-	assert_int_equal(kv_rlog_done(l, 4, true), 0);
+	assert_int_equal(kv_rlog_done(l, 7, true), 0);
 	assert_true(kv_rlog_bytes(l) > (uint64_t)head);
 	for (uint64_t id = 10; kv_rlog_bytes(l) <= KV_RLOG_SHRINK; id++) {
 		struct kv_rlog_change d2 = del;
@@ -388,9 +411,13 @@ static void test_known(void **state)
 	/* pruning: the versions no key has go (up to the bound), and the file is rewritten */
 	assert_int_equal(kv_rknown_prune(k, 4000, odd_live, NULL), 2000 - 1); /* 8 went before */
 	assert_int_equal(kv_rknown_count(k, NULL), 4999 - 1999);
-	assert_false(kv_rknown_get(k, 3998, &node, &rseq));
-	assert_true(kv_rknown_get(k, 3999, &node, &rseq));
-	assert_true(kv_rknown_get(k, 4002, &node, &rseq)); /* past the bound: kept */
+	for (uint64_t seq = 1; seq <= 5000; seq++) { /* every survivor is still found */
+		bool kept = seq != 8 && (seq % 2 || seq > 4000);
+
+		assert_int_equal(kv_rknown_get(k, seq, &node, &rseq), kept);
+		if (kept && seq != 7)
+			assert_true(node == 100 + seq && rseq == 1000 + seq);
+	}
 	assert_int_equal(fstatat(dirfd, KV_RKNOWN_NAME, &sb, 0), 0);
 	assert_int_equal(sb.st_size,
 			 sizeof(struct kv_rknown_head) + 6 + 3000 * sizeof(struct kv_rknown_rec));
