@@ -10,6 +10,7 @@
 #include "core/shared.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* iovecs handed to km_copy at a time. */
@@ -154,6 +155,44 @@ static int find(struct kv_batch *b, const char *name, size_t len, struct kv_key_
 		ki->kki_flags |= KV_BK_SEALED;
 	*out = ino;
 	return 0;
+}
+
+void kv_batch_prefetch(struct kv_batch *b, const char *const *names, const size_t *lens, unsigned n)
+{
+	char(*paths)[KV_BATCH_PATH_MAX + 1];
+	const char **lasts;
+	struct kv_inode *run = NULL;
+	unsigned from = 0, m = 0;
+
+	if (!b->kb_shared || n < 2)
+		return;
+	paths = malloc(n * sizeof(*paths));
+	lasts = malloc(n * sizeof(*lasts));
+	for (unsigned i = 0; paths && lasts && i <= n; i++) {
+		struct kv_inode *dir = NULL;
+		const char *last;
+
+		if (i < n && walk(b, names[i], lens[i], paths[m], false, &dir, &last))
+			continue;
+		if (run && (i == n || dir != run)) { /* the run of keys in run ends */
+			kv_shared_prefetch(b->kb_shared, run, lasts + from, m - from);
+			kv_inode_put(run);
+			run = NULL;
+		}
+		if (i == n)
+			break;
+		if (!run) {
+			run = dir;
+			from = m;
+		} else {
+			kv_inode_put(dir);
+		}
+		lasts[m++] = last;
+	}
+	if (run)
+		kv_inode_put(run);
+	free(paths);
+	free(lasts);
 }
 
 int64_t kv_batch_lookup(struct kv_batch *b, const char *name, size_t len, struct kv_key_info *ki)

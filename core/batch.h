@@ -151,6 +151,15 @@ int64_t kv_batch_put(struct kv_batch *b, const char *name, size_t len, unsigned 
 		     const struct kv_batch_mem *m, struct kv_key_info *ki);
 
 /*
+ * Before the gets of a batch of n keys (names[i], lens[i] bytes; invalid
+ * ones are passed over): with the shared tier, the keys only the cluster
+ * has are brought in together, one kv_shared_prefetch per run of keys in
+ * the same directory, rather than one after the other by each get.
+ */
+void kv_batch_prefetch(struct kv_batch *b, const char *const *names, const size_t *lens,
+		       unsigned n);
+
+/*
  * Copies the key's sealed value into m. Returns the bytes copied, or
  * -ENOENT, -EBUSY, -EISDIR, -EINVAL (not a regular file), -EMSGSIZE
  * (ki->kki_size differs from m->km_len), -EIO, or km_copy's error.

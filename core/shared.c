@@ -57,14 +57,15 @@
 #include "ssd/rados_log.h"
 
 #define KNOWN_BUCKETS 65536 /* the known table's chains (a power of two) */
-#define KNOWN_MAX     (4u << 20) /* its records (about 200 MiB): keys deleted elsewhere leave theirs \
-				  */
-#define IO_BATCH      8	    /* data objects in flight per put or fetch */
-#define CAS_TRIES     16    /* compare-and-set attempts before giving up */
-#define SMALL_PUTS    16    /* small puts whose objects the thread writes at once */
-#define FETCH_PREFIX  ".kvfs-fetch."
-#define DC_DIRS	      256  /* directory listings kept (for the TTL) */
-#define DC_MAX	      4096 /* entries of the largest listing kept; larger: asked per key */
+#define KNOWN_MAX                                                                                  \
+	(4u << 20)	/* its records (about 200 MiB): keys deleted elsewhere leave theirs        \
+			 */
+#define IO_BATCH     8	/* data objects in flight per put or fetch */
+#define CAS_TRIES    16 /* compare-and-set attempts before giving up */
+#define SMALL_PUTS   16 /* small puts whose objects the thread writes at once */
+#define FETCH_PREFIX ".kvfs-fetch."
+#define DC_DIRS	     256  /* directory listings kept (for the TTL) */
+#define DC_MAX	     4096 /* entries of the largest listing kept; larger: asked per key */
 
 /*
  * A connection and its users: FUSE threads count themselves in (conn_get,
@@ -128,10 +129,10 @@ struct kv_shared {
 	pthread_cond_t sh_cond;
 	bool sh_stop; /* kv_shared_stop was called */
 	enum kv_shared_state sh_state;
-	struct conn *sh_conn;	   /* the connection (NULL before); replaced by reconnect() */
-	struct conn *sh_retired;   /* connections replaced, closed once nobody uses them */
-	int sh_last_err;	   /* -errno of the last failure */
-	char sh_last_text[160];	   /* its step and strerror */
+	struct conn *sh_conn;	 /* the connection (NULL before); replaced by reconnect() */
+	struct conn *sh_retired; /* connections replaced, closed once nobody uses them */
+	int sh_last_err;	 /* -errno of the last failure */
+	char sh_last_text[160];	 /* its step and strerror */
 	/* the change queue, and its log (NULL: none) */
 	struct change *sh_q_head, *sh_q_tail;
 	struct kv_rlog *sh_log;
@@ -168,6 +169,7 @@ struct kv_shared {
 	_Atomic uint64_t sh_bytes_read, sh_bytes_written;
 	_Atomic uint64_t sh_errors, sh_timeouts, sh_hits, sh_puts, sh_deletes;
 	_Atomic uint64_t sh_gc_sweeps, sh_gc_removed;
+	_Atomic uint64_t sh_prefetched; /* of sh_hits, brought in by kv_shared_prefetch */
 	uint64_t sh_replayed; /* changes read back from the log (immutable after start) */
 	struct kv_hist sh_lat;
 };
@@ -2456,16 +2458,30 @@ static int fetch_stream(struct kv_shared *sh, struct kv_rados *r, struct kv_inod
  * quietly, with the entry's mode and mtime, and records it as a clean copy
  * of that version. -EAGAIN when the version was replaced meanwhile.
  */
-static int fetch(struct kv_shared *sh, struct kv_rados *r, struct kv_inode *dir, const char *name,
-		 const struct kv_rdent *e)
+/*
+ * A value brought in (ino, referenced: dropped here) takes its entry's
+ * mode and mtime and is known as a copy of e's version (tl_quiet set).
+ */
+static void adopt(struct kv_shared *sh, struct kv_inode *ino, const struct kv_rdent *e)
 {
-	struct kv_store *st = sh->sh_st;
 	struct kv_setattr sa = {.ksa_valid = KV_SET_MTIME | KV_SET_MODE,
 				.ksa_mode = e->re_mode & 07777,
 				.ksa_mtime = {.tv_sec = e->re_mtime_ns / 1000000000,
 					      .tv_nsec = e->re_mtime_ns % 1000000000}};
-	struct kv_inode *ino = NULL;
 	struct kv_attr a;
+
+	kv_store_setattr(sh->sh_st, ino, &sa, &a);
+	kv_store_getattr(sh->sh_st, ino, &a);
+	known_set(sh, a.ka_ino, a.ka_seq, true, e->re_node, e->re_seq);
+	atomic_fetch_add(&sh->sh_hits, 1);
+	kv_inode_put(ino);
+}
+
+static int fetch(struct kv_shared *sh, struct kv_rados *r, struct kv_inode *dir, const char *name,
+		 const struct kv_rdent *e)
+{
+	struct kv_store *st = sh->sh_st;
+	struct kv_inode *ino = NULL;
 	int err;
 
 	tl_quiet = true;
@@ -2473,15 +2489,126 @@ static int fetch(struct kv_shared *sh, struct kv_rados *r, struct kv_inode *dir,
 		err = fetch_whole(sh, r, dir, name, e, &ino);
 	else
 		err = fetch_stream(sh, r, dir, name, e, &ino);
-	if (!err) {
-		kv_store_setattr(st, ino, &sa, &a);
-		kv_store_getattr(st, ino, &a);
-		known_set(sh, a.ka_ino, a.ka_seq, true, e->re_node, e->re_seq);
-		atomic_fetch_add(&sh->sh_hits, 1);
-		kv_inode_put(ino);
-	}
+	if (!err)
+		adopt(sh, ino, e);
 	tl_quiet = false;
 	return err;
+}
+
+/* A key prefetch_in brings in: its entry (in the listing) and its new value. */
+struct pf_key {
+	const char *pk_name;
+	const struct kv_rdent *pk_e;
+	struct kv_obj *pk_obj;
+};
+
+/*
+ * kv_shared_prefetch for names in dir: the one-object values the listing
+ * of dir names and the node does not have are read all in flight at once
+ * (KV_SHARED_PREFETCH_MAX at a time), checked, and published as
+ * fetch_whole does. Anything else (larger values, errors) is left to the
+ * lookups that follow.
+ */
+static void prefetch_in(struct kv_shared *sh, struct kv_rados *r, struct kv_inode *dir,
+			const char *const *names, unsigned n)
+{
+	struct kv_store *st = sh->sh_st;
+	uint64_t quarter = kv_pool_size(kv_store_pool(st)) / 4;
+	char doid[KV_RADOS_OID_MAX], *dpath = NULL;
+	struct dlist *dl;
+
+	if (kv_store_path_of(st, dir, &dpath))
+		return;
+	dir_oid_of(doid, dpath);
+	free(dpath);
+	dl = dlist_cached(sh, doid, 0);
+	if (!dl) {
+		if (dlist_fetch(sh, r, doid, DC_MAX, &dl))
+			return; /* too large to keep, or unreachable: each lookup asks */
+		dlist_set(sh, doid, dl);
+	}
+	for (unsigned first = 0; first < n; first += KV_SHARED_PREFETCH_MAX) {
+		struct pf_key k[KV_SHARED_PREFETCH_MAX];
+		char oids[KV_SHARED_PREFETCH_MAX][KV_RADOS_OID_MAX];
+		const char *op[KV_SHARED_PREFETCH_MAX];
+		void *bufs[KV_SHARED_PREFETCH_MAX];
+		size_t lens[KV_SHARED_PREFETCH_MAX];
+		unsigned m = 0;
+		uint64_t t0, bytes = 0;
+		int err;
+
+		for (unsigned i = first; i < n && i < first + KV_SHARED_PREFETCH_MAX; i++) {
+			const struct dl_ent *d = dlist_find(dl, names[i]);
+			struct kv_inode *ino;
+			struct kv_attr a;
+			struct kv_obj *obj = NULL;
+			struct iovec iov;
+			uint64_t got = 0;
+
+			if (!d || d->de_e->re_type != KV_RDENT_FILE || d->de_e->re_nobj != 1 ||
+			    d->de_e->re_size > quarter)
+				continue;
+			if (!kv_store_lookup(st, dir, names[i], &ino, &a)) {
+				kv_inode_put(ino); /* here already: its lookup checks it */
+				continue;
+			}
+			if (kv_store_value_new(st, d->de_e->re_size, &obj))
+				break; /* the pool is full: the lookups wait for room, one by one */
+			kv_obj_iov(obj, 0, d->de_e->re_size, &iov, 1, &got);
+			if (got != d->de_e->re_size) { /* not one piece */
+				kv_obj_put(obj);
+				continue;
+			}
+			k[m] = (struct pf_key){.pk_name = names[i], .pk_e = d->de_e, .pk_obj = obj};
+			kv_rados_data_oid(oids[m], d->de_e->re_node, d->de_e->re_seq, 0);
+			op[m] = oids[m];
+			bufs[m] = iov.iov_base;
+			lens[m] = got;
+			bytes += got;
+			m++;
+		}
+		if (!m)
+			continue;
+		t0 = kv_now_ns();
+		err = counted(sh, t0, kv_rados_get_many(r, m, op, bufs, lens), "read data");
+		if (!err) {
+			atomic_fetch_add(&sh->sh_objects_read, m);
+			atomic_fetch_add(&sh->sh_bytes_read, bytes);
+		}
+		tl_quiet = true;
+		for (unsigned i = 0; i < m; i++) {
+			const uint64_t *sums = (const uint64_t *)(k[i].pk_e + 1);
+			struct kv_cred cred = cred_of(k[i].pk_e);
+			struct kv_inode *ino;
+
+			if (err || XXH3_64bits(bufs[i], lens[i]) != sums[0]) {
+				kv_obj_put(
+				    k[i].pk_obj); /* its lookup reads it again, and reports */
+				continue;
+			}
+			/* noreplace: a name made here meanwhile is newer */
+			if (kv_store_publish(st, dir, k[i].pk_name, k[i].pk_obj, &cred, true,
+					     &ino) >= 0) {
+				adopt(sh, ino, k[i].pk_e);
+				atomic_fetch_add(&sh->sh_prefetched, 1);
+			}
+		}
+		tl_quiet = false;
+	}
+	dlist_put(dl);
+}
+
+void kv_shared_prefetch(struct kv_shared *sh, struct kv_inode *dir, const char *const *names,
+			unsigned n)
+{
+	struct conn *c;
+
+	if (n < 2 || !atomic_load(&sh->sh_healthy))
+		return;
+	c = conn_get(sh);
+	if (c)
+		prefetch_in(sh, c->c_r, dir, names, n);
+	conn_put(c);
 }
 
 /* Removes a local copy the cluster no longer has (quietly). */
@@ -2859,6 +2986,7 @@ void kv_shared_stats(struct kv_shared *sh, struct kv_shared_stats *out)
 	out->ss_gc_sweeps = atomic_load(&sh->sh_gc_sweeps);
 	out->ss_gc_removed = atomic_load(&sh->sh_gc_removed);
 	out->ss_replayed = sh->sh_replayed;
+	out->ss_prefetched = atomic_load(&sh->sh_prefetched);
 	out->ss_lat_p50 = kv_hist_percentile(&sh->sh_lat, 50);
 	out->ss_lat_p90 = kv_hist_percentile(&sh->sh_lat, 90);
 	out->ss_lat_p99 = kv_hist_percentile(&sh->sh_lat, 99);
@@ -2895,12 +3023,13 @@ int kv_shared_render(const char *pool, const char *ns, const struct kv_shared_st
 	    f,
 	    ", \"healthy\": %s, \"objects_read\": %" PRIu64 ", \"objects_written\": %" PRIu64
 	    ", \"bytes_read\": %" PRIu64 ", \"bytes_written\": %" PRIu64 ", \"hits\": %" PRIu64
-	    ", \"puts\": %" PRIu64 ", \"deletes\": %" PRIu64 ", \"backlog\": %" PRIu64
+	    ", \"prefetched\": %" PRIu64 ", \"puts\": %" PRIu64 ", \"deletes\": %" PRIu64 ", \"backlog\": %" PRIu64
 	    ", \"backlog_bytes\": %" PRIu64 ", \"replayed\": %" PRIu64 ", \"gc_sweeps\": %" PRIu64
 	    ", \"gc_removed\": %" PRIu64 ", \"errors\": %" PRIu64 ", \"timeouts\": %" PRIu64
 	    ", \"lat_ns\": {\"p50\": %" PRIu64 ", \"p90\": %" PRIu64 ", \"p99\": %" PRIu64 "}}",
 	    s->ss_healthy ? "true" : "false", s->ss_objects_read, s->ss_objects_written,
-	    s->ss_bytes_read, s->ss_bytes_written, s->ss_hits, s->ss_puts, s->ss_deletes,
+	    s->ss_bytes_read, s->ss_bytes_written, s->ss_hits, s->ss_prefetched, s->ss_puts,
+	    s->ss_deletes,
 	    s->ss_backlog, s->ss_backlog_bytes, s->ss_replayed, s->ss_gc_sweeps, s->ss_gc_removed,
 	    s->ss_errors, s->ss_timeouts, s->ss_lat_p50, s->ss_lat_p90, s->ss_lat_p99);
 	if (fclose(f) != 0)

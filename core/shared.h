@@ -80,6 +80,7 @@ struct kv_shared_stats {
 	uint64_t ss_objects_read, ss_objects_written;
 	uint64_t ss_bytes_read, ss_bytes_written;
 	uint64_t ss_hits;		       /* values brought in from the cluster */
+	uint64_t ss_prefetched;		       /* of those, by a batch's prefetch */
 	uint64_t ss_puts, ss_deletes;	       /* entries published and removed */
 	uint64_t ss_backlog, ss_backlog_bytes; /* changes waiting, and the bytes of their values */
 	uint64_t
@@ -128,6 +129,18 @@ void kv_shared_stop(struct kv_shared *sh);
 int kv_shared_lookup(struct kv_shared *sh, struct kv_inode *dir, const char *name);
 
 /*
+ * Before the lookups of a batch of keys in dir (the ioctl get): the values
+ * of one data object (2 MiB at most) that only the cluster has are read
+ * all in flight at once, KV_SHARED_PREFETCH_MAX at a time, instead of one
+ * after the other by each lookup. Best effort: what it does not bring in,
+ * kv_shared_lookup does. The cluster's listing of dir is used as
+ * kv_shared_lookup would (at most --rados-cache-ttl old).
+ */
+#define KV_SHARED_PREFETCH_MAX 32
+void kv_shared_prefetch(struct kv_shared *sh, struct kv_inode *dir, const char *const *names,
+			unsigned n);
+
+/*
  * Before listing dir (snap: kv_store_readdir's): removes local copies of
  * keys the cluster deleted (from the store and from snap) and appends the
  * names only the cluster has, with kde_ino 0 (a lookup brings them in).
@@ -172,7 +185,8 @@ const char *kv_shared_state_name(enum kv_shared_state st);
  *           "connect_attempts": N, "connect_failures": N,
  *           "last_error": "ETIMEDOUT", "last_error_text": "connect: ...",
  *           "healthy": true, "objects_read": N, "objects_written": N,
- *           "bytes_read": N, "bytes_written": N, "hits": N, "puts": N,
+ *           "bytes_read": N, "bytes_written": N, "hits": N, "prefetched": N,
+ *           "puts": N,
  *           "deletes": N, "backlog": N, "backlog_bytes": N, "replayed": N,
  *           "gc_sweeps": N,
  *           "gc_removed": N, "errors": N,

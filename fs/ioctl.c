@@ -412,7 +412,7 @@ struct changed {
 	struct change {
 		fuse_ino_t c_parent;
 		char *c_name;
-	} *ch_a;
+	} * ch_a;
 	uint32_t ch_n, ch_max;
 };
 
@@ -498,6 +498,25 @@ static void copy_done(void *arg, uint64_t i, int err)
 	memcpy(bt->bt_data + i * KEY_SIZE, &k, sizeof(k));
 }
 
+/* A get's keys that only the shared tier has come in together (kv_batch_prefetch). */
+static void prefetch(struct kv_batch *b, const struct kvfs_ioc_batch *bt)
+{
+	const char *names[KVFS_BATCH_MAX_KEYS];
+	size_t lens[KVFS_BATCH_MAX_KEYS];
+	unsigned n = 0;
+
+	for (uint32_t i = 0; i < bt->bt_nkeys; i++) {
+		struct kvfs_ioc_key k;
+
+		memcpy(&k, bt->bt_data + i * KEY_SIZE, sizeof(k));
+		if (!kv_ioc_in_data(bt->bt_nkeys, k.ik_name_off, k.ik_name_len))
+			continue; /* its own turn reports it */
+		names[n] = (const char *)bt->bt_data + k.ik_name_off;
+		lens[n++] = k.ik_name_len;
+	}
+	kv_batch_prefetch(b, names, lens, n);
+}
+
 static int do_batch(struct ioc *io, enum kv_ioc_kind kind, struct kvfs_ioc_batch *bt, uint64_t t0)
 {
 	struct kv_fs *fs = io->io_fs;
@@ -536,6 +555,12 @@ static int do_batch(struct ioc *io, enum kv_ioc_kind kind, struct kvfs_ioc_batch
 	if (regions)
 		kv_region_begin(fs->kf_regions);
 	b.kb_ns[KV_STAGE_VALIDATE] = kv_now_ns() - t0;
+	if (kind == KV_IOC_GET && fs->kf_shared) {
+		uint64_t t1 = kv_now_ns();
+
+		prefetch(&b, bt);
+		b.kb_ns[KV_STAGE_INDEX] += kv_now_ns() - t1;
+	}
 	bt->bt_ok = bt->bt_prefix = 0;
 	bt->bt_bytes = 0;
 	for (uint32_t i = 0; i < bt->bt_nkeys; i++) {

@@ -140,6 +140,9 @@ class SharedTierTest(kvfstest.KvfsTestCase, cephtest.CephTestCase):
         r = ca.put(["kv/blk0", "kv/blk1"], layout=lay, blocks=range(nblocks),
                    flags=client.PUT_MKDIR)
         self.assertEqual(r.ok, nblocks, r.errors())
+        r = ca.put(["kv2/p0", "kv2/p1"], layout=lay, blocks=range(nblocks),
+                   flags=client.PUT_MKDIR)
+        self.assertEqual(r.ok, nblocks, r.errors())
 
         def block(buf, n):
             return b"".join(bytes(buf[l * tensor + n * lb:l * tensor + (n + 1) * lb])
@@ -165,6 +168,18 @@ class SharedTierTest(kvfstest.KvfsTestCase, cephtest.CephTestCase):
         g = cb.get(["kv/blk1"], layout=lay_b, blocks=[1])
         self.assertEqual(g.ok, 1, g.errors())
         self.assertEqual(block(dst.buffer, 1), block(src.buffer, 1))
+        # a batch get of keys only the cluster has: read together, each once (kv_shared_prefetch)
+        before = rados_stats(b)
+        g = cb.get(["kv2/p1", "kv2/none", "kv2/p0"], layout=lay_b, blocks=[1, 0, 0])
+        self.assertEqual(g.results[1], -errno.ENOENT)
+        self.assertEqual(g.ok, 2, g.errors())
+        self.assertEqual(block(dst.buffer, 1), block(src.buffer, 1))
+        self.assertEqual(block(dst.buffer, 0), block(src.buffer, 0))
+        after = rados_stats(b)
+        self.assertEqual(after["hits"] - before["hits"], 2)
+        self.assertEqual(after["prefetched"] - before["prefetched"], 2)
+        self.assertEqual(after["objects_read"] - before["objects_read"], 2)
+        self.assertEqual(after["bytes_read"] - before["bytes_read"], 2 * layers * lb)
         sb = rados_stats(b)
         self.assertGreaterEqual(sb["hits"], len(small) + 3)
         self.assertGreaterEqual(sb["bytes_read"], sum(map(len, small.values())) + len(big))
@@ -191,9 +206,9 @@ class SharedTierTest(kvfstest.KvfsTestCase, cephtest.CephTestCase):
         shutil.rmtree(a.path("model"))
         kvfstest.wait_until(lambda: not os.path.exists(b.path("model")),
                             timeout=TTL_S + 5, what="rm -rf seen on B")
-        self.assertEqual(sorted(os.listdir(b.mnt)), [".kvfs", "kv"])
-        # the tree's objects are gone from the cluster: only the two ioctl blocks' remain
-        self.assertEqual(len(self.data_objects(c)), 2)
+        self.assertEqual(sorted(os.listdir(b.mnt)), [".kvfs", "kv", "kv2"])
+        # the tree's objects are gone from the cluster: only the four ioctl blocks' remain
+        self.assertEqual(len(self.data_objects(c)), 4)
 
     def test_symlinks(self):
         c = self.cluster()

@@ -539,6 +539,7 @@ static void test_render_rados(void **state)
 	    .ss_bytes_written = 1ull << 40,
 	    .ss_timeouts = 7,
 	    .ss_hits = 5,
+	    .ss_prefetched = 3,
 	    .ss_backlog = 2,
 	    .ss_backlog_bytes = 4096,
 	    .ss_replayed = 9,
@@ -569,7 +570,7 @@ static void test_render_rados(void **state)
 		     "\"last_error_text\": \"connect: Connection timed out\", "
 		     "\"objects_read\": 0, \"objects_written\": 0, \"bytes_read\": 0, "
 		     "\"bytes_written\": 2**40, \"errors\": 0, \"timeouts\": 7, "
-		     "\"healthy\": False, \"hits\": 5, \"puts\": 0, \"deletes\": 0, "
+		     "\"healthy\": False, \"hits\": 5, \"prefetched\": 3, \"puts\": 0, \"deletes\": 0, "
 		     "\"backlog\": 2, \"backlog_bytes\": 4096, \"replayed\": 9, \"gc_sweeps\": 0, "
 		     "\"gc_removed\": 0, "
 		     "\"lat_ns\": {\"p50\": 0, \"p90\": 0, \"p99\": 123456}}, r' %s",
