@@ -16,6 +16,7 @@
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
+#include "ssd/fileio.h"
 #include "ssd/format.h"
 
 #define CHUNK	    (1ull << KV_CHUNK_SHIFT)
@@ -110,30 +111,6 @@ static void *aligned_buf(size_t len, bool zero)
 static void *aligned(size_t len)
 {
 	return aligned_buf(len, true);
-}
-
-/*
- * One synchronous O_DIRECT read or write of an aligned buffer: plain
- * pread/pwrite, the lowest latency for a single I/O (batches go through
- * libaio). Returns 0, -EIO for a short transfer, or -errno.
- */
-static int rw(int fd, bool write, void *buf, uint64_t len, uint64_t off)
-{
-	uint64_t done = 0;
-
-	while (done < len) {
-		ssize_t n = write ? pwrite(fd, (char *)buf + done, len - done, (off_t)(off + done))
-				  : pread(fd, (char *)buf + done, len - done, (off_t)(off + done));
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		if (n == 0)
-			return -EIO;
-		done += (uint64_t)n;
-	}
-	return 0;
 }
 
 /* --- the bucket table (bs_lock held) --- */
@@ -379,13 +356,13 @@ static int win_read(struct kv_bucket *b, struct rwin *w, void *buf, uint64_t len
 	uint64_t start = off / KV_BLOCK * KV_BLOCK;
 
 	if (!w || !w->rw_buf || off + len > w->rw_limit)
-		return rw(b->kb_fd, false, buf, len, off);
+		return kv_prw_all(b->kb_fd, false, buf, len, off);
 	if (off < w->rw_off || off + len > w->rw_off + w->rw_len) {
 		uint64_t n = w->rw_limit - start < RWIN_SIZE ? w->rw_limit - start : RWIN_SIZE;
 
 		w->rw_len = 0;
-		if (off + len > start + n || rw(b->kb_fd, false, w->rw_buf, n, start))
-			return rw(b->kb_fd, false, buf, len, off);
+		if (off + len > start + n || kv_prw_all(b->kb_fd, false, w->rw_buf, n, start))
+			return kv_prw_all(b->kb_fd, false, buf, len, off);
 		w->rw_off = start;
 		w->rw_len = n;
 	}
@@ -593,7 +570,7 @@ static int bucket_create(struct kv_bucket_set *bs, uint64_t prealloc, struct kv_
 	 * removes both), never a large file without a header (kept for salvage,
 	 * and damage to --fsck).
 	 */
-	err = rw(b->kb_fd, true, h, KV_BLOCK, 0);
+	err = kv_prw_all(b->kb_fd, true, h, KV_BLOCK, 0);
 	if (!err && prealloc && fallocate(b->kb_fd, 0, 0, (off_t)prealloc) < 0 &&
 	    errno != EOPNOTSUPP)
 		err = -errno;
@@ -685,7 +662,7 @@ static int bucket_seal(struct kv_bucket_set *bs, struct kv_bucket *b)
 	    .bt_index_csum = XXH3_64bits(buf, ilen),
 	};
 	t->bt_csum = XXH3_64bits(t, sizeof(*t));
-	err = rw(b->kb_fd, true, buf, total, b->kb_end);
+	err = kv_prw_all(b->kb_fd, true, buf, total, b->kb_end);
 	free(buf);
 	if (!err &&
 	    (fdatasync(b->kb_fd) < 0 || ftruncate(b->kb_fd, (off_t)(b->kb_end + total)) < 0))
@@ -717,7 +694,7 @@ static int load_trailer(struct kv_bucket_set *bs, struct kv_bucket *b, uint64_t 
 	t = aligned(KV_BLOCK);
 	if (!t)
 		return -ENOMEM;
-	err = rw(b->kb_fd, false, t, KV_BLOCK, size - KV_BLOCK);
+	err = kv_prw_all(b->kb_fd, false, t, KV_BLOCK, size - KV_BLOCK);
 	c = *t;
 	c.bt_csum = 0;
 	if (!err && (t->bt_magic != KV_TRAILER_MAGIC || t->bt_id != b->kb_id ||
@@ -858,7 +835,7 @@ static int load_bucket(struct kv_bucket_set *bs, const char *name, uint64_t id)
 		goto out_free;
 	}
 	h = aligned(KV_BLOCK);
-	err = h ? rw(b->kb_fd, false, h, KV_BLOCK, 0) : -ENOMEM;
+	err = h ? kv_prw_all(b->kb_fd, false, h, KV_BLOCK, 0) : -ENOMEM;
 	if (err == -ENOMEM)
 		goto out_close;
 	b->kb_version = h->bh_version;
@@ -1820,7 +1797,11 @@ static uint64_t gc_io(const struct kv_compact *c)
 	return c->kc_yield && kv_bucket_fg_active(c->kc_bs) ? GC_IO : STAGE;
 }
 
-/* rw() in pieces of at most gc_io() bytes, one at a time. */
+/*
+ * kv_prw_all() (synchronous pread/pwrite: the lowest latency for one I/O;
+ * batches go through libaio) in pieces of at most gc_io() bytes, one at a
+ * time.
+ */
 static int gc_rw(const struct kv_compact *c, int fd, bool write, void *buf, uint64_t len,
 		 uint64_t off)
 {
@@ -1829,8 +1810,8 @@ static int gc_rw(const struct kv_compact *c, int fd, bool write, void *buf, uint
 
 	for (uint64_t done = 0; !err && done < len; done += io) {
 		io = gc_io(c);
-		err = rw(fd, write, (char *)buf + done, len - done < io ? len - done : io,
-			 off + done);
+		err = kv_prw_all(fd, write, (char *)buf + done, len - done < io ? len - done : io,
+				 off + done);
 	}
 	return err;
 }

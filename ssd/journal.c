@@ -35,6 +35,7 @@
  * writing a checkpoint.
  */
 #include "ssd/journal.h"
+#include "ssd/fileio.h"
 #include "ssd/format.h"
 
 #include <ctype.h>
@@ -309,21 +310,7 @@ static uint64_t jrec_decode(const char *p, struct kv_jent *e)
 /* Writes all of buf at off. Returns 0 or -errno. */
 static int pwrite_all(int fd, const char *buf, size_t len, uint64_t off)
 {
-	ssize_t n;
-
-	while (len) {
-		n = pwrite(fd, buf, len, (off_t)off);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		if (n == 0)
-			return -EIO;
-		buf += n;
-		len -= (size_t)n;
-		off += (uint64_t)n;
-	}
-	return 0;
+	return kv_prw_all(fd, true, (char *)buf, len, off);
 }
 
 /* Writes a batch at off and makes it durable. Returns 0 or -errno. */

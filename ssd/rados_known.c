@@ -19,6 +19,8 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "ssd/fileio.h"
+
 #define TMP_NAME KV_RKNOWN_NAME ".tmp"
 
 struct slot {
@@ -109,23 +111,6 @@ static bool tab_del(struct kv_rknown *k, uint64_t seq)
 	return true;
 }
 
-static int write_all(int fd, const void *buf, size_t len)
-{
-	const char *p = buf;
-
-	while (len) {
-		ssize_t n = write(fd, p, len);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return n < 0 ? -errno : -EIO;
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
 static struct kv_rknown_rec record(uint64_t seq, uint64_t node, uint64_t rseq)
 {
 	struct kv_rknown_rec r = {.rk_seq = seq, .rk_node = node, .rk_rseq = rseq};
@@ -137,7 +122,7 @@ static struct kv_rknown_rec record(uint64_t seq, uint64_t node, uint64_t rseq)
 static int append(struct kv_rknown *k, uint64_t seq, uint64_t node, uint64_t rseq)
 {
 	const struct kv_rknown_rec r = record(seq, node, rseq);
-	int err = write_all(k->rk_fd, &r, sizeof(r));
+	int err = kv_write_all(k->rk_fd, &r, sizeof(r));
 
 	if (err) { /* a partial record would end the file there: cut it off */
 		if (ftruncate(k->rk_fd, (off_t)k->rk_bytes) < 0)
@@ -160,10 +145,10 @@ static int rewrite(struct kv_rknown *k)
 
 	if (fd < 0)
 		return -errno;
-	err = write_all(fd, k->rk_head, k->rk_hlen);
+	err = kv_write_all(fd, k->rk_head, k->rk_hlen);
 	for (uint64_t i = 0; !err && i <= k->rk_cap; i++) {
 		if (nb == 256 || (i == k->rk_cap && nb)) {
-			err = write_all(fd, buf, nb * sizeof(*buf));
+			err = kv_write_all(fd, buf, nb * sizeof(*buf));
 			nb = 0;
 		}
 		if (i < k->rk_cap && k->rk_tab[i].s_seq)
@@ -214,35 +199,6 @@ static int load(struct kv_rknown *k, const char *buf, uint64_t off, uint64_t len
 	return err;
 }
 
-static int read_all(int fd, char **out, uint64_t *len)
-{
-	struct stat sb;
-	uint64_t got = 0;
-	char *buf;
-
-	if (fstat(fd, &sb) < 0)
-		return -errno;
-	buf = malloc((size_t)sb.st_size + 1);
-	if (!buf)
-		return -ENOMEM;
-	while (got < (uint64_t)sb.st_size) {
-		ssize_t n = pread(fd, buf + got, (size_t)sb.st_size - got, (off_t)got);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			free(buf);
-			return -errno;
-		}
-		if (n == 0)
-			break;
-		got += (uint64_t)n;
-	}
-	*out = buf;
-	*len = got;
-	return 0;
-}
-
 int kv_rknown_open(int dirfd, const char *pool, const char *ns, struct kv_rknown **out)
 {
 	size_t plen = strlen(pool), nlen = strlen(ns);
@@ -278,7 +234,7 @@ int kv_rknown_open(int dirfd, const char *pool, const char *ns, struct kv_rknown
 		goto out_free;
 	}
 	if (k->rk_fd >= 0) {
-		err = read_all(k->rk_fd, &buf, &len);
+		err = kv_read_whole(k->rk_fd, &buf, &len);
 		if (!err && len >= k->rk_hlen && !memcmp(buf, k->rk_head, k->rk_hlen)) {
 			err = load(k, buf, k->rk_hlen, len, &end);
 			/* a torn tail goes: appends follow the last whole record */
@@ -299,7 +255,7 @@ int kv_rknown_open(int dirfd, const char *pool, const char *ns, struct kv_rknown
 			err = -errno;
 			goto out_free;
 		}
-		err = write_all(k->rk_fd, k->rk_head, k->rk_hlen);
+		err = kv_write_all(k->rk_fd, k->rk_head, k->rk_hlen);
 		if (err)
 			goto out_close;
 		k->rk_bytes = k->rk_hlen;

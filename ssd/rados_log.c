@@ -14,6 +14,8 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "ssd/fileio.h"
+
 #define TMP_NAME KV_RLOG_NAME ".tmp"
 #define OLD_NAME KV_RLOG_NAME ".old"
 #define REC_MAX	 (sizeof(struct kv_rlog_rec) + 2 * KV_RLOG_PATH_MAX + 8)
@@ -26,25 +28,6 @@ struct kv_rlog {
 	char *rl_head; /* the header, rl_hlen bytes */
 	char *rl_buf;  /* REC_MAX: one record being written */
 };
-
-static int write_all(int fd, const void *buf, size_t len)
-{
-	const char *p = buf;
-
-	while (len) {
-		ssize_t n = write(fd, p, len);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		if (n == 0)
-			return -EIO;
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
 
 /* Encodes c (or a DONE for id when c is NULL) into l->rl_buf; returns its length, 0 when too long.
  */
@@ -95,37 +78,6 @@ static const struct kv_rlog_rec *decode(const char *p, uint64_t avail)
 	if (sum != XXH3_64bits(p, r.rr_len - 8))
 		return NULL;
 	return (const struct kv_rlog_rec *)p;
-}
-
-/* The whole file of fd, malloc'ed (NUL-terminated), in *out and *len. */
-static int read_file(int fd, char **out, uint64_t *len)
-{
-	struct stat sb;
-	char *buf;
-	uint64_t got = 0;
-
-	if (fstat(fd, &sb) < 0)
-		return -errno;
-	buf = malloc((size_t)sb.st_size + 1);
-	if (!buf)
-		return -ENOMEM;
-	while (got < (uint64_t)sb.st_size) {
-		ssize_t n = pread(fd, buf + got, (size_t)sb.st_size - got, (off_t)got);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			free(buf);
-			return -errno;
-		}
-		if (n == 0)
-			break;
-		got += (uint64_t)n;
-	}
-	buf[got] = '\0';
-	*out = buf;
-	*len = got;
-	return 0;
 }
 
 /*
@@ -182,7 +134,7 @@ static int create_log(struct kv_rlog *l, const char *name)
 
 	if (fd < 0)
 		return -errno;
-	err = write_all(fd, l->rl_head, l->rl_hlen);
+	err = kv_write_all(fd, l->rl_head, l->rl_hlen);
 	if (err) {
 		close(fd);
 		return err;
@@ -238,7 +190,7 @@ int kv_rlog_open(int dirfd, const char *pool, const char *ns, kv_rlog_each_fn ea
 		goto out_free;
 	}
 	if (l->rl_fd >= 0) {
-		err = read_file(l->rl_fd, &buf, &len);
+		err = kv_read_whole(l->rl_fd, &buf, &len);
 		if (err)
 			goto out_close;
 		if (len < l->rl_hlen || memcmp(buf, l->rl_head, l->rl_hlen)) {
@@ -302,7 +254,7 @@ static int append(struct kv_rlog *l, const struct kv_rlog_change *c, uint64_t id
 
 	if (!n)
 		return -ENAMETOOLONG;
-	err = write_all(l->rl_fd, l->rl_buf, n);
+	err = kv_write_all(l->rl_fd, l->rl_buf, n);
 	if (err) {
 		/* a partial record would end the log: cut it off */
 		if (ftruncate(l->rl_fd, (off_t)l->rl_bytes) < 0)
@@ -352,7 +304,7 @@ int kv_rlog_rewrite_add(struct kv_rlog *l, const struct kv_rlog_change *c)
 
 	if (!n)
 		return -ENAMETOOLONG;
-	err = write_all(l->rl_tmpfd, l->rl_buf, n);
+	err = kv_write_all(l->rl_tmpfd, l->rl_buf, n);
 	if (!err)
 		l->rl_tmp_bytes += n;
 	return err;

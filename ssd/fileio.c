@@ -1,0 +1,79 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ssd/fileio.c — whole-buffer reads and writes (ssd/fileio.h).
+ */
+#include "ssd/fileio.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+int kv_write_all(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+
+	while (len) {
+		ssize_t n = write(fd, p, len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			return -EIO;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+int kv_prw_all(int fd, bool write, void *buf, uint64_t len, uint64_t off)
+{
+	uint64_t done = 0;
+
+	while (done < len) {
+		ssize_t n = write ? pwrite(fd, (char *)buf + done, len - done, (off_t)(off + done))
+				  : pread(fd, (char *)buf + done, len - done, (off_t)(off + done));
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			return -EIO;
+		done += (uint64_t)n;
+	}
+	return 0;
+}
+
+int kv_read_whole(int fd, char **out, uint64_t *len)
+{
+	struct stat sb;
+	uint64_t got = 0;
+	char *buf;
+
+	if (fstat(fd, &sb) < 0)
+		return -errno;
+	buf = malloc((size_t)sb.st_size + 1);
+	if (!buf)
+		return -ENOMEM;
+	while (got < (uint64_t)sb.st_size) {
+		ssize_t n = pread(fd, buf + got, (size_t)sb.st_size - got, (off_t)got);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			free(buf);
+			return -errno;
+		}
+		if (n == 0)
+			break;
+		got += (uint64_t)n;
+	}
+	buf[got] = '\0';
+	*out = buf;
+	*len = got;
+	return 0;
+}
