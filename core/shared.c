@@ -99,8 +99,7 @@ struct change {
 				     found yet) */
 	uint64_t ch_seq, ch_size; /* PUT (SYMLINK: ch_seq, its owner: uid << 32 | gid) */
 	char *ch_path, *ch_path2; /* the others: "/a/b" (RENAME: from, to; SYMLINK: the target) */
-	int64_t ch_time_ns;	  /* DEL, RMDIR, RENAME: CLOCK_REALTIME when made here */
-	bool ch_replayed;	  /* read back from the log at the start */
+	int64_t ch_time_ns;	  /* not PUT: CLOCK_REALTIME when made here */
 	mode_t ch_mode;		  /* MKDIR */
 };
 
@@ -1307,9 +1306,11 @@ static bool dir_has_names(struct kv_shared *sh, struct kv_rados *r, const char *
 /*
  * Removes the entry of path (of type want: a FILE takes a SYMLINK too),
  * then its objects, or the directory object. A directory that lists a name
- * (another node put one there since) stays. not_after_ns (a change read
- * back from the log, which may have been applied before the stop): an
- * entry newer than that was made since, by another node, and stays.
+ * (another node put one there since) stays. not_after_ns is when the
+ * change was made here: an entry with a newer mtime was made since, by
+ * another node, and stays (the newer mtime wins, as between two puts; it
+ * also makes a delete read back from the log, which may have reached the
+ * cluster before the stop, harmless).
  */
 static int apply_remove(struct kv_shared *sh, struct kv_rados *r, const char *path,
 			enum kv_rdent_type want, int64_t not_after_ns)
@@ -1435,7 +1436,7 @@ static int apply_symlink(struct kv_shared *sh, struct kv_rados *r, struct change
 					 .re_uid = (uint32_t)(ch->ch_seq >> 32),
 					 .re_gid = (uint32_t)ch->ch_seq,
 					 .re_size = tlen,
-					 .re_mtime_ns = realtime_ns()};
+					 .re_mtime_ns = ch->ch_time_ns};
 		memcpy(ent + 1, ch->ch_path2, tlen);
 		err = set_entry(sh, r, ch->ch_path, ent, sizeof(*ent) + tlen, &lost, &old);
 	}
@@ -1461,16 +1462,13 @@ static int apply(struct kv_shared *sh, struct kv_rados *r, struct change *ch)
 	case CH_PUT:
 		return apply_put(sh, r, ch);
 	case CH_DEL:
-		return apply_remove(sh, r, ch->ch_path, KV_RDENT_FILE,
-				    ch->ch_replayed ? ch->ch_time_ns : 0);
+		return apply_remove(sh, r, ch->ch_path, KV_RDENT_FILE, ch->ch_time_ns);
 	case CH_RMDIR:
-		return apply_remove(sh, r, ch->ch_path, KV_RDENT_DIR,
-				    ch->ch_replayed ? ch->ch_time_ns : 0);
+		return apply_remove(sh, r, ch->ch_path, KV_RDENT_DIR, ch->ch_time_ns);
 	case CH_MKDIR:
 		return make_dirs(sh, r, ch->ch_path, ch->ch_mode);
 	case CH_RENAME:
-		return apply_rename(sh, r, ch->ch_path, ch->ch_path2,
-				    ch->ch_replayed ? ch->ch_time_ns : 0);
+		return apply_rename(sh, r, ch->ch_path, ch->ch_path2, ch->ch_time_ns);
 	case CH_SYMLINK:
 		return apply_symlink(sh, r, ch);
 	}
@@ -2114,7 +2112,6 @@ static int replayed(void *arg, const struct kv_rlog_change *c)
 	ch->ch_seq = c->rc_seq;
 	ch->ch_size = c->rc_kind == KV_RLOG_PUT ? c->rc_size : 0;
 	ch->ch_time_ns = c->rc_kind == KV_RLOG_PUT ? 0 : (int64_t)c->rc_size;
-	ch->ch_replayed = true;
 	ch->ch_mode = c->rc_mode;
 	if (c->rc_kind != KV_RLOG_PUT && !(ch->ch_path = strdup(c->rc_path)))
 		goto nomem;

@@ -30,6 +30,8 @@
  *   RENAME   path -> path2
  *   DONE     rr_id: every change up to this id is in the cluster
  *   SYMLINK  path, its target in path2, rr_seq: owner uid << 32 | gid
+ *   and every kind but PUT and DONE: rr_size, when it was made
+ *   (CLOCK_REALTIME ns)
  *
  * The log shrinks to its header when nothing is left to send, and is
  * rewritten with only what is left when it grows past KV_RLOG_REWRITE with
@@ -85,7 +87,7 @@ struct kv_rlog_rec {
 struct kv_rlog_change {
 	uint64_t rc_id;
 	enum kv_rlog_kind rc_kind; /* not DONE */
-	uint64_t rc_seq, rc_size;  /* PUT (SYMLINK: rc_seq, its owner) */
+	uint64_t rc_seq, rc_size; /* PUT (SYMLINK: rc_seq, its owner; not PUT: rc_size, its time) */
 	uint32_t rc_mode;	   /* MKDIR */
 	const char *rc_path, *rc_path2;
 };

@@ -353,6 +353,24 @@ class SharedTierTest(kvfstest.KvfsTestCase, cephtest.CephTestCase):
         a.stop()
         a = self.node(c, sync=False, name="A4", data=data)
         self.assertEqual(rados_stats(a)["replayed"], 0)
+        # a delete queued while the cluster is down loses to a key made elsewhere since
+        c.osd_stop()
+        if rados_stats(a)["healthy"]:
+            self.assertErrno(errno.EIO, os.stat, a.path("d/new"))
+        os.unlink(a.path("d/k1"))
+        kvfstest.wait_until(lambda: rados_stats(a)["backlog"] >= 1, what="A's delete queued")
+        a.stop()
+        c.osd_start()
+        b2 = self.node(c, name="B2")
+        write_synced(b2.path("d/k1"), b"made on B2 after A's delete")
+        a = self.node(c, sync=False, name="A5", data=data)
+        self.assertEqual(rados_stats(a)["replayed"], 1)
+        kvfstest.wait_until(lambda: rados_stats(a)["backlog"] == 0, timeout=30,
+                            what="A's delete sent")
+        self.assertEqual(read_file(a.path("d/k1")), b"made on B2 after A's delete")
+        b.stop()
+        b = self.node(c, name="B3")
+        self.assertEqual(read_file(b.path("d/k1")), b"made on B2 after A's delete")
 
     def test_copies_across_restart(self):
         c = self.cluster()
