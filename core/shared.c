@@ -100,6 +100,8 @@ struct change {
 	uint64_t ch_seq, ch_size; /* PUT (SYMLINK: ch_seq, its owner: uid << 32 | gid) */
 	char *ch_path, *ch_path2; /* the others: "/a/b" (RENAME: from, to; SYMLINK: the target) */
 	int64_t ch_time_ns;	  /* not PUT: CLOCK_REALTIME when made here */
+	uint64_t ch_vnode, ch_vseq; /* DEL, RENAME: the cluster version the key was a copy of
+				       here (ch_vnode 0: none known) */
 	mode_t ch_mode;		  /* MKDIR */
 };
 
@@ -743,7 +745,8 @@ static struct kv_rlog_change log_change(const struct change *ch)
 {
 	return (struct kv_rlog_change){.rc_id = ch->ch_id,
 				       .rc_kind = log_kinds[ch->ch_kind],
-				       .rc_seq = ch->ch_seq,
+				       .rc_seq = ch->ch_vnode ? ch->ch_vseq : ch->ch_seq,
+				       .rc_node = ch->ch_vnode,
 				       .rc_size = ch->ch_kind == CH_PUT ? ch->ch_size
 									: (uint64_t)ch->ch_time_ns,
 				       .rc_mode = ch->ch_mode,
@@ -820,6 +823,27 @@ static char *path_in(struct kv_shared *sh, struct kv_inode *dir, const char *nam
 	return p;
 }
 
+/*
+ * The cluster version the file ino is a clean copy of (fetched or
+ * published; an open version: the one it replaces), in *node and *seq;
+ * *node 0: none known.
+ */
+static void copy_of(struct kv_shared *sh, struct kv_inode *ino, uint64_t *node, uint64_t *seq)
+{
+	struct kv_attr a;
+	struct known k;
+
+	*node = *seq = 0;
+	kv_store_getattr(sh->sh_st, ino, &a);
+	if (!S_ISREG(a.ka_mode))
+		return;
+	if (a.ka_seq ? known_of(sh, a.ka_ino, a.ka_seq, &k) : known_get(sh, a.ka_ino, &k))
+		if (k.kn_clean) {
+			*node = k.kn_node;
+			*seq = k.kn_rseq;
+		}
+}
+
 /* kh_changed: the namespace changed through the store's API. */
 static void on_changed(void *arg, enum kv_store_change what, struct kv_inode *dir, const char *name,
 		       struct kv_inode *dir2, const char *name2)
@@ -840,8 +864,18 @@ static void on_changed(void *arg, enum kv_store_change what, struct kv_inode *di
 	ch->ch_kind = kinds[what];
 	ch->ch_mode = 0755;
 	ch->ch_time_ns = realtime_ns();
-	if (what == KV_CHANGE_RENAME)
+	if (what == KV_CHANGE_RENAME) {
+		struct kv_inode *moved;
+		struct kv_attr a;
+
 		atomic_fetch_add(&sh->sh_renames, 1);
+		if (!kv_store_lookup(sh->sh_st, dir2, name2, &moved, &a)) {
+			copy_of(sh, moved, &ch->ch_vnode, &ch->ch_vseq);
+			kv_inode_put(moved);
+		}
+	}
+	if (what == KV_CHANGE_UNLINK && dir2) /* dir2: the inode that lost the name */
+		copy_of(sh, dir2, &ch->ch_vnode, &ch->ch_vseq);
 	if (what == KV_CHANGE_MKDIR) { /* the hook may call the store: the mode it was made with */
 		struct kv_inode *d;
 		struct kv_attr a;
@@ -1304,16 +1338,32 @@ static bool dir_has_names(struct kv_shared *sh, struct kv_rados *r, const char *
 }
 
 /*
+ * Whether a delete or rename made here (ch) applies to the entry cur: it
+ * does to this node's own version (nobody wrote the key since), and to the
+ * version the key was a copy of here; to another version only when it is
+ * older than the change (by mtime, as between two puts), when no version
+ * was known (a key made here, its put lost to a newer one). So a delete
+ * never removes what another node wrote after the key was seen here, and
+ * a delete read back from the log (it may have reached the cluster before
+ * the stop) is harmless.
+ */
+static bool change_applies(const struct kv_shared *sh, const struct change *ch,
+			   const struct kv_rdent *cur)
+{
+	if (cur->re_type == KV_RDENT_DIR || cur->re_node == sh->sh_node)
+		return true;
+	if (ch->ch_vnode)
+		return same_version(cur, ch->ch_vnode, ch->ch_vseq);
+	return cur->re_mtime_ns <= ch->ch_time_ns;
+}
+
+/*
  * Removes the entry of path (of type want: a FILE takes a SYMLINK too),
- * then its objects, or the directory object. A directory that lists a name
- * (another node put one there since) stays. not_after_ns is when the
- * change was made here: an entry with a newer mtime was made since, by
- * another node, and stays (the newer mtime wins, as between two puts; it
- * also makes a delete read back from the log, which may have reached the
- * cluster before the stop, harmless).
+ * for change ch, then its objects, or the directory object. A directory
+ * that lists a name (another node put one there since) stays.
  */
 static int apply_remove(struct kv_shared *sh, struct kv_rados *r, const char *path,
-			enum kv_rdent_type want, int64_t not_after_ns)
+			enum kv_rdent_type want, const struct change *ch)
 {
 	char doid[KV_RADOS_OID_MAX];
 	const char *name;
@@ -1336,7 +1386,7 @@ static int apply_remove(struct kv_shared *sh, struct kv_rados *r, const char *pa
 			break;
 		if ((cur->re_type != want &&
 		     !(want == KV_RDENT_FILE && cur->re_type == KV_RDENT_SYMLINK)) ||
-		    (not_after_ns && cur->re_mtime_ns > not_after_ns) ||
+		    !change_applies(sh, ch, cur) ||
 		    (want == KV_RDENT_DIR && dir_has_names(sh, r, path))) {
 			/* another node put something else there since */
 			free(cur);
@@ -1366,10 +1416,10 @@ static int apply_remove(struct kv_shared *sh, struct kv_rados *r, const char *pa
 
 /*
  * Moves the entry of a file or symlink from path to path2 (replacing what
- * path2 held). not_after_ns: as for apply_remove.
+ * path2 held), for change ch (change_applies).
  */
 static int apply_rename(struct kv_shared *sh, struct kv_rados *r, const char *path,
-			const char *path2, int64_t not_after_ns)
+			const char *path2, const struct change *ch)
 {
 	char doid[KV_RADOS_OID_MAX];
 	const char *name;
@@ -1383,7 +1433,7 @@ static int apply_rename(struct kv_shared *sh, struct kv_rados *r, const char *pa
 		return -ENOMEM;
 	err = entry_get(sh, r, doid, name, &cur, &clen);
 	if (err == -ENOENT || (!err && cur->re_type == KV_RDENT_DIR) ||
-	    (!err && not_after_ns && cur->re_mtime_ns > not_after_ns)) {
+	    (!err && !change_applies(sh, ch, cur))) {
 		/* not there yet (its put, queued after, uses the new name), a directory, or
 		 * made since by another node */
 		free(cur);
@@ -1462,13 +1512,13 @@ static int apply(struct kv_shared *sh, struct kv_rados *r, struct change *ch)
 	case CH_PUT:
 		return apply_put(sh, r, ch);
 	case CH_DEL:
-		return apply_remove(sh, r, ch->ch_path, KV_RDENT_FILE, ch->ch_time_ns);
+		return apply_remove(sh, r, ch->ch_path, KV_RDENT_FILE, ch);
 	case CH_RMDIR:
-		return apply_remove(sh, r, ch->ch_path, KV_RDENT_DIR, ch->ch_time_ns);
+		return apply_remove(sh, r, ch->ch_path, KV_RDENT_DIR, ch);
 	case CH_MKDIR:
 		return make_dirs(sh, r, ch->ch_path, ch->ch_mode);
 	case CH_RENAME:
-		return apply_rename(sh, r, ch->ch_path, ch->ch_path2, ch->ch_time_ns);
+		return apply_rename(sh, r, ch->ch_path, ch->ch_path2, ch);
 	case CH_SYMLINK:
 		return apply_symlink(sh, r, ch);
 	}
@@ -2112,6 +2162,11 @@ static int replayed(void *arg, const struct kv_rlog_change *c)
 	ch->ch_seq = c->rc_seq;
 	ch->ch_size = c->rc_kind == KV_RLOG_PUT ? c->rc_size : 0;
 	ch->ch_time_ns = c->rc_kind == KV_RLOG_PUT ? 0 : (int64_t)c->rc_size;
+	if (c->rc_node) {
+		ch->ch_vnode = c->rc_node;
+		ch->ch_vseq = c->rc_seq;
+		ch->ch_seq = 0;
+	}
 	ch->ch_mode = c->rc_mode;
 	if (c->rc_kind != KV_RLOG_PUT && !(ch->ch_path = strdup(c->rc_path)))
 		goto nomem;

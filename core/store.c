@@ -1385,7 +1385,9 @@ void kv_store_unname(struct kv_store *st, struct kv_inode *dir, struct kv_inode 
 	kv_inode_put(ino);
 }
 
-static int remove_name(struct kv_store *st, struct kv_inode *dir, const char *name, bool want_dir)
+/* Takes name from dir; *gone (when not NULL) gets the inode that had it, referenced. */
+static int remove_name(struct kv_store *st, struct kv_inode *dir, const char *name, bool want_dir,
+		       struct kv_inode **gone)
 {
 	struct kv_inode *c;
 	struct timespec ts;
@@ -1421,7 +1423,10 @@ static int remove_name(struct kv_store *st, struct kv_inode *dir, const char *na
 	pthread_rwlock_wrlock(&c->ki_lock);
 	c->ki_ctime = ts;
 	pthread_rwlock_unlock(&c->ki_lock);
-	kv_inode_put(c); /* the name's reference */
+	if (gone)
+		*gone = c; /* the name's reference, now the caller's */
+	else
+		kv_inode_put(c);
 	return 0;
 }
 
@@ -1518,13 +1523,18 @@ bool kv_store_gc_stats(struct kv_store *st, struct kv_gc_stats *out)
 
 int kv_store_unlink(struct kv_store *st, struct kv_inode *dir, const char *name)
 {
-	return changed(st, remove_name(st, dir, name, false), KV_CHANGE_UNLINK, dir, name, NULL,
-		       NULL);
+	struct kv_inode *gone = NULL;
+	int err = remove_name(st, dir, name, false, &gone);
+
+	changed(st, err, KV_CHANGE_UNLINK, dir, name, gone, NULL);
+	if (gone)
+		kv_inode_put(gone);
+	return err;
 }
 
 int kv_store_rmdir(struct kv_store *st, struct kv_inode *dir, const char *name)
 {
-	return changed(st, remove_name(st, dir, name, true), KV_CHANGE_RMDIR, dir, name, NULL,
+	return changed(st, remove_name(st, dir, name, true, NULL), KV_CHANGE_RMDIR, dir, name, NULL,
 		       NULL);
 }
 

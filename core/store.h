@@ -431,11 +431,12 @@ void kv_store_set_evicted(struct kv_store *st, kv_store_evicted_fn fn, void *arg
  * once (copy and queue).
  *
  * kh_changed: a caller of kv_store_mkdir, _symlink, _unlink, _rmdir or
- * _rename (never
- * recovery, cache mode or compaction) changed the namespace: `name` in
- * `dir` (and, for a rename, its new place `name2` in `dir2`). Called after
- * the change, in the caller's thread, with no lock of the store held; dir
- * and dir2 are referenced for the call. The hook may call the store.
+ * _rename (never recovery, cache mode or compaction) changed the
+ * namespace: `name` in `dir` (and, for a rename, its new place `name2` in
+ * `dir2`; for an unlink, dir2 is the inode that lost the name, name2
+ * NULL). Called after the change, in the caller's thread, with no lock of
+ * the store held; dir and dir2 are referenced for the call. The hook may
+ * call the store.
  */
 enum kv_store_change {
 	KV_CHANGE_MKDIR,

@@ -31,7 +31,8 @@
  *   DONE     rr_id: every change up to this id is in the cluster
  *   SYMLINK  path, its target in path2, rr_seq: owner uid << 32 | gid
  *   and every kind but PUT and DONE: rr_size, when it was made
- *   (CLOCK_REALTIME ns)
+ *   (CLOCK_REALTIME ns); DEL and RENAME also rr_node, rr_seq: the cluster
+ *   version the key had here (rr_node 0: none known)
  *
  * The log shrinks to its header when nothing is left to send, and is
  * rewritten with only what is left when it grows past KV_RLOG_REWRITE with
@@ -81,6 +82,7 @@ struct kv_rlog_rec {
 	uint32_t rr_mode;
 	uint32_t rr_pad3;
 	uint64_t rr_seq, rr_size;
+	uint64_t rr_node;
 } __attribute__((packed));
 
 /* A change, as appended and as read back. */
@@ -88,6 +90,7 @@ struct kv_rlog_change {
 	uint64_t rc_id;
 	enum kv_rlog_kind rc_kind; /* not DONE */
 	uint64_t rc_seq, rc_size; /* PUT (SYMLINK: rc_seq, its owner; not PUT: rc_size, its time) */
+	uint64_t rc_node;	  /* DEL, RENAME: with rc_seq, the version (0: none known) */
 	uint32_t rc_mode;	   /* MKDIR */
 	const char *rc_path, *rc_path2;
 };

@@ -200,6 +200,23 @@ class SharedTierTest(kvfstest.KvfsTestCase, cephtest.CephTestCase):
         os.unlink(a.path("model", "tp0", "k00"))
         kvfstest.wait_until(lambda: not os.path.exists(b.path("model", "tp0", "k00")),
                             timeout=TTL_S + 5, what="the unlink seen on B")
+        # an mtime in the future does not stop a delete: of A's own key on A, of B's copy on B
+        future = time.time() + 86400
+        for k in ("f1", "f2"):
+            fd = os.open(a.path("model", k), os.O_WRONLY | os.O_CREAT, 0o644)
+            os.write(fd, b"from the future")
+            os.utime(fd, (future, future))
+            os.close(fd)  # --rados-sync: published, with that mtime
+        kvfstest.wait_until(lambda: os.path.exists(b.path("model", "f2")), timeout=TTL_S + 5,
+                            what="f2 seen on B")  # B listed model/ within the TTL
+        self.assertEqual(read_file(b.path("model", "f2")), b"from the future")
+        self.assertGreater(os.stat(b.path("model", "f2")).st_mtime, future - 1)
+        os.unlink(a.path("model", "f1"))
+        os.unlink(b.path("model", "f2"))
+        kvfstest.wait_until(lambda: not os.path.exists(b.path("model", "f1")),
+                            timeout=TTL_S + 5, what="A's delete seen on B")
+        kvfstest.wait_until(lambda: not os.path.exists(a.path("model", "f2")),
+                            timeout=TTL_S + 5, what="B's delete seen on A")
         # a key B put there is in the shared tree too: A sees it, and its rm -rf takes it
         write_synced(b.path("model", "tp0", "from-b"), b"B's key")
         self.assertEqual(read_file(a.path("model", "tp0", "from-b")), b"B's key")

@@ -177,8 +177,12 @@ static void test_log(void **state)
 {
 	const struct kv_rlog_change put = {
 	    .rc_id = 1, .rc_kind = KV_RLOG_PUT, .rc_seq = 77, .rc_size = 5 << 20};
-	const struct kv_rlog_change del = {
-	    .rc_id = 2, .rc_kind = KV_RLOG_DEL, .rc_path = "/a/k", .rc_size = 1234567890123ull};
+	const struct kv_rlog_change del = {.rc_id = 2,
+					   .rc_kind = KV_RLOG_DEL,
+					   .rc_path = "/a/k",
+					   .rc_size = 1234567890123ull,
+					   .rc_node = 0xabcdef,
+					   .rc_seq = 99};
 	const struct kv_rlog_change ln = {.rc_id = 6,
 					  .rc_kind = KV_RLOG_SYMLINK,
 					  .rc_path = "/d/l",
@@ -292,6 +296,7 @@ static void test_log(void **state)
 		assert_int_equal(g.n, 3);
 		assert_int_equal(g.c[2].rc_kind, KV_RLOG_DEL);
 		assert_true(g.c[2].rc_size == 1234567890123ull);
+		assert_true(g.c[2].rc_node == 0xabcdef && g.c[2].rc_seq == 99);
 	}
 
 	/* nothing left: a small log takes a DONE, a large one shrinks to its header */
