@@ -56,16 +56,16 @@
 #include "ssd/rados_known.h"
 #include "ssd/rados_log.h"
 
-#define KNOWN_BUCKETS 65536 /* the known table's chains (a power of two) */
-#define KNOWN_MAX                                                                                  \
-	(4u << 20)	/* its records (about 200 MiB): keys deleted elsewhere leave theirs        \
-			 */
-#define IO_BATCH     8	/* data objects in flight per put or fetch */
-#define CAS_TRIES    16 /* compare-and-set attempts before giving up */
-#define SMALL_PUTS   16 /* small puts whose objects the thread writes at once */
-#define FETCH_PREFIX ".kvfs-fetch."
-#define DC_DIRS	     256  /* directory listings kept (for the TTL) */
-#define DC_MAX	     4096 /* entries of the largest listing kept; larger: asked per key */
+/* the known table: its chains (a power of two), and its records (about 200 MiB) */
+#define KNOWN_BUCKETS 65536
+#define KNOWN_MAX     (4u << 20) /* keys deleted elsewhere leave theirs: a full chain gives way */
+#define IO_BATCH      8		 /* data objects in flight per put or fetch */
+#define CAS_TRIES     16	 /* compare-and-set attempts before giving up */
+#define SMALL_PUTS    16	 /* small puts whose objects the thread writes at once */
+#define FETCH_PREFIX  ".kvfs-fetch."
+#define DC_DIRS	      256  /* directory listings kept (for the TTL) */
+#define DC_MAX	      4096 /* entries of the largest listing kept; larger: asked per key */
+#define BIG_DIRS      16   /* directories remembered as too large to list (prefetch) */
 
 /*
  * A connection and its users: FUSE threads count themselves in (conn_get,
@@ -102,6 +102,7 @@ struct change {
 	int64_t ch_time_ns;	  /* not PUT: CLOCK_REALTIME when made here */
 	uint64_t ch_vnode, ch_vseq; /* DEL, RENAME: the cluster version the key was a copy of
 				       here (ch_vnode 0: none known) */
+	uint64_t ch_mark;	    /* DEL, RENAME: the store's last sequence number then */
 	mode_t ch_mode;		  /* MKDIR */
 };
 
@@ -151,10 +152,12 @@ struct kv_shared {
 	struct known **sh_known;
 	uint64_t sh_known_n; /* its records, at most KNOWN_MAX */
 
-	/* sh_dc_lock (a leaf) guards sh_dc and sh_ndc: the cached listings */
+	/* sh_dc_lock (a leaf) guards sh_dc and sh_ndc, the cached listings, and sh_big */
 	pthread_mutex_t sh_dc_lock;
 	struct dlist *sh_dc[DC_DIRS];
 	unsigned sh_ndc;
+	uint64_t sh_big[BIG_DIRS], sh_big_ns[BIG_DIRS]; /* big_dir(): hashes of doids, when */
+	unsigned sh_nbig;
 
 	_Atomic bool sh_healthy;       /* the last cluster operation answered */
 	_Atomic uint64_t sh_renames;   /* renames made here: start_walk's prune needs none */
@@ -743,15 +746,16 @@ static const enum kv_rlog_kind log_kinds[] = {
 
 static struct kv_rlog_change log_change(const struct change *ch)
 {
-	return (struct kv_rlog_change){.rc_id = ch->ch_id,
-				       .rc_kind = log_kinds[ch->ch_kind],
-				       .rc_seq = ch->ch_vnode ? ch->ch_vseq : ch->ch_seq,
-				       .rc_node = ch->ch_vnode,
-				       .rc_size = ch->ch_kind == CH_PUT ? ch->ch_size
-									: (uint64_t)ch->ch_time_ns,
-				       .rc_mode = ch->ch_mode,
-				       .rc_path = ch->ch_path,
-				       .rc_path2 = ch->ch_path2};
+	return (struct kv_rlog_change){
+	    .rc_id = ch->ch_id,
+	    .rc_kind = log_kinds[ch->ch_kind],
+	    .rc_seq = ch->ch_kind == CH_DEL || ch->ch_kind == CH_RENAME ? ch->ch_vseq : ch->ch_seq,
+	    .rc_node = ch->ch_vnode,
+	    .rc_mark = ch->ch_mark,
+	    .rc_size = ch->ch_kind == CH_PUT ? ch->ch_size : (uint64_t)ch->ch_time_ns,
+	    .rc_mode = ch->ch_mode,
+	    .rc_path = ch->ch_path,
+	    .rc_path2 = ch->ch_path2};
 }
 
 /* Appends ch to the queue (sh_lock held), not to the log. */
@@ -825,8 +829,8 @@ static char *path_in(struct kv_shared *sh, struct kv_inode *dir, const char *nam
 
 /*
  * The cluster version the file ino is a clean copy of (fetched or
- * published; an open version: the one it replaces), in *node and *seq;
- * *node 0: none known.
+ * published; a version made here and not sent yet: the one it replaces),
+ * in *node and *seq; *node 0: none known.
  */
 static void copy_of(struct kv_shared *sh, struct kv_inode *ino, uint64_t *node, uint64_t *seq)
 {
@@ -837,7 +841,8 @@ static void copy_of(struct kv_shared *sh, struct kv_inode *ino, uint64_t *node, 
 	kv_store_getattr(sh->sh_st, ino, &a);
 	if (!S_ISREG(a.ka_mode))
 		return;
-	if (a.ka_seq ? known_of(sh, a.ka_ino, a.ka_seq, &k) : known_get(sh, a.ka_ino, &k))
+	/* a version made here and not yet sent: the one its record describes, which it replaces */
+	if ((a.ka_seq && known_of(sh, a.ka_ino, a.ka_seq, &k)) || known_get(sh, a.ka_ino, &k))
 		if (k.kn_clean) {
 			*node = k.kn_node;
 			*seq = k.kn_rseq;
@@ -864,6 +869,12 @@ static void on_changed(void *arg, enum kv_store_change what, struct kv_inode *di
 	ch->ch_kind = kinds[what];
 	ch->ch_mode = 0755;
 	ch->ch_time_ns = realtime_ns();
+	if (what == KV_CHANGE_UNLINK || what == KV_CHANGE_RENAME) {
+		struct kv_store_usage u;
+
+		kv_store_usage(sh->sh_st, &u);
+		ch->ch_mark = u.ku_last_seq;
+	}
 	if (what == KV_CHANGE_RENAME) {
 		struct kv_inode *moved;
 		struct kv_attr a;
@@ -1339,22 +1350,24 @@ static bool dir_has_names(struct kv_shared *sh, struct kv_rados *r, const char *
 
 /*
  * Whether a delete or rename made here (ch) applies to the entry cur: it
- * does to this node's own version (nobody wrote the key since), and to the
- * version the key was a copy of here; to another version only when it is
- * older than the change (by mtime, as between two puts), when no version
- * was known (a key made here, its put lost to a newer one). So a delete
- * never removes what another node wrote after the key was seen here, and
- * a delete read back from the log (it may have reached the cluster before
- * the stop) is harmless.
+ * does to a version of this node made before the change (its sequence
+ * number is at most ch_mark: a key made again after a delete has a larger
+ * one), and to the version the key was a copy of here; to another node's
+ * version only when no version was known here (a key made here, its put
+ * lost to a newer one) and it is older than the change (by mtime, as
+ * between two puts). So a delete never removes what was written after the
+ * key was seen here, and one read back from the log (it may have reached
+ * the cluster before the stop) is harmless.
  */
 static bool change_applies(const struct kv_shared *sh, const struct change *ch,
 			   const struct kv_rdent *cur)
 {
-	if (cur->re_type == KV_RDENT_DIR || cur->re_node == sh->sh_node)
+	if (cur->re_type == KV_RDENT_DIR ||
+	    (ch->ch_vnode && same_version(cur, ch->ch_vnode, ch->ch_vseq)))
 		return true;
-	if (ch->ch_vnode)
-		return same_version(cur, ch->ch_vnode, ch->ch_vseq);
-	return cur->re_mtime_ns <= ch->ch_time_ns;
+	if (cur->re_type == KV_RDENT_FILE && cur->re_node == sh->sh_node)
+		return cur->re_seq <= ch->ch_mark;
+	return !ch->ch_vnode && cur->re_mtime_ns <= ch->ch_time_ns;
 }
 
 /*
@@ -2162,9 +2175,10 @@ static int replayed(void *arg, const struct kv_rlog_change *c)
 	ch->ch_seq = c->rc_seq;
 	ch->ch_size = c->rc_kind == KV_RLOG_PUT ? c->rc_size : 0;
 	ch->ch_time_ns = c->rc_kind == KV_RLOG_PUT ? 0 : (int64_t)c->rc_size;
-	if (c->rc_node) {
+	if (c->rc_kind == KV_RLOG_DEL || c->rc_kind == KV_RLOG_RENAME) {
 		ch->ch_vnode = c->rc_node;
-		ch->ch_vseq = c->rc_seq;
+		ch->ch_vseq = c->rc_node ? c->rc_seq : 0;
+		ch->ch_mark = c->rc_mark;
 		ch->ch_seq = 0;
 	}
 	ch->ch_mode = c->rc_mode;
@@ -2552,101 +2566,138 @@ struct pf_key {
 	const char *pk_name;
 	const struct kv_rdent *pk_e;
 	struct kv_obj *pk_obj;
+	void *pk_buf; /* the value's one piece */
 };
+
+/* Reads the m values of k all in flight, checks and publishes them; drops the rest. */
+static void pf_flush(struct kv_shared *sh, struct kv_rados *r, struct kv_inode *dir,
+		     struct pf_key *k, unsigned m)
+{
+	char oids[KV_SHARED_PREFETCH_MAX][KV_RADOS_OID_MAX];
+	const char *op[KV_SHARED_PREFETCH_MAX];
+	void *bufs[KV_SHARED_PREFETCH_MAX];
+	size_t lens[KV_SHARED_PREFETCH_MAX];
+	uint64_t t0 = kv_now_ns(), bytes = 0;
+	int err;
+
+	for (unsigned i = 0; i < m; i++) {
+		kv_rados_data_oid(oids[i], k[i].pk_e->re_node, k[i].pk_e->re_seq, 0);
+		op[i] = oids[i];
+		bufs[i] = k[i].pk_buf;
+		lens[i] = k[i].pk_e->re_size;
+		bytes += lens[i];
+	}
+	err = counted(sh, t0, kv_rados_get_many(r, m, op, bufs, lens), "read data");
+	if (!err) {
+		atomic_fetch_add(&sh->sh_objects_read, m);
+		atomic_fetch_add(&sh->sh_bytes_read, bytes);
+	}
+	tl_quiet = true;
+	for (unsigned i = 0; i < m; i++) {
+		const uint64_t *sums = (const uint64_t *)(k[i].pk_e + 1);
+		struct kv_cred cred = cred_of(k[i].pk_e);
+		struct kv_inode *ino;
+
+		if (err || XXH3_64bits(bufs[i], lens[i]) != sums[0]) {
+			kv_obj_put(k[i].pk_obj); /* its lookup reads it again, and reports */
+			continue;
+		}
+		/* noreplace: a name made here meanwhile is newer */
+		if (kv_store_publish(sh->sh_st, dir, k[i].pk_name, k[i].pk_obj, &cred, true,
+				     &ino) >= 0) {
+			adopt(sh, ino, k[i].pk_e);
+			atomic_fetch_add(&sh->sh_prefetched, 1);
+		}
+	}
+	tl_quiet = false;
+}
+
+/* Directories whose listing was too large to keep (DC_MAX), remembered for 10 s. */
+static bool big_dir(struct kv_shared *sh, const char *doid, bool mark)
+{
+	uint64_t h = XXH3_64bits(doid, strlen(doid)), now = mono_ns();
+	bool found = false;
+	unsigned i;
+
+	pthread_mutex_lock(&sh->sh_dc_lock);
+	for (i = 0; i < BIG_DIRS && !found; i++)
+		found = sh->sh_big[i] == h && now - sh->sh_big_ns[i] < 10000000000ull;
+	if (!found && mark) {
+		i = sh->sh_nbig++ % BIG_DIRS;
+		sh->sh_big[i] = h;
+		sh->sh_big_ns[i] = now;
+	}
+	pthread_mutex_unlock(&sh->sh_dc_lock);
+	return found;
+}
 
 /*
  * kv_shared_prefetch for names in dir: the one-object values the listing
- * of dir names and the node does not have are read all in flight at once
- * (KV_SHARED_PREFETCH_MAX at a time), checked, and published as
- * fetch_whole does. Anything else (larger values, errors) is left to the
- * lookups that follow.
+ * of dir names and the node does not have are read all in flight, in
+ * groups of at most KV_SHARED_PREFETCH_MAX values and a quarter of the
+ * pool, checked and published as fetch_whole does. The first value the
+ * pool has no room for ends it. Anything it leaves (larger values, a
+ * directory too large to list, errors) the lookups that follow bring in.
  */
 static void prefetch_in(struct kv_shared *sh, struct kv_rados *r, struct kv_inode *dir,
 			const char *const *names, unsigned n)
 {
 	struct kv_store *st = sh->sh_st;
-	uint64_t quarter = kv_pool_size(kv_store_pool(st)) / 4;
+	uint64_t quarter = kv_pool_size(kv_store_pool(st)) / 4, bytes = 0;
 	char doid[KV_RADOS_OID_MAX], *dpath = NULL;
+	struct pf_key k[KV_SHARED_PREFETCH_MAX];
 	struct dlist *dl;
+	unsigned m = 0;
 
 	if (kv_store_path_of(st, dir, &dpath))
 		return;
 	dir_oid_of(doid, dpath);
 	free(dpath);
+	if (big_dir(sh, doid, false))
+		return;
 	dl = dlist_cached(sh, doid, 0);
 	if (!dl) {
-		if (dlist_fetch(sh, r, doid, DC_MAX, &dl))
+		int err = dlist_fetch(sh, r, doid, DC_MAX, &dl);
+
+		if (err == -E2BIG)
+			big_dir(sh, doid, true);
+		if (err)
 			return; /* too large to keep, or unreachable: each lookup asks */
 		dlist_set(sh, doid, dl);
 	}
-	for (unsigned first = 0; first < n; first += KV_SHARED_PREFETCH_MAX) {
-		struct pf_key k[KV_SHARED_PREFETCH_MAX];
-		char oids[KV_SHARED_PREFETCH_MAX][KV_RADOS_OID_MAX];
-		const char *op[KV_SHARED_PREFETCH_MAX];
-		void *bufs[KV_SHARED_PREFETCH_MAX];
-		size_t lens[KV_SHARED_PREFETCH_MAX];
-		unsigned m = 0;
-		uint64_t t0, bytes = 0;
-		int err;
+	for (unsigned i = 0; i < n; i++) {
+		const struct dl_ent *d = dlist_find(dl, names[i]);
+		struct kv_inode *ino;
+		struct kv_attr a;
+		struct kv_obj *obj = NULL;
+		struct iovec iov;
+		uint64_t got = 0;
 
-		for (unsigned i = first; i < n && i < first + KV_SHARED_PREFETCH_MAX; i++) {
-			const struct dl_ent *d = dlist_find(dl, names[i]);
-			struct kv_inode *ino;
-			struct kv_attr a;
-			struct kv_obj *obj = NULL;
-			struct iovec iov;
-			uint64_t got = 0;
-
-			if (!d || d->de_e->re_type != KV_RDENT_FILE || d->de_e->re_nobj != 1 ||
-			    d->de_e->re_size > quarter)
-				continue;
-			if (!kv_store_lookup(st, dir, names[i], &ino, &a)) {
-				kv_inode_put(ino); /* here already: its lookup checks it */
-				continue;
-			}
-			if (kv_store_value_new(st, d->de_e->re_size, &obj))
-				break; /* the pool is full: the lookups wait for room, one by one */
-			kv_obj_iov(obj, 0, d->de_e->re_size, &iov, 1, &got);
-			if (got != d->de_e->re_size) { /* not one piece */
-				kv_obj_put(obj);
-				continue;
-			}
-			k[m] = (struct pf_key){.pk_name = names[i], .pk_e = d->de_e, .pk_obj = obj};
-			kv_rados_data_oid(oids[m], d->de_e->re_node, d->de_e->re_seq, 0);
-			op[m] = oids[m];
-			bufs[m] = iov.iov_base;
-			lens[m] = got;
-			bytes += got;
-			m++;
-		}
-		if (!m)
+		if (!d || d->de_e->re_type != KV_RDENT_FILE || d->de_e->re_nobj != 1 ||
+		    d->de_e->re_size > quarter)
 			continue;
-		t0 = kv_now_ns();
-		err = counted(sh, t0, kv_rados_get_many(r, m, op, bufs, lens), "read data");
-		if (!err) {
-			atomic_fetch_add(&sh->sh_objects_read, m);
-			atomic_fetch_add(&sh->sh_bytes_read, bytes);
+		if (!kv_store_lookup(st, dir, names[i], &ino, &a)) {
+			kv_inode_put(ino); /* here already: its lookup checks it */
+			continue;
 		}
-		tl_quiet = true;
-		for (unsigned i = 0; i < m; i++) {
-			const uint64_t *sums = (const uint64_t *)(k[i].pk_e + 1);
-			struct kv_cred cred = cred_of(k[i].pk_e);
-			struct kv_inode *ino;
-
-			if (err || XXH3_64bits(bufs[i], lens[i]) != sums[0]) {
-				kv_obj_put(
-				    k[i].pk_obj); /* its lookup reads it again, and reports */
-				continue;
-			}
-			/* noreplace: a name made here meanwhile is newer */
-			if (kv_store_publish(st, dir, k[i].pk_name, k[i].pk_obj, &cred, true,
-					     &ino) >= 0) {
-				adopt(sh, ino, k[i].pk_e);
-				atomic_fetch_add(&sh->sh_prefetched, 1);
-			}
+		if (m == KV_SHARED_PREFETCH_MAX || bytes + d->de_e->re_size > quarter) {
+			pf_flush(sh, r, dir, k, m);
+			m = 0;
+			bytes = 0;
 		}
-		tl_quiet = false;
+		if (kv_store_value_new(st, d->de_e->re_size, &obj))
+			break; /* the pool is full: the lookups wait for room, one by one */
+		kv_obj_iov(obj, 0, d->de_e->re_size, &iov, 1, &got);
+		if (got != d->de_e->re_size) { /* not one piece */
+			kv_obj_put(obj);
+			continue;
+		}
+		k[m++] = (struct pf_key){
+		    .pk_name = names[i], .pk_e = d->de_e, .pk_obj = obj, .pk_buf = iov.iov_base};
+		bytes += got;
 	}
+	if (m)
+		pf_flush(sh, r, dir, k, m);
 	dlist_put(dl);
 }
 

@@ -501,11 +501,12 @@ static void copy_done(void *arg, uint64_t i, int err)
 /* A get's keys that only the shared tier has come in together (kv_batch_prefetch). */
 static void prefetch(struct kv_batch *b, const struct kvfs_ioc_batch *bt)
 {
-	const char *names[KVFS_BATCH_MAX_KEYS];
-	size_t lens[KVFS_BATCH_MAX_KEYS];
+	const char *names[KVFS_BATCH_DATA_SIZE / KEY_SIZE];
+	size_t lens[KVFS_BATCH_DATA_SIZE / KEY_SIZE];
 	unsigned n = 0;
 
-	for (uint32_t i = 0; i < bt->bt_nkeys; i++) {
+	/* bt_nkeys keys fit bt_data: at most KVFS_BATCH_DATA_SIZE / KEY_SIZE (empty names) */
+	for (uint32_t i = 0; i < bt->bt_nkeys && n < sizeof(lens) / sizeof(*lens); i++) {
 		struct kvfs_ioc_key k;
 
 		memcpy(&k, bt->bt_data + i * KEY_SIZE, sizeof(k));

@@ -50,6 +50,7 @@ static size_t encode(struct kv_rlog *l, const struct kv_rlog_change *c, uint64_t
 		r.rr_seq = c->rc_seq;
 		r.rr_size = c->rc_size;
 		r.rr_node = c->rc_node;
+		r.rr_mark = c->rc_mark;
 	}
 	memcpy(b, &r, sizeof(r));
 	if (p1)
@@ -118,6 +119,7 @@ static int replay(const char *buf, uint64_t hlen, uint64_t len, kv_rlog_each_fn 
 					    .rc_seq = r->rr_seq,
 					    .rc_size = r->rr_size,
 					    .rc_node = r->rr_node,
+					    .rc_mark = r->rr_mark,
 					    .rc_mode = r->rr_mode,
 					    .rc_path = p1,
 					    .rc_path2 = p2};

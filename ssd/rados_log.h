@@ -32,7 +32,8 @@
  *   SYMLINK  path, its target in path2, rr_seq: owner uid << 32 | gid
  *   and every kind but PUT and DONE: rr_size, when it was made
  *   (CLOCK_REALTIME ns); DEL and RENAME also rr_node, rr_seq: the cluster
- *   version the key had here (rr_node 0: none known)
+ *   version the key was a copy of here (rr_node 0: none known), and
+ *   rr_mark: the store's last sequence number then
  *
  * The log shrinks to its header when nothing is left to send, and is
  * rewritten with only what is left when it grows past KV_RLOG_REWRITE with
@@ -82,7 +83,7 @@ struct kv_rlog_rec {
 	uint32_t rr_mode;
 	uint32_t rr_pad3;
 	uint64_t rr_seq, rr_size;
-	uint64_t rr_node;
+	uint64_t rr_node, rr_mark;
 } __attribute__((packed));
 
 /* A change, as appended and as read back. */
@@ -91,6 +92,7 @@ struct kv_rlog_change {
 	enum kv_rlog_kind rc_kind; /* not DONE */
 	uint64_t rc_seq, rc_size; /* PUT (SYMLINK: rc_seq, its owner; not PUT: rc_size, its time) */
 	uint64_t rc_node;	  /* DEL, RENAME: with rc_seq, the version (0: none known) */
+	uint64_t rc_mark;	  /* DEL, RENAME: the store's last sequence number then */
 	uint32_t rc_mode;	   /* MKDIR */
 	const char *rc_path, *rc_path2;
 };

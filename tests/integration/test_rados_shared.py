@@ -374,12 +374,18 @@ class SharedTierTest(kvfstest.KvfsTestCase, cephtest.CephTestCase):
         c.osd_stop()
         if rados_stats(a)["healthy"]:
             self.assertErrno(errno.EIO, os.stat, a.path("d/new"))
+        m0 = os.stat(a.path("d/k1")).st_mtime  # k1 was written long before this delete
         os.unlink(a.path("d/k1"))
         kvfstest.wait_until(lambda: rados_stats(a)["backlog"] >= 1, what="A's delete queued")
         a.stop()
         c.osd_start()
         b2 = self.node(c, name="B2")
-        write_synced(b2.path("d/k1"), b"made on B2 after A's delete")
+        fd = os.open(b2.path("d/k1"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.write(fd, b"made on B2 after A's delete")
+        # newer than A's k1 (so it replaces it) but older than A's delete: a rule by mtime
+        # would let the delete take it, the rule by version does not
+        os.utime(fd, (m0 + 0.5, m0 + 0.5))
+        os.close(fd)  # --rados-sync: published
         a = self.node(c, sync=False, name="A5", data=data)
         self.assertEqual(rados_stats(a)["replayed"], 1)
         kvfstest.wait_until(lambda: rados_stats(a)["backlog"] == 0, timeout=30,
