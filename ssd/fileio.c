@@ -10,32 +10,18 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-int kv_write_all(int fd, const void *buf, size_t len)
-{
-	const char *p = buf;
+enum io_kind { IO_PREAD, IO_PWRITE, IO_WRITE };
 
-	while (len) {
-		ssize_t n = write(fd, p, len);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		if (n == 0)
-			return -EIO;
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
-int kv_prw_all(int fd, bool write, void *buf, uint64_t len, uint64_t off)
+/* The one loop: all len bytes, EINTR retried; -EIO when a call moves nothing. */
+static int io_all(int fd, enum io_kind kind, void *buf, uint64_t len, uint64_t off)
 {
 	uint64_t done = 0;
 
 	while (done < len) {
-		ssize_t n = write ? pwrite(fd, (char *)buf + done, len - done, (off_t)(off + done))
-				  : pread(fd, (char *)buf + done, len - done, (off_t)(off + done));
+		char *p = (char *)buf + done;
+		ssize_t n = kind == IO_WRITE	? write(fd, p, len - done)
+			    : kind == IO_PWRITE ? pwrite(fd, p, len - done, (off_t)(off + done))
+						: pread(fd, p, len - done, (off_t)(off + done));
 
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -46,6 +32,16 @@ int kv_prw_all(int fd, bool write, void *buf, uint64_t len, uint64_t off)
 		done += (uint64_t)n;
 	}
 	return 0;
+}
+
+int kv_write_all(int fd, const void *buf, size_t len)
+{
+	return io_all(fd, IO_WRITE, (void *)buf, len, 0);
+}
+
+int kv_prw_all(int fd, bool write, void *buf, uint64_t len, uint64_t off)
+{
+	return io_all(fd, write ? IO_PWRITE : IO_PREAD, buf, len, off);
 }
 
 int kv_read_whole(int fd, char **out, uint64_t *len)

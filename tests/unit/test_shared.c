@@ -165,6 +165,15 @@ static struct kv_rlog *reopen(int dirfd, const char *pool, struct got *g, uint64
 	return l;
 }
 
+/* Appends c under another id. */
+static void append_as(struct kv_rlog *l, const struct kv_rlog_change *c, uint64_t id)
+{
+	struct kv_rlog_change x = *c;
+
+	x.rc_id = id;
+	assert_int_equal(kv_rlog_append(l, &x), 0);
+}
+
 static off_t log_size(int dirfd)
 {
 	struct stat sb;
@@ -242,12 +251,7 @@ static void test_log(void **state)
 	l = reopen(dirfd, "pool", &g, &last);
 	assert_int_equal(g.n, 2);
 	assert_int_equal(log_size(dirfd), full);
-	{
-		struct kv_rlog_change p2 = put;
-
-		p2.rc_id = 5;
-		assert_int_equal(kv_rlog_append(l, &p2), 0);
-	}
+	append_as(l, &put, 5);
 	kv_rlog_close(l);
 	l = reopen(dirfd, "pool", &g, &last);
 	assert_int_equal(g.n, 3);
@@ -286,28 +290,19 @@ static void test_log(void **state)
 	assert_true(g.c[1].rc_seq == (1000ull << 32 | 100));
 
 	/* a DEL's field (its time) comes back whole */
-	{
-		struct kv_rlog_change d2 = del;
-
-		d2.rc_id = 7;
-		assert_int_equal(kv_rlog_append(l, &d2), 0);
-		kv_rlog_close(l);
-		l = reopen(dirfd, "pool", &g, &last);
-		assert_int_equal(g.n, 3);
-		assert_int_equal(g.c[2].rc_kind, KV_RLOG_DEL);
-		assert_true(g.c[2].rc_size == 1234567890123ull);
-		assert_true(g.c[2].rc_node == 0xabcdef && g.c[2].rc_seq == 99);
-	}
+	append_as(l, &del, 7);
+	kv_rlog_close(l);
+	l = reopen(dirfd, "pool", &g, &last);
+	assert_int_equal(g.n, 3);
+	assert_int_equal(g.c[2].rc_kind, KV_RLOG_DEL);
+	assert_true(g.c[2].rc_size == 1234567890123ull);
+	assert_true(g.c[2].rc_node == 0xabcdef && g.c[2].rc_seq == 99);
 
 	/* nothing left: a small log takes a DONE, a large one shrinks to its header */
 	assert_int_equal(kv_rlog_done(l, 7, true), 0);
 	assert_true(kv_rlog_bytes(l) > (uint64_t)head);
-	for (uint64_t id = 10; kv_rlog_bytes(l) <= KV_RLOG_SHRINK; id++) {
-		struct kv_rlog_change d2 = del;
-
-		d2.rc_id = id;
-		assert_int_equal(kv_rlog_append(l, &d2), 0);
-	}
+	for (uint64_t id = 10; kv_rlog_bytes(l) <= KV_RLOG_SHRINK; id++)
+		append_as(l, &del, id);
 	assert_int_equal(kv_rlog_done(l, 1u << 30, true), 0);
 	assert_int_equal(log_size(dirfd), head);
 	kv_rlog_close(l);
