@@ -11,6 +11,8 @@ their own DATA_DIRs and mounts on one pool and namespace:
   asks the cluster too); an overwrite on A is seen on B within the TTL; an
   unlink and an `rm -rf` on A (which takes B's key in the tree too) are
   seen on B;
+- a get batch of as many empty names as a batch holds fails key by key
+  and the daemon goes on (it crashed in the batch prefetch before);
 - symlinks are shared: made, read through, replaced, renamed and removed
   on A, seen so on B;
 - A's DATA_DIR wiped and A restarted: its keys come back from the cluster;
@@ -34,10 +36,12 @@ Skipped (77) where Ceph's packages cannot be installed or FUSE is missing.
 """
 
 import errno
+import fcntl
 import hashlib
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -49,6 +53,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "client"
 import cephtest  # noqa: E402
 import kvfstest  # noqa: E402
 from kvfstest import pattern, read_file, write_file  # noqa: E402
+
+# struct kvfs_ioc_batch, as include/kvfs/kvfs_ioctl.h draws it (and test_ioctl.py)
+BATCH_SIZE = 16376
+BATCH_HDR = struct.Struct("<IIQIIIIQQ")
+KEY = struct.Struct("<HHHHIIQQq")
+KVFS_IOC_GET = (3 << 30) | (BATCH_SIZE << 16) | (0xCB << 8) | 0x12
 
 TIMEOUT_S = 2  # --rados-timeout
 TTL_S = 0.3    # --rados-cache-ttl
@@ -226,6 +236,29 @@ class SharedTierTest(kvfstest.KvfsTestCase, cephtest.CephTestCase):
         self.assertEqual(sorted(os.listdir(b.mnt)), [".kvfs", "kv", "kv2"])
         # the tree's objects are gone from the cluster: only the four ioctl blocks' remain
         self.assertEqual(len(self.data_objects(c)), 4)
+
+    def test_get_of_every_empty_name(self):
+        """A get batch of as many keys as bt_data holds, all with an empty name:
+        every key fails with its error, the prefetch in front of them (this tier's)
+        takes them all in, and the daemon goes on serving."""
+        c = self.cluster()
+        a = self.node(c, name="A")
+        os.makedirs(a.path("d"))
+        nkeys = (BATCH_SIZE - BATCH_HDR.size) // KEY.size
+        data = bytearray(BATCH_SIZE - BATCH_HDR.size)
+        for i in range(nkeys):
+            KEY.pack_into(data, i * KEY.size, nkeys * KEY.size, 0, 0, 0, 0, 0, 0, 0, 0)
+        buf = bytearray(BATCH_HDR.pack(BATCH_SIZE, 1, 7, nkeys, 0, 0, 0, 0, 0)) + data
+        fd = os.open(a.path("d"), os.O_RDONLY)
+        try:
+            fcntl.ioctl(fd, KVFS_IOC_GET, buf)
+        finally:
+            os.close(fd)
+        self.assertEqual(BATCH_HDR.unpack_from(buf)[5], 0)  # bt_ok
+        res = [KEY.unpack_from(buf, BATCH_HDR.size + i * KEY.size)[8] for i in range(nkeys)]
+        self.assertTrue(all(r < 0 for r in res), set(res))
+        write_file(a.path("d", "k"), b"still serving")
+        self.assertEqual(read_file(a.path("d", "k")), b"still serving")
 
     def test_symlinks(self):
         c = self.cluster()
