@@ -379,7 +379,7 @@ void kv_ra_start(struct kv_ra *ra, const void *key, const struct kv_ra_plan *pla
 	if (n > KV_RA_MAX_PIECES)
 		n = KV_RA_MAX_PIECES;
 	pthread_mutex_lock(&ra->kr_lock);
-	s = &ra->kr_s[plan->rp_stream % KV_RA_STREAMS];
+	s = &ra->kr_s[plan->rp_stream]; /* kv_ra_note set it below KV_RA_STREAMS */
 	for (unsigned i = 0; s->rs_key == key && s->rs_gen == plan->rp_gen && i < n; i++) {
 		uint64_t len = p[i].pp_len;
 		struct kv_ra_buf *b;

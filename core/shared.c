@@ -572,6 +572,28 @@ static void dlist_set(struct kv_shared *sh, const char *doid, struct dlist *dl)
  * listing (read after not_before), else by reading the listing (cached
  * when small), else by reading the one entry. *ent malloc'ed; -ENOENT.
  */
+/*
+ * Directories whose listing was too large to keep (DC_MAX), remembered for
+ * 10 s: their names are then asked one by one, not listed again.
+ */
+static bool big_dir(struct kv_shared *sh, const char *doid, bool mark)
+{
+	uint64_t h = XXH3_64bits(doid, strlen(doid)), now = mono_ns();
+	bool found = false;
+	unsigned i;
+
+	pthread_mutex_lock(&sh->sh_dc_lock);
+	for (i = 0; i < BIG_DIRS && !found; i++)
+		found = sh->sh_big[i] == h && now - sh->sh_big_ns[i] < 10000000000ull;
+	if (!found && mark) {
+		i = sh->sh_nbig++ % BIG_DIRS;
+		sh->sh_big[i] = h;
+		sh->sh_big_ns[i] = now;
+	}
+	pthread_mutex_unlock(&sh->sh_dc_lock);
+	return found;
+}
+
 static int entry_lookup(struct kv_shared *sh, struct kv_rados *r, const char *doid,
 			const char *name, uint64_t not_before, struct kv_rdent **ent, size_t *len)
 {
@@ -579,10 +601,14 @@ static int entry_lookup(struct kv_shared *sh, struct kv_rados *r, const char *do
 	const struct dl_ent *d;
 	int err = 0;
 
+	if (!dl && big_dir(sh, doid, false))
+		return entry_get(sh, r, doid, name, ent, len); /* not listed again and again */
 	if (!dl) {
 		err = dlist_fetch(sh, r, doid, DC_MAX, &dl);
-		if (err == -E2BIG)
+		if (err == -E2BIG) {
+			big_dir(sh, doid, true);
 			return entry_get(sh, r, doid, name, ent, len);
+		}
 		if (err)
 			return err;
 		dlist_set(sh, doid, dl);
@@ -2387,6 +2413,16 @@ static struct kv_cred cred_of(const struct kv_rdent *e)
  * one is missing (the version was replaced meanwhile), -EIO when one does
  * not match, the cluster's errors.
  */
+/* Checks an object read against its entry's sum; a mismatch is logged and counted. */
+static bool sum_ok(struct kv_shared *sh, const char *oid, const void *buf, size_t len, uint64_t sum)
+{
+	if (XXH3_64bits(buf, len) == sum)
+		return true;
+	fprintf(stderr, "kvfs: rados: object %s does not match its checksum\n", oid);
+	atomic_fetch_add(&sh->sh_errors, 1);
+	return false;
+}
+
 static int read_objects(struct kv_shared *sh, struct kv_rados *r, const struct kv_rdent *e,
 			uint64_t first, unsigned n, void *const *bufs, const size_t *lens)
 {
@@ -2405,12 +2441,8 @@ static int read_objects(struct kv_shared *sh, struct kv_rados *r, const struct k
 	if (err)
 		return err == -ENOENT ? -EAGAIN : err;
 	for (unsigned i = 0; i < n; i++)
-		if (XXH3_64bits(bufs[i], lens[i]) != sums[first + i]) {
-			fprintf(stderr, "kvfs: rados: object %s does not match its checksum\n",
-				oids[i]);
-			atomic_fetch_add(&sh->sh_errors, 1);
+		if (!sum_ok(sh, oids[i], bufs[i], lens[i], sums[first + i]))
 			return -EIO;
-		}
 	atomic_fetch_add(&sh->sh_objects_read, n);
 	atomic_fetch_add(&sh->sh_bytes_read, bytes);
 	return 0;
@@ -2520,11 +2552,6 @@ static int fetch_stream(struct kv_shared *sh, struct kv_rados *r, struct kv_inod
 }
 
 /*
- * Brings cluster version e (a FILE entry) in as the value of `name` in dir,
- * quietly, with the entry's mode and mtime, and records it as a clean copy
- * of that version. -EAGAIN when the version was replaced meanwhile.
- */
-/*
  * A value brought in (ino, referenced: dropped here) takes its entry's
  * mode and mtime and is known as a copy of e's version (tl_quiet set).
  */
@@ -2536,13 +2563,18 @@ static void adopt(struct kv_shared *sh, struct kv_inode *ino, const struct kv_rd
 					      .tv_nsec = e->re_mtime_ns % 1000000000}};
 	struct kv_attr a;
 
-	kv_store_setattr(sh->sh_st, ino, &sa, &a);
-	kv_store_getattr(sh->sh_st, ino, &a);
+	if (kv_store_setattr(sh->sh_st, ino, &sa, &a))
+		kv_store_getattr(sh->sh_st, ino, &a);
 	known_set(sh, a.ka_ino, a.ka_seq, true, e->re_node, e->re_seq);
 	atomic_fetch_add(&sh->sh_hits, 1);
 	kv_inode_put(ino);
 }
 
+/*
+ * Brings cluster version e (a FILE entry) in as the value of `name` in dir,
+ * quietly, with the entry's mode and mtime, and records it as a clean copy
+ * of that version. -EAGAIN when the version was replaced meanwhile.
+ */
 static int fetch(struct kv_shared *sh, struct kv_rados *r, struct kv_inode *dir, const char *name,
 		 const struct kv_rdent *e)
 {
@@ -2598,7 +2630,7 @@ static void pf_flush(struct kv_shared *sh, struct kv_rados *r, struct kv_inode *
 		struct kv_cred cred = cred_of(k[i].pk_e);
 		struct kv_inode *ino;
 
-		if (err || XXH3_64bits(bufs[i], lens[i]) != sums[0]) {
+		if (err || !sum_ok(sh, oids[i], bufs[i], lens[i], sums[0])) {
 			kv_obj_put(k[i].pk_obj); /* its lookup reads it again, and reports */
 			continue;
 		}
@@ -2610,25 +2642,6 @@ static void pf_flush(struct kv_shared *sh, struct kv_rados *r, struct kv_inode *
 		}
 	}
 	tl_quiet = false;
-}
-
-/* Directories whose listing was too large to keep (DC_MAX), remembered for 10 s. */
-static bool big_dir(struct kv_shared *sh, const char *doid, bool mark)
-{
-	uint64_t h = XXH3_64bits(doid, strlen(doid)), now = mono_ns();
-	bool found = false;
-	unsigned i;
-
-	pthread_mutex_lock(&sh->sh_dc_lock);
-	for (i = 0; i < BIG_DIRS && !found; i++)
-		found = sh->sh_big[i] == h && now - sh->sh_big_ns[i] < 10000000000ull;
-	if (!found && mark) {
-		i = sh->sh_nbig++ % BIG_DIRS;
-		sh->sh_big[i] = h;
-		sh->sh_big_ns[i] = now;
-	}
-	pthread_mutex_unlock(&sh->sh_dc_lock);
-	return found;
 }
 
 /*

@@ -694,8 +694,8 @@ static void kv_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 
 	if (!kv_ctl_is(ino))
 		err = kv_store_fsync(fs->kf_store, inode_of(fs, ino));
-	/* the seal queued its put: the queue's log is made durable too */
-	if (!err && !kv_ctl_is(ino) && fs->kf_shared)
+	/* the seal queued its put: the queue's log is made durable too (--rados-sync: sent) */
+	if (!err && !kv_ctl_is(ino) && fs->kf_shared && !kv_shared_sync_on(fs->kf_shared))
 		err = kv_shared_persist(fs->kf_shared);
 	/* --rados-sync: and in the cluster */
 	if (!err && !kv_ctl_is(ino) && fs->kf_shared && kv_shared_sync_on(fs->kf_shared))

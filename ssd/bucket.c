@@ -326,10 +326,6 @@ static uint64_t *head_csums(const void *head)
 }
 
 /*
- * Reads the head of the record at `off` in b into a malloc'ed buffer.
- * Returns 0, -EIO for a damaged or missing head.
- */
-/*
  * A read-ahead window over a bucket file, for a walk of its records in
  * file order (recovering a bucket a crash left open, --fsck, --salvage):
  * one RWIN_SIZE read serves the heads and values of many records, where
@@ -370,6 +366,10 @@ static int win_read(struct kv_bucket *b, struct rwin *w, void *buf, uint64_t len
 	return 0;
 }
 
+/*
+ * Reads the head of the record at `off` in b into a malloc'ed buffer.
+ * Returns 0, -EIO for a damaged or missing head.
+ */
 static int read_head(struct kv_bucket_set *bs, struct kv_bucket *b, struct rwin *w, uint64_t off,
 		     void **out)
 {

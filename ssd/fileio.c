@@ -5,7 +5,9 @@
 #include "ssd/fileio.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -72,4 +74,58 @@ int kv_read_whole(int fd, char **out, uint64_t *len)
 	*out = buf;
 	*len = got;
 	return 0;
+}
+
+int kv_file_head(uint64_t magic, uint32_t version, const char *pool, const char *ns, char **head,
+		 size_t *hlen)
+{
+	size_t plen = strlen(pool), nlen = strlen(ns);
+	const struct kv_file_head h = {.fh_magic = magic,
+				       .fh_version = version,
+				       .fh_pool_len = (uint16_t)plen,
+				       .fh_ns_len = (uint16_t)nlen};
+
+	if (plen > 1024 || nlen > 1024)
+		return -EINVAL;
+	*hlen = sizeof(h) + plen + nlen;
+	*head = malloc(*hlen);
+	if (!*head)
+		return -ENOMEM;
+	memcpy(*head, &h, sizeof(h));
+	memcpy(*head + sizeof(h), pool, plen);
+	memcpy(*head + sizeof(h) + plen, ns, nlen);
+	return 0;
+}
+
+int kv_file_load(int dirfd, const char *name, int *fd, char **buf, uint64_t *len)
+{
+	int err;
+
+	*buf = NULL;
+	*len = 0;
+	*fd = openat(dirfd, name, O_RDWR | O_APPEND | O_CLOEXEC);
+	if (*fd < 0)
+		return errno == ENOENT ? 0 : -errno;
+	err = kv_read_whole(*fd, buf, len);
+	if (err) {
+		close(*fd);
+		*fd = -1;
+	}
+	return err;
+}
+
+int kv_file_create(int dirfd, const char *name, const char *head, size_t hlen)
+{
+	int fd = openat(dirfd, name, O_RDWR | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
+	int err;
+
+	if (fd < 0)
+		return -errno;
+	err = kv_write_all(fd, head, hlen);
+	if (err) {
+		close(fd);
+		return err;
+	}
+	fsync(dirfd);
+	return fd;
 }

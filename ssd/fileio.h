@@ -26,4 +26,36 @@ int kv_prw_all(int fd, bool write, void *buf, uint64_t len, uint64_t off);
  */
 int kv_read_whole(int fd, char **out, uint64_t *len);
 
+/*
+ * A DATA_DIR file kept for one owner (the shared tier's rados.log and
+ * rados.known: for one pool and namespace) begins with this header, then
+ * the pool and the namespace (no NULs). Little-endian.
+ */
+struct kv_file_head {
+	uint64_t fh_magic;
+	uint32_t fh_version;
+	uint16_t fh_pool_len, fh_ns_len;
+} __attribute__((packed));
+
+/*
+ * Builds that header, malloc'ed, in *head (*hlen bytes). Returns 0,
+ * -EINVAL (a name over 1024 bytes) or -ENOMEM.
+ */
+int kv_file_head(uint64_t magic, uint32_t version, const char *pool, const char *ns, char **head,
+		 size_t *hlen);
+
+/*
+ * Opens dirfd/name for appending (*fd; -1 when there is none) and reads it
+ * whole into *buf (malloc'ed; NULL when none) and *len. Returns 0 or
+ * -errno (nothing left open).
+ */
+int kv_file_load(int dirfd, const char *name, int *fd, char **buf, uint64_t *len);
+
+/*
+ * Makes dirfd/name anew (truncated), opened for appending, with head as
+ * its first hlen bytes, and syncs the directory (its name then survives a
+ * power cut once the file is synced). Returns the fd or -errno.
+ */
+int kv_file_create(int dirfd, const char *name, const char *head, size_t hlen);
+
 #endif

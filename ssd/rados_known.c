@@ -137,15 +137,13 @@ static int append(struct kv_rknown *k, uint64_t seq, uint64_t node, uint64_t rse
 /* Writes the file anew with what the table holds (rk_lock held). */
 static int rewrite(struct kv_rknown *k)
 {
-	int fd = openat(k->rk_dirfd, TMP_NAME, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC,
-			0600);
+	int fd = kv_file_create(k->rk_dirfd, TMP_NAME, k->rk_head, k->rk_hlen);
 	struct kv_rknown_rec buf[256];
 	unsigned nb = 0;
-	int err;
+	int err = 0;
 
 	if (fd < 0)
-		return -errno;
-	err = kv_write_all(fd, k->rk_head, k->rk_hlen);
+		return fd;
 	for (uint64_t i = 0; !err && i <= k->rk_cap; i++) {
 		if (nb == 256 || (i == k->rk_cap && nb)) {
 			err = kv_write_all(fd, buf, nb * sizeof(*buf));
@@ -201,65 +199,43 @@ static int load(struct kv_rknown *k, const char *buf, uint64_t off, uint64_t len
 
 int kv_rknown_open(int dirfd, const char *pool, const char *ns, struct kv_rknown **out)
 {
-	size_t plen = strlen(pool), nlen = strlen(ns);
-	const struct kv_rknown_head h = {.kh_magic = KV_RKNOWN_MAGIC,
-					 .kh_version = KV_RKNOWN_VERSION,
-					 .kh_pool_len = (uint16_t)plen,
-					 .kh_ns_len = (uint16_t)nlen};
 	struct kv_rknown *k;
 	char *buf = NULL;
 	uint64_t len = 0, end;
-	int err = 0;
+	int err;
 
-	if (plen > 1024 || nlen > 1024)
-		return -EINVAL;
 	k = calloc(1, sizeof(*k));
 	if (!k)
 		return -ENOMEM;
 	k->rk_dirfd = dirfd;
 	k->rk_cap = 1024;
 	k->rk_tab = calloc(k->rk_cap, sizeof(*k->rk_tab));
-	k->rk_hlen = sizeof(h) + plen + nlen;
-	k->rk_head = malloc(k->rk_hlen);
-	if (!k->rk_tab || !k->rk_head) {
-		err = -ENOMEM;
+	err = k->rk_tab ? kv_file_head(KV_RKNOWN_MAGIC, KV_RKNOWN_VERSION, pool, ns, &k->rk_head,
+				       &k->rk_hlen)
+			: -ENOMEM;
+	if (!err)
+		err = kv_file_load(dirfd, KV_RKNOWN_NAME, &k->rk_fd, &buf, &len);
+	if (err)
 		goto out_free;
-	}
-	memcpy(k->rk_head, &h, sizeof(h));
-	memcpy(k->rk_head + sizeof(h), pool, plen);
-	memcpy(k->rk_head + sizeof(h) + plen, ns, nlen);
-	k->rk_fd = openat(dirfd, KV_RKNOWN_NAME, O_RDWR | O_APPEND | O_CLOEXEC);
-	if (k->rk_fd < 0 && errno != ENOENT) {
-		err = -errno;
-		goto out_free;
-	}
-	if (k->rk_fd >= 0) {
-		err = kv_read_whole(k->rk_fd, &buf, &len);
-		if (!err && len >= k->rk_hlen && !memcmp(buf, k->rk_head, k->rk_hlen)) {
-			err = load(k, buf, k->rk_hlen, len, &end);
-			/* a torn tail goes: appends follow the last whole record */
-			if (!err && end < len && ftruncate(k->rk_fd, (off_t)end) < 0)
-				err = -errno;
-		} else if (!err) { /* another pool's (or nothing): begun anew */
-			close(k->rk_fd);
-			k->rk_fd = -1;
-		}
-		free(buf);
-		if (err)
-			goto out_close;
-	}
-	if (k->rk_fd < 0) {
-		k->rk_fd = openat(dirfd, KV_RKNOWN_NAME,
-				  O_RDWR | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
-		if (k->rk_fd < 0) {
+	if (k->rk_fd >= 0 && len >= k->rk_hlen && !memcmp(buf, k->rk_head, k->rk_hlen)) {
+		err = load(k, buf, k->rk_hlen, len, &end);
+		/* a torn tail goes: appends follow the last whole record */
+		if (!err && end < len && ftruncate(k->rk_fd, (off_t)end) < 0)
 			err = -errno;
+	} else if (k->rk_fd >= 0) { /* another pool's (or nothing): begun anew */
+		close(k->rk_fd);
+		k->rk_fd = -1;
+	}
+	free(buf);
+	if (err)
+		goto out_close;
+	if (k->rk_fd < 0) {
+		k->rk_fd = kv_file_create(dirfd, KV_RKNOWN_NAME, k->rk_head, k->rk_hlen);
+		if (k->rk_fd < 0) {
+			err = k->rk_fd;
 			goto out_free;
 		}
-		err = kv_write_all(k->rk_fd, k->rk_head, k->rk_hlen);
-		if (err)
-			goto out_close;
 		k->rk_bytes = k->rk_hlen;
-		fsync(dirfd); /* its name */
 	}
 	pthread_mutex_init(&k->rk_lock, NULL);
 	maybe_rewrite(k);
@@ -358,7 +334,7 @@ int64_t kv_rknown_prune(struct kv_rknown *k, uint64_t upto, bool (*live)(void *a
 		else
 			i++;
 	}
-	err = rewrite(k);
+	err = gone ? rewrite(k) : 0;
 	pthread_mutex_unlock(&k->rk_lock);
 	return err ? err : gone;
 }

@@ -11,8 +11,9 @@
  * number (which the store keeps across restarts and never reuses), so
  * that it holds after a restart too.
  *
- * Format (little-endian, as ssd/format.h): struct kv_rknown_head, the pool
- * and the namespace (as in ssd/rados_log.h: another pool's file is begun
+ * Format (little-endian, as ssd/format.h): struct kv_file_head
+ * (ssd/fileio.h: KV_RKNOWN_MAGIC, KV_RKNOWN_VERSION), the pool and the
+ * namespace (as in ssd/rados_log.h: another pool's file is begun
  * anew), then 32-byte records, each setting (rk_node, rk_rseq) for local
  * version rk_seq, or forgetting it (rk_node == KV_RKNOWN_FORGET and
  * rk_rseq == KV_RKNOWN_FORGET), with the XXH3-64 of its first 24 bytes.
@@ -34,12 +35,6 @@
 #define KV_RKNOWN_VERSION 1
 #define KV_RKNOWN_FORGET  UINT64_MAX
 #define KV_RKNOWN_SLACK	  32768
-
-struct kv_rknown_head {
-	uint64_t kh_magic;   /* KV_RKNOWN_MAGIC */
-	uint32_t kh_version; /* KV_RKNOWN_VERSION */
-	uint16_t kh_pool_len, kh_ns_len;
-} __attribute__((packed));
 
 struct kv_rknown_rec {
 	uint64_t rk_seq; /* the local version */

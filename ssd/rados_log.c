@@ -24,7 +24,8 @@ struct kv_rlog {
 	int rl_dirfd; /* not owned */
 	int rl_fd;    /* O_APPEND */
 	int rl_tmpfd; /* a rewrite's new log, or -1 */
-	uint64_t rl_hlen, rl_bytes, rl_tmp_bytes;
+	size_t rl_hlen;
+	uint64_t rl_bytes, rl_tmp_bytes;
 	char *rl_head; /* the header, rl_hlen bytes */
 	char *rl_buf;  /* REC_MAX: one record being written */
 };
@@ -130,23 +131,6 @@ static int replay(const char *buf, uint64_t hlen, uint64_t len, kv_rlog_each_fn 
 	return err;
 }
 
-/* Makes a new log (header only) named name; returns its fd or -errno. */
-static int create_log(struct kv_rlog *l, const char *name)
-{
-	int fd = openat(l->rl_dirfd, name, O_RDWR | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
-	int err;
-
-	if (fd < 0)
-		return -errno;
-	err = kv_write_all(fd, l->rl_head, l->rl_hlen);
-	if (err) {
-		close(fd);
-		return err;
-	}
-	fsync(l->rl_dirfd); /* its name: a later fdatasync of the file then keeps it */
-	return fd;
-}
-
 /* Counts the changes a set-aside log held, for the message. */
 static uint64_t count_pending(const char *buf, uint64_t hlen, uint64_t len)
 {
@@ -160,46 +144,30 @@ static uint64_t count_pending(const char *buf, uint64_t hlen, uint64_t len)
 int kv_rlog_open(int dirfd, const char *pool, const char *ns, kv_rlog_each_fn each, void *arg,
 		 struct kv_rlog **out, uint64_t *last)
 {
-	size_t plen = strlen(pool), nlen = strlen(ns);
-	struct kv_rlog_head h = {.rh_magic = KV_RLOG_MAGIC,
-				 .rh_version = KV_RLOG_VERSION,
-				 .rh_pool_len = (uint16_t)plen,
-				 .rh_ns_len = (uint16_t)nlen};
 	struct kv_rlog *l;
 	char *buf = NULL;
 	uint64_t len = 0, end = 0, pending;
-	int err = 0;
+	int err;
 
-	if (plen > 1024 || nlen > 1024)
-		return -EINVAL;
 	l = calloc(1, sizeof(*l));
 	if (!l)
 		return -ENOMEM;
 	l->rl_dirfd = dirfd;
 	l->rl_tmpfd = -1;
-	l->rl_hlen = sizeof(h) + plen + nlen;
-	l->rl_head = malloc(l->rl_hlen);
 	l->rl_buf = malloc(REC_MAX);
-	if (!l->rl_head || !l->rl_buf) {
-		err = -ENOMEM;
+	err = l->rl_buf
+		  ? kv_file_head(KV_RLOG_MAGIC, KV_RLOG_VERSION, pool, ns, &l->rl_head, &l->rl_hlen)
+		  : -ENOMEM;
+	if (err)
 		goto out_free;
-	}
-	memcpy(l->rl_head, &h, sizeof(h));
-	memcpy(l->rl_head + sizeof(h), pool, plen);
-	memcpy(l->rl_head + sizeof(h) + plen, ns, nlen);
 	*last = 0;
-	l->rl_fd = openat(dirfd, KV_RLOG_NAME, O_RDWR | O_APPEND | O_CLOEXEC);
-	if (l->rl_fd < 0 && errno != ENOENT) {
-		err = -errno;
+	err = kv_file_load(dirfd, KV_RLOG_NAME, &l->rl_fd, &buf, &len);
+	if (err)
 		goto out_free;
-	}
 	if (l->rl_fd >= 0) {
-		err = kv_read_whole(l->rl_fd, &buf, &len);
-		if (err)
-			goto out_close;
 		if (len < l->rl_hlen || memcmp(buf, l->rl_head, l->rl_hlen)) {
 			/* another pool's (or not ours at all): set aside, begun anew */
-			struct kv_rlog_head o = {0};
+			struct kv_file_head o = {0};
 
 			memcpy(&o, buf, len < sizeof(o) ? len : sizeof(o));
 			if (len)
@@ -207,9 +175,9 @@ int kv_rlog_open(int dirfd, const char *pool, const char *ns, kv_rlog_each_fn ea
 					"kvfs: rados: %s was kept for another pool or namespace "
 					"(%" PRIu64 " changes not sent): set aside as %s\n",
 					KV_RLOG_NAME,
-					o.rh_magic == KV_RLOG_MAGIC
+					o.fh_magic == KV_RLOG_MAGIC
 					    ? count_pending(
-						  buf, sizeof(o) + o.rh_pool_len + o.rh_ns_len, len)
+						  buf, sizeof(o) + o.fh_pool_len + o.fh_ns_len, len)
 					    : 0,
 					OLD_NAME);
 			close(l->rl_fd);
@@ -231,7 +199,7 @@ int kv_rlog_open(int dirfd, const char *pool, const char *ns, kv_rlog_each_fn ea
 		}
 	}
 	if (l->rl_fd < 0) {
-		l->rl_fd = create_log(l, KV_RLOG_NAME);
+		l->rl_fd = kv_file_create(dirfd, KV_RLOG_NAME, l->rl_head, l->rl_hlen);
 		if (l->rl_fd < 0) {
 			err = l->rl_fd;
 			goto out_free;
@@ -292,7 +260,7 @@ uint64_t kv_rlog_bytes(const struct kv_rlog *l)
 
 int kv_rlog_rewrite_begin(struct kv_rlog *l)
 {
-	int fd = create_log(l, TMP_NAME);
+	int fd = kv_file_create(l->rl_dirfd, TMP_NAME, l->rl_head, l->rl_hlen);
 
 	if (fd < 0)
 		return fd;

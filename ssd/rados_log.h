@@ -13,7 +13,8 @@
  *
  * Format (little-endian, as ssd/format.h):
  *
- *   header   struct kv_rlog_head, then the pool and the namespace (no NULs):
+ *   header   struct kv_file_head (ssd/fileio.h: KV_RLOG_MAGIC,
+ *            KV_RLOG_VERSION), then the pool and the namespace (no NULs):
  *            whose changes these are. A log for another pool or namespace
  *            is not sent there: it is set aside (renamed rados.log.old).
  *   records  struct kv_rlog_rec, then rr_plen bytes of path and rr_plen2
@@ -65,12 +66,6 @@ enum kv_rlog_kind {
 	KV_RLOG_SYMLINK,
 	KV_RLOG_KIND_MAX = KV_RLOG_SYMLINK,
 };
-
-struct kv_rlog_head {
-	uint64_t rh_magic;   /* KV_RLOG_MAGIC */
-	uint32_t rh_version; /* KV_RLOG_VERSION */
-	uint16_t rh_pool_len, rh_ns_len;
-} __attribute__((packed));
 
 struct kv_rlog_rec {
 	uint32_t rr_magic; /* KV_RLOG_REC_MAGIC */

@@ -32,6 +32,7 @@
 #include "core/stats.h"
 #include "core/store.h"
 #include "ssd/rados.h"
+#include "ssd/fileio.h"
 #include "ssd/rados_format.h"
 #include "ssd/rados_known.h"
 #include "ssd/rados_log.h"
@@ -420,7 +421,7 @@ static void test_known(void **state)
 	}
 	assert_int_equal(fstatat(dirfd, KV_RKNOWN_NAME, &sb, 0), 0);
 	assert_int_equal(sb.st_size,
-			 sizeof(struct kv_rknown_head) + 6 + 3000 * sizeof(struct kv_rknown_rec));
+			 sizeof(struct kv_file_head) + 6 + 3000 * sizeof(struct kv_rknown_rec));
 	/* forgetting most of it: the file shrinks by itself once it is mostly forgotten */
 	for (uint64_t seq = 1; seq <= 5000; seq++)
 		assert_int_equal(kv_rknown_forget(k, seq), 0);
