@@ -41,7 +41,7 @@ struct kv_config {
 	bool kc_rados_gc;	     /* kvfs --rados-gc: remove orphan objects from the pool, exit */
 	bool kc_foreground;
 	bool kc_debug;
-	bool kc_allow_other;
+	bool kc_allow_other; /* -o allow_other or allow_root: others may use the mount */
 	char *kc_trace; /* --trace=FILE: JSON lines per ioctl batch and key; NULL: off */
 	int kc_gpu;	/* --gpu=auto|cuda|off: enum kv_dev_mode (gpu/dev.h) */
 	/* the shared tier on Ceph RADOS (core/shared.h): on when kc_rados_pool is set */

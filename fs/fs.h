@@ -41,6 +41,8 @@ struct kv_fs {
 	struct kv_fs_notify *kf_notify;
 	/* the shared tier on RADOS (core/shared.h); NULL when off. Immutable while mounted */
 	struct kv_shared *kf_shared;
+	/* the daemon checks permissions, not the kernel (fs/perm.c); immutable */
+	bool kf_own_perms;
 };
 
 /* The node id of a store inode: its address, FUSE_ROOT_ID for the root. */
@@ -129,6 +131,44 @@ void kv_fs_notify_counts(struct kv_fs_notify *n, uint64_t *sent, uint64_t *dropp
  * destroy the session.
  */
 bool kv_fs_notify_stop(struct kv_fs_notify *n);
+
+/* --- permissions (fs/perm.c) --- */
+
+/*
+ * Who checks permissions. A mount that other users may use (allow_other,
+ * allow_root) leaves them to the kernel (default_permissions): it checks
+ * every step of every path against the attributes it caches. A mount only
+ * its owner may use (the kernel refuses every other caller) checks them
+ * here instead, with kf_own_perms set, because default_permissions costs
+ * a round trip per name change: the kernel forgets a directory's
+ * attributes whenever a name in it changes, and asks for them again
+ * before the next create or unlink there, so rm -rf or a stream of puts
+ * took two requests per key instead of one. Callers are all the owner
+ * then (root, for a mount by root), so what the checks keep is a user's
+ * protection from their own mistakes: a read-only file stays unwritable,
+ * a read-only directory unchanged. One difference from the kernel's own:
+ * search permission is checked when a name is looked up, not again while
+ * the kernel keeps the name (KV_FS_TIMEOUT).
+ *
+ * Each returns 0 when kf_own_perms is off or the caller may, else -EACCES
+ * or -EPERM, as the system call would. mask: R_OK | W_OK | X_OK.
+ */
+int kv_fs_perm(fuse_req_t req, fuse_ino_t ino, int mask);
+/* Opening with open(2)'s flags: read, write (O_TRUNC too) or execute. */
+int kv_fs_perm_open(fuse_req_t req, fuse_ino_t ino, int flags);
+/* unlink and rmdir of name in dir: write and search on dir, and the sticky bit. */
+int kv_fs_perm_delete(fuse_req_t req, fuse_ino_t dir, const char *name);
+/* rename: kv_fs_perm_delete on both names; a directory that changes parent needs write. */
+int kv_fs_perm_rename(fuse_req_t req, fuse_ino_t dir, const char *name, fuse_ino_t newdir,
+		      const char *newname);
+/*
+ * setattr: chmod by the owner (dropping set-group-ID for a non-member),
+ * chown by root (the owner may change the group to one of its own), times
+ * by the owner (or "now" by a writer), truncate by name with write
+ * permission. May clear S_ISGID in attr->st_mode.
+ */
+int kv_fs_perm_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
+		       const struct fuse_file_info *fi);
 
 /* --- ioctls (fs/ioctl.c) --- */
 

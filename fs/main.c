@@ -50,8 +50,10 @@ static int fuse_args_build(const struct kv_config *cfg, const char *user_opts,
 	char *opts;
 	int err = 0;
 
-	if (asprintf(&opts, "default_permissions,fsname=kvfs,subtype=kvfs%s%s",
-		     *user_opts ? "," : "", user_opts) < 0)
+	/* Permissions: the kernel's for a mount others may use, else ours (fs/fs.h). */
+	if (asprintf(&opts, "%sfsname=kvfs,subtype=kvfs%s%s",
+		     cfg->kc_allow_other ? "default_permissions," : "", *user_opts ? "," : "",
+		     user_opts) < 0)
 		return -ENOMEM;
 	if (fuse_opt_add_arg(args, "kvfs") || fuse_opt_add_arg(args, "-o") ||
 	    fuse_opt_add_arg(args, opts) || (cfg->kc_debug && fuse_opt_add_arg(args, "-d")))
@@ -430,6 +432,7 @@ int main(int argc, char **argv)
 	}
 	kv_stats_init(&fs.kf_stats);
 	clock_gettime(CLOCK_REALTIME, &fs.kf_mounted);
+	fs.kf_own_perms = !cfg.kc_allow_other;
 	if (fuse_args_build(&cfg, fuse_opts, &args)) {
 		fprintf(stderr, "kvfs: out of memory\n");
 		goto out_store;

@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #define MAX_IO (1u << 20)
 /* A 1 MiB read over pages of separate extents needs at most this many iovecs. */
@@ -193,6 +194,8 @@ static void kv_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	if (kv_ctl_is(parent)) {
 		fuse_ino_t id = parent == KV_CTL_DIR ? kv_ctl_lookup(name) : 0;
 
+		if (id && (err = kv_fs_perm(req, parent, X_OK)))
+			return reply_err(req, KV_OP_LOOKUP, t0, err);
 		if (!id)
 			return reply_err(req, KV_OP_LOOKUP, t0,
 					 parent == KV_CTL_DIR ? -ENOENT : -ENOTDIR);
@@ -201,6 +204,9 @@ static void kv_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		fuse_reply_entry(req, &e);
 		return;
 	}
+	err = kv_fs_perm(req, parent, X_OK);
+	if (err)
+		return reply_err(req, KV_OP_LOOKUP, t0, err);
 	if (parent == FUSE_ROOT_ID && !strcmp(name, KV_RESERVED_NAME)) {
 		kv_ctl_entry(fs, KV_CTL_DIR, &e);
 		done(req, KV_OP_LOOKUP, t0, 0, 0);
@@ -271,6 +277,9 @@ static void kv_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 
 	if (kv_ctl_is(ino))
 		return reply_err(req, KV_OP_SETATTR, t0, -EPERM);
+	err = kv_fs_perm_setattr(req, ino, attr, to_set, fi);
+	if (err)
+		return reply_err(req, KV_OP_SETATTR, t0, err);
 	if (to_set & FUSE_SET_ATTR_MODE) {
 		sa.ksa_valid |= KV_SET_MODE;
 		sa.ksa_mode = attr->st_mode;
@@ -333,6 +342,9 @@ static void kv_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 
 	if (kv_ctl_is(parent))
 		return reply_err(req, KV_OP_MKDIR, t0, -EPERM);
+	err = kv_fs_perm(req, parent, W_OK | X_OK);
+	if (err)
+		return reply_err(req, KV_OP_MKDIR, t0, err);
 	err = kv_store_mkdir(fs->kf_store, inode_of(fs, parent), name, mode, &c, &ino, &a);
 	if (!err)
 		shared_sync(fs);
@@ -356,6 +368,9 @@ static void kv_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 
 	if (kv_ctl_is(parent))
 		return reply_err(req, op, t0, -EPERM);
+	err = kv_fs_perm(req, parent, W_OK | X_OK);
+	if (err)
+		return reply_err(req, op, t0, err);
 	err = kv_store_mknod(fs->kf_store, inode_of(fs, parent), name, mode, &c, &ino, &a);
 	reply_new(req, op, t0, err, ino, &a);
 }
@@ -371,6 +386,9 @@ static void kv_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, cons
 
 	if (kv_ctl_is(parent))
 		return reply_err(req, KV_OP_SYMLINK, t0, -EPERM);
+	err = kv_fs_perm(req, parent, W_OK | X_OK);
+	if (err)
+		return reply_err(req, KV_OP_SYMLINK, t0, err);
 	err = kv_store_symlink(fs->kf_store, inode_of(fs, parent), name, link, &c, &ino, &a);
 	if (!err)
 		shared_sync(fs);
@@ -404,6 +422,8 @@ static void kv_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 	int err = -EPERM;
 
 	if (!kv_ctl_is(parent))
+		err = kv_fs_perm_delete(req, parent, name);
+	if (!err)
 		err = kv_store_unlink(fs->kf_store, inode_of(fs, parent), name);
 	if (err)
 		return reply_err(req, KV_OP_UNLINK, t0, err);
@@ -440,6 +460,8 @@ static void kv_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 	int err = -EPERM;
 
 	if (!kv_ctl_is(parent))
+		err = kv_fs_perm_delete(req, parent, name);
+	if (!err)
 		err = shared_rmdir_check(fs, parent, name);
 	if (!err)
 		err = kv_store_rmdir(fs->kf_store, inode_of(fs, parent), name);
@@ -480,6 +502,8 @@ static void kv_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 	int err = -EPERM;
 
 	if (!kv_ctl_is(parent) && !kv_ctl_is(newparent))
+		err = kv_fs_perm_rename(req, parent, name, newparent, newname);
+	if (!err)
 		err = shared_rename_check(fs, parent, name, flags);
 	if (!err)
 		err = kv_store_rename(fs->kf_store, inode_of(fs, parent), name,
@@ -520,6 +544,8 @@ static void kv_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	int err = -EPERM;
 
 	if (!kv_ctl_is(parent))
+		err = kv_fs_perm(req, parent, W_OK | X_OK);
+	if (!err)
 		err = kv_store_create_open(fs->kf_store, inode_of(fs, parent), name, mode, &c, &ino,
 					   &a);
 	if (err)
@@ -577,7 +603,9 @@ static void kv_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (kv_ctl_is(ino))
 		return ctl_open(req, ino, fi, t0);
 	inode = inode_of(fs, ino);
-	err = kv_store_open(fs->kf_store, inode, fi->flags);
+	err = kv_fs_perm_open(req, ino, fi->flags);
+	if (!err)
+		err = kv_store_open(fs->kf_store, inode, fi->flags);
 	if (err)
 		return reply_err(req, KV_OP_OPEN, t0, err);
 	set_open_flags(fs, fi);
@@ -714,8 +742,12 @@ static void kv_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fus
 static void kv_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	uint64_t t0 = kv_now_ns();
-	struct dir_handle *h = calloc(1, sizeof(*h));
+	int err = kv_fs_perm(req, ino, R_OK);
+	struct dir_handle *h;
 
+	if (err)
+		return reply_err(req, KV_OP_OPENDIR, t0, err);
+	h = calloc(1, sizeof(*h));
 	if (!h)
 		return reply_err(req, KV_OP_OPENDIR, t0, -ENOMEM);
 	fi->fh = (uintptr_t)h;
@@ -997,6 +1029,18 @@ static void kv_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 		  strcmp(name, SEQ_XATTR) && strcmp(name, TIER_XATTR) ? -ENODATA : -ENOTSUP);
 }
 
+/* access(2) and chdir(2): asked only when the daemon checks permissions (fs/fs.h). */
+static void kv_access(fuse_req_t req, fuse_ino_t ino, int mask)
+{
+	uint64_t t0 = kv_now_ns();
+	int err = kv_fs_perm(req, ino, mask & (R_OK | W_OK | X_OK));
+
+	if (err)
+		return reply_err(req, KV_OP_OTHER, t0, err);
+	done(req, KV_OP_OTHER, t0, 0, 0);
+	fuse_reply_err(req, 0);
+}
+
 const struct fuse_lowlevel_ops kv_fs_ops = {
     .init = kv_init,
     .lookup = kv_lookup,
@@ -1031,5 +1075,6 @@ const struct fuse_lowlevel_ops kv_fs_ops = {
     .listxattr = kv_listxattr,
     .setxattr = kv_setxattr,
     .removexattr = kv_removexattr,
+    .access = kv_access,
     .ioctl = kv_fs_ioctl,
 };

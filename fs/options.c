@@ -529,7 +529,9 @@ static int parse_o(const char *list, struct kv_config *cfg, char **fuse_opts, ch
 			free(val);
 			free(spelled);
 		} else if (len && !is_fstab_only(p, len)) {
-			if (klen == strlen("allow_other") && strncmp(p, "allow_other", klen) == 0)
+			if ((klen == strlen("allow_other") &&
+			     strncmp(p, "allow_other", klen) == 0) ||
+			    (klen == strlen("allow_root") && strncmp(p, "allow_root", klen) == 0))
 				cfg->kc_allow_other = true;
 			rc = add_fuse_opt(fuse_opts, p, len);
 		}

@@ -6,8 +6,10 @@ the reserved .kvfs directory, xattrs, readdir, ownership and permissions."""
 import errno
 import json
 import os
+import shutil
 import stat
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -757,6 +759,16 @@ class OwnershipTest(kvfstest.KvfsTestCase):
                          ["err", errno.EACCES])
 
 
+def mount_options(mnt):
+    """The options /proc/mounts lists for the mount at mnt."""
+    with open("/proc/mounts") as f:
+        for line in f:
+            fields = line.split()
+            if fields[1] == os.path.realpath(mnt):
+                return fields[3].split(",")
+    raise AssertionError("%s is not mounted" % mnt)
+
+
 class NoAllowOtherTest(kvfstest.KvfsTestCase):
     MOUNT_OPTS = ("--mem-size=" + MEM,)
 
@@ -767,6 +779,170 @@ class NoAllowOtherTest(kvfstest.KvfsTestCase):
         os.chmod(m.path("f"), 0o644)
         self.assertEqual(as_user(NOBODY, NOBODY, lambda: os.stat(m.path("f")).st_size),
                          ["err", errno.EACCES])
+
+    def test_who_checks_permissions(self):
+        # A mount only its owner may use: the daemon checks (fs/fs.h, "permissions").
+        self.assertNotIn("default_permissions", mount_options(self.m.mnt))
+        m = self.mount(opts=["--mem-size=64M", "-o", "allow_other"], name="allow_other")
+        self.assertIn("default_permissions", mount_options(m.mnt))
+
+
+class UserMount(kvfstest.Mount):
+    """A kvfs daemon run by `nobody`: a mount only nobody may use."""
+
+    def command(self):
+        return (["setpriv", "--reuid=%d" % NOBODY, "--regid=%d" % NOBODY, "--clear-groups"]
+                + super().command())
+
+    def wait_ready(self, timeout=kvfstest.READY_TIMEOUT):
+        # root may not look inside: the mount is up when /proc/mounts lists it
+        kvfstest.wait_until(lambda: self.proc.poll() is not None or kvfstest.is_mounted(self.mnt),
+                            timeout, what="the user mount")
+        if self.proc.poll() is not None:
+            raise AssertionError("kvfs exited with status %d\n%s"
+                                 % (self.proc.returncode, self.log_text()))
+
+
+class OwnPermissionsTest(kvfstest.KvfsTestCase):
+    """The daemon's own permission checks (no default_permissions), as the
+    kernel's generic checks would decide: nobody mounts a store that holds
+    root's files and nobody's, and is refused what ext4 would refuse it."""
+
+    def setUp(self):
+        if shutil.which("setpriv") is None:
+            self.skipTest("setpriv (util-linux) is not installed")
+        # A user mount opens /dev/fuse itself; Debian creates it 0666, some images 0600.
+        mode = stat.S_IMODE(os.stat("/dev/fuse").st_mode)
+        if mode & 0o006 != 0o006:
+            os.chmod("/dev/fuse", mode | 0o006)
+            self.addCleanup(os.chmod, "/dev/fuse", mode)
+        # Root fills the store first: a mount by root, then the same data by nobody.
+        keep = tempfile.mkdtemp(prefix="kvfs-it-perm-", dir="/tmp")
+        self.addCleanup(shutil.rmtree, keep, True)
+        os.chmod(keep, 0o755)
+        first = self.mount(opts=["--mem-size=64M"], name="root-first",
+                           data=os.path.join(keep, "data"))
+        d = first.path
+        for name, mode, uid, gid in (("root644", 0o644, 0, 0), ("root600", 0o600, 0, 0),
+                                     ("root666", 0o666, 0, 0), ("grp604", 0o604, 0, NOBODY),
+                                     ("grp640", 0o640, 0, 0)):
+            write_file(d(name), name.encode())
+            os.chown(d(name), uid, gid if name != "grp640" else NOBODY)
+            os.chmod(d(name), mode)
+        os.mkdir(d("sticky"))
+        os.chmod(d("sticky"), 0o1777)
+        write_file(d("sticky", "roots"), b"r")
+        os.mkdir(d("rootdir"))
+        os.chmod(d("rootdir"), 0o755)
+        os.chmod(first.mnt, 0o777)
+        self.data = first.data
+        first.stop()
+        os.chown(self.data, NOBODY, NOBODY)
+        for top, dirs, files in os.walk(self.data):
+            for n in dirs + files:
+                os.chown(os.path.join(top, n), NOBODY, NOBODY)
+        m = UserMount(["--mem-size=64M"], name="nobody", data=self.data)
+        os.chown(m.root, NOBODY, NOBODY)
+        os.chown(m.mnt, NOBODY, NOBODY)
+        self.addCleanup(m.cleanup)
+        m.start()
+        self.m = m
+        self.assertNotIn("default_permissions", mount_options(m.mnt))
+
+    def nobody(self, fn):
+        return as_user(NOBODY, NOBODY, fn)
+
+    def err(self, fn):
+        r = self.nobody(fn)
+        return r[1] if r[0] == "err" else None
+
+    def test_files(self):
+        p = self.m.path
+        # others' bits for root's files; the group's for a member, even where others' allow more
+        self.assertEqual(self.nobody(lambda: read_file(p("root644")).decode()), ["ok", "root644"])
+        self.assertEqual(self.err(lambda: os.open(p("root644"), os.O_WRONLY)), errno.EACCES)
+        self.assertEqual(self.err(lambda: os.open(p("root644"), os.O_RDONLY | os.O_TRUNC)),
+                         errno.EACCES)
+        self.assertEqual(self.err(lambda: os.truncate(p("root644"), 0)), errno.EACCES)
+        self.assertEqual(self.err(lambda: read_file(p("root600"))), errno.EACCES)
+        self.assertEqual(self.err(lambda: read_file(p("grp604"))), errno.EACCES)
+        self.assertEqual(self.nobody(lambda: read_file(p("grp640")).decode()), ["ok", "grp640"])
+        self.assertEqual(self.nobody(lambda: [os.access(p("root644"), m)
+                                              for m in (os.R_OK, os.W_OK, os.X_OK, os.F_OK)]),
+                         ["ok", [True, False, False, True]])
+        # the owner's attributes: chmod, chown, explicit times are the owner's (or root's)
+        self.assertEqual(self.err(lambda: os.chmod(p("root644"), 0o666)), errno.EPERM)
+        self.assertEqual(self.err(lambda: os.chown(p("root644"), NOBODY, -1)), errno.EPERM)
+        self.assertEqual(self.err(lambda: os.utime(p("root666"), (1, 1))), errno.EPERM)
+        self.assertEqual(self.nobody(lambda: os.utime(p("root666"))), ["ok", None])  # "now"
+        self.assertEqual(self.err(lambda: os.utime(p("root644"))), errno.EACCES)
+        # nobody's own file: its bits bind nobody too, and chmod lifts them
+        f = p("mine")
+        self.assertEqual(self.nobody(lambda: write_file(f, b"mine")), ["ok", None])
+        self.assertEqual(self.nobody(lambda: os.chmod(f, 0o444)), ["ok", None])
+        self.assertEqual(self.err(lambda: os.open(f, os.O_RDWR)), errno.EACCES)
+        self.assertEqual(self.err(lambda: write_file(f, b"lost")), errno.EACCES)
+        self.assertEqual(self.nobody(lambda: os.utime(f, (7, 7))), ["ok", None])
+        self.assertEqual(self.err(lambda: os.chown(f, 0, -1)), errno.EPERM)
+        self.assertEqual(self.nobody(lambda: os.chmod(f, 0o644)), ["ok", None])
+        self.assertEqual(self.nobody(lambda: write_file(f, b"new")), ["ok", None])
+        self.assertEqual(self.nobody(lambda: read_file(f).decode()), ["ok", "new"])
+        self.assertEqual(self.err(lambda: os.execv(p("mine"), ["mine"])), errno.EACCES)
+
+    def test_directories(self):
+        p = self.m.path
+        # root's 0755 directory: nothing made, removed or renamed in it by nobody
+        self.assertEqual(self.err(lambda: write_file(p("rootdir", "x"), b"x")), errno.EACCES)
+        self.assertEqual(self.err(lambda: os.mkdir(p("rootdir", "x"))), errno.EACCES)
+        self.assertEqual(self.err(lambda: os.symlink("t", p("rootdir", "x"))), errno.EACCES)
+        self.assertEqual(self.err(lambda: os.rename(p("root644"), p("rootdir", "x"))),
+                         errno.EACCES)
+        # the sticky directory: nobody removes and renames its own names, not root's
+        s = p("sticky")
+        self.assertEqual(self.nobody(lambda: write_file(os.path.join(s, "own"), b"o")),
+                         ["ok", None])
+        self.assertEqual(self.err(lambda: os.unlink(os.path.join(s, "roots"))), errno.EPERM)
+        self.assertEqual(self.err(lambda: os.rename(os.path.join(s, "roots"),
+                                                    os.path.join(s, "moved"))), errno.EPERM)
+        self.assertEqual(self.err(lambda: os.rename(os.path.join(s, "own"),
+                                                    os.path.join(s, "roots"))), errno.EPERM)
+        self.assertEqual(self.nobody(lambda: os.rename(os.path.join(s, "own"),
+                                                       os.path.join(s, "own2"))), ["ok", None])
+        self.assertEqual(self.nobody(lambda: os.unlink(os.path.join(s, "own2"))), ["ok", None])
+        self.assertEqual(self.nobody(lambda: read_file(os.path.join(s, "roots")).decode()),
+                         ["ok", "r"])
+        # nobody's own directory, made read-only, then closed
+        d = p("ro")
+
+        def fill():
+            os.mkdir(d)
+            write_file(os.path.join(d, "k"), b"k")
+            os.mkdir(os.path.join(d, "sub"))
+            os.chmod(os.path.join(d, "sub"), 0o755)
+            os.chmod(d, 0o555)
+
+        self.assertEqual(self.nobody(fill), ["ok", None])
+        self.assertEqual(self.err(lambda: os.unlink(os.path.join(d, "k"))), errno.EACCES)
+        self.assertEqual(self.err(lambda: os.rmdir(os.path.join(d, "sub"))), errno.EACCES)
+        self.assertEqual(self.err(lambda: write_file(os.path.join(d, "new"), b"n")),
+                         errno.EACCES)
+        self.assertEqual(self.err(lambda: os.rename(os.path.join(d, "k"), p("out"))),
+                         errno.EACCES)
+        # a directory moving to another parent needs write on itself (its "..")
+        self.assertEqual(self.err(lambda: os.rename(os.path.join(d, "sub"), p("sub"))),
+                         errno.EACCES)
+        self.assertEqual(self.nobody(lambda: sorted(os.listdir(d))), ["ok", ["k", "sub"]])
+        self.assertEqual(self.nobody(lambda: os.chmod(d, 0)), ["ok", None])
+        self.assertEqual(self.err(lambda: os.listdir(d)), errno.EACCES)
+        self.assertEqual(self.err(lambda: os.chdir(d)), errno.EACCES)
+        # a name never looked up: the search permission is checked before ENOENT
+        self.assertEqual(self.err(lambda: os.stat(os.path.join(d, "never"))), errno.EACCES)
+        self.assertEqual(self.nobody(lambda: os.chmod(d, 0o755)), ["ok", None])
+        self.assertEqual(self.nobody(lambda: read_file(os.path.join(d, "k")).decode()),
+                         ["ok", "k"])
+        self.assertEqual(self.nobody(lambda: os.rename(os.path.join(d, "k"), p("out"))),
+                         ["ok", None])
+        self.assertEqual(self.nobody(lambda: sorted(os.listdir(d))), ["ok", ["sub"]])
 
 
 if __name__ == "__main__":
