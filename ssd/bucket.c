@@ -73,8 +73,8 @@ struct kv_bucket_set {
 				 take (so a reservation never promises it twice) */
 	_Atomic uint64_t bs_written, bs_read, bs_csum_errors, bs_truncated;
 	_Atomic uint64_t bs_fg_ns; /* a foreground read or append last began (mono_ns) */
-	/* A compaction's staging buffer, kept between outputs (faulting 8 MiB in each time
-	   cost more than the copying): taken and given back by atomic exchange. */
+	/* A compaction's two staging buffers, kept between outputs (faulting 16 MiB in each
+	   time cost more than the copying): taken and given back by atomic exchange. */
 	_Atomic(char *) bs_stage;
 };
 
@@ -529,9 +529,10 @@ static int read_value(struct kv_bucket_set *bs, struct kv_bucket *b, struct rwin
  * preallocation and no sync here (kv_compact_commit syncs the file and the
  * directory). Its file only grows by its own writes, header first, so a
  * crash leaves it empty (recovery removes it) or with its header, never a
- * large file without one; and written with plain synchronous writes, it
- * has no use for preallocation. So an output costs one journal commit of
- * the filesystem, not three, and no trim of an unused tail at its seal.
+ * large file without one (kv_compact_begin makes it a sparse one, its
+ * header written); and as its writes fill that sparse file, it has no use
+ * for preallocation. So an output costs one journal commit of the
+ * filesystem, not three.
  */
 static int bucket_create(struct kv_bucket_set *bs, uint64_t prealloc, struct kv_bucket **out)
 {
@@ -664,8 +665,9 @@ static int bucket_seal(struct kv_bucket_set *bs, struct kv_bucket *b)
 	t->bt_csum = XXH3_64bits(t, sizeof(*t));
 	err = kv_prw_all(b->kb_fd, true, buf, total, b->kb_end);
 	free(buf);
+	/* Cut to its end before the sync, so that the size the trailer is found by is durable. */
 	if (!err &&
-	    (fdatasync(b->kb_fd) < 0 || ftruncate(b->kb_fd, (off_t)(b->kb_end + total)) < 0))
+	    (ftruncate(b->kb_fd, (off_t)(b->kb_end + total)) < 0 || fdatasync(b->kb_fd) < 0))
 		err = -errno;
 	if (err)
 		return err;
@@ -1715,6 +1717,13 @@ int kv_bucket_scan(struct kv_bucket_set *bs, bool check_values,
  * goes to the output in one write when full — a few large sequential I/Os
  * instead of four small ones per record. A record larger than the buffer
  * is copied in pieces, straight through.
+ *
+ * There are two such buffers. Unless the compaction yields (below), a
+ * full one goes to the output in the background (libaio) while the
+ * records of the next are read into the other: a disk that reads and
+ * writes at once (most do, virtual ones too) copies at the pace of the
+ * slower of the two instead of their sum. One write is in flight at most;
+ * the next flush, the commit and the abort wait for it.
  */
 #define STAGE (8u << 20)
 
@@ -1736,16 +1745,40 @@ int kv_bucket_scan(struct kv_bucket_set *bs, bool check_values,
 struct kv_compact {
 	struct kv_bucket_set *kc_bs;
 	struct kv_bucket *kc_b; /* the output: in the table, kb_compacting, never bs_active */
-	char *kc_buf;		/* STAGE bytes, 4 KiB aligned */
+	char *kc_mem;		/* 2 * STAGE bytes, 4 KiB aligned: the two stages */
+	char *kc_buf;		/* the stage being filled: a half of kc_mem */
 	uint64_t kc_fill;	/* bytes staged, to go at kb_end - kc_fill */
 	bool kc_yield;		/* small I/Os while foreground I/O goes on (gc_io) */
+	/* the other half, on its way to the output until stage_wait */
+	struct kv_aio_batch *kc_wr;
+	struct kv_aio_op kc_wr_op;
+	struct iovec kc_wr_iov;
 };
 
-/* Frees c, keeping its staging buffer for the next compaction. */
+/* Waits for the stage in flight, if any. Returns 0 or -EIO. */
+static int stage_wait(struct kv_compact *c)
+{
+	int err = 0;
+
+	if (c->kc_wr)
+		err = kv_aio_wait(c->kc_bs->bs_aio, c->kc_wr) ? -EIO : 0;
+	c->kc_wr = NULL;
+	return err;
+}
+
+/* Frees c (no stage in flight), keeping its staging buffers for the next compaction. */
 static void compact_free(struct kv_compact *c)
 {
-	free(atomic_exchange(&c->kc_bs->bs_stage, c->kc_buf));
+	free(atomic_exchange(&c->kc_bs->bs_stage, c->kc_mem));
 	free(c);
+}
+
+/* Gives an output its size ahead, sparse (kv_compact_begin says why); a failure costs nothing else.
+ */
+static void presize(int fd, uint64_t size)
+{
+	if (ftruncate(fd, (off_t)size) < 0)
+		return;
 }
 
 int kv_compact_begin(struct kv_bucket_set *bs, bool yield, struct kv_compact **out)
@@ -1758,12 +1791,23 @@ int kv_compact_begin(struct kv_bucket_set *bs, bool yield, struct kv_compact **o
 		return -ENOMEM;
 	c->kc_bs = bs;
 	c->kc_yield = yield;
-	c->kc_buf = atomic_exchange(&bs->bs_stage, NULL);
-	if (!c->kc_buf)
-		c->kc_buf = aligned_buf(STAGE, false);
-	if (!c->kc_buf)
+	c->kc_mem = atomic_exchange(&bs->bs_stage, NULL);
+	if (!c->kc_mem)
+		c->kc_mem = aligned_buf(2 * (size_t)STAGE, false);
+	if (!c->kc_mem)
 		goto out_free;
+	c->kc_buf = c->kc_mem;
 	err = bucket_create(bs, 0, &b);
+	/*
+	 * The file at its full size at once, sparse: ext4 runs a direct write
+	 * that extends a file synchronously, even through libaio, so a stage
+	 * written in the background must land below the end (bucket_seal cuts
+	 * the file to its records again; a crash leaves a bucket with no
+	 * records, which recovery removes). Should it fail, the writes still
+	 * go, one at a time: no error.
+	 */
+	if (!err)
+		presize(b->kb_fd, bs->bs_opts.bo_bucket_size);
 	pthread_mutex_lock(&bs->bs_lock);
 	if (!err) {
 		b->kb_compacting = true;
@@ -1816,16 +1860,38 @@ static int gc_rw(const struct kv_compact *c, int fd, bool write, void *buf, uint
 	return err;
 }
 
-/* Writes what is staged. Returns 0 or -EIO. */
-static int stage_flush(struct kv_compact *c)
+/*
+ * Sends what is staged to the output: in the background, the stage
+ * switching halves, unless `sync` or the compaction yields (gc_io), then
+ * at once in gc_io() pieces. Either way after the stage in flight, which a
+ * sync flush leaves none of. Returns 0 or -EIO (this stage's or the one
+ * in flight's).
+ */
+static int stage_flush(struct kv_compact *c, bool sync)
 {
-	int err = 0;
+	uint64_t at = c->kc_b->kb_end - c->kc_fill;
+	int err = stage_wait(c);
 
-	if (c->kc_fill)
-		err = gc_rw(c, c->kc_b->kb_fd, true, c->kc_buf, c->kc_fill,
-			    c->kc_b->kb_end - c->kc_fill);
+	if (err || !c->kc_fill) {
+		c->kc_fill = 0;
+		return err;
+	}
+	if (sync || gc_io(c) < STAGE) {
+		err = gc_rw(c, c->kc_b->kb_fd, true, c->kc_buf, c->kc_fill, at) ? -EIO : 0;
+	} else {
+		c->kc_wr_iov = (struct iovec){.iov_base = c->kc_buf, .iov_len = c->kc_fill};
+		c->kc_wr_op = (struct kv_aio_op){.kao_fd = c->kc_b->kb_fd,
+						 .kao_write = true,
+						 .kao_off = at,
+						 .kao_iov = &c->kc_wr_iov,
+						 .kao_iovcnt = 1};
+		err = kv_aio_start(c->kc_bs->bs_aio, &c->kc_wr_op, 1, &c->kc_wr) ? -EIO : 0;
+		if (err)
+			c->kc_wr = NULL;
+		c->kc_buf = c->kc_buf == c->kc_mem ? c->kc_mem + STAGE : c->kc_mem;
+	}
 	c->kc_fill = 0;
-	return err ? -EIO : 0;
+	return err;
 }
 
 /* Checks a whole record (head and value) in buf against `from`. Returns 0 or -EBADMSG. */
@@ -1952,7 +2018,7 @@ static int copy_one(struct kv_compact *c, const struct kv_loc *from, struct kv_l
 	src = bucket_get(bs, from, 0);
 	if (!src)
 		return -ENOENT;
-	err = stage_flush(c);
+	err = stage_flush(c, false);
 	if (!err)
 		err = copy_large(c, src, from, &head);
 	bucket_release(bs, src);
@@ -1982,7 +2048,7 @@ int kv_compact_copy_many(struct kv_compact *c, const struct kv_loc *from, struct
 		return err == -ENOSPC ? 0 : err && err != -EBADMSG ? err : 1;
 	}
 	if (n && fill + kv_loc_size(&from[0]) > STAGE) {
-		err = stage_flush(c);
+		err = stage_flush(c, false);
 		if (err)
 			return err;
 		fill = 0;
@@ -2058,7 +2124,7 @@ uint64_t kv_compact_records(const struct kv_compact *c)
 int kv_compact_commit(struct kv_compact *c)
 {
 	struct kv_bucket_set *bs = c->kc_bs;
-	int err = stage_flush(c);
+	int err = stage_flush(c, true);
 
 	if (!err)
 		err = bucket_seal(bs, c->kc_b);
@@ -2077,6 +2143,7 @@ void kv_compact_abort(struct kv_compact *c)
 {
 	struct kv_bucket_set *bs = c->kc_bs;
 
+	stage_wait(c); /* its buffer and the output's fd are the write's until it ends */
 	pthread_mutex_lock(&bs->bs_lock);
 	unlink_drained(bs, c->kc_b);
 	pthread_mutex_unlock(&bs->bs_lock);
