@@ -272,7 +272,7 @@ PY
 }
 
 bench_gc() {
-	local k b l4i l4g l1i l1g t0 t1 c0 c1 s0 s1 w0 w1 g0 g1
+	local k b l4i l4p l4g l4q l1i l1p l1g l1q t0 t1 c0 c1 s0 s1 w0 w1 g0 g1
 	mkdir -p "$work/direct"
 	mount_kvfs --mem-size=128M --bucket-size=16M --gc=off
 	mkdir "$work/mnt/r"
@@ -281,34 +281,56 @@ bench_gc() {
 	fsync_root() { python3 -c "import os; fd=os.open('$work/mnt', os.O_RDONLY); os.fsync(fd)"; }
 	fsync_root
 	printf '\n%-40s %10s %10s %8s\n' "GC: fio randread O_DIRECT, 512 x 1 MiB" "during gc" "idle" ratio
-	# the garbage: 4 GiB in 256 KiB keys, every other one deleted: every bucket a victim
-	make_garbage "$work/mnt/g" 16384 262144 2
-	l4i=$(fio_lat "$work/mnt/r" 4k 5 512 1m)
-	l1i=$(fio_lat "$work/mnt/r" 1m 5 512 1m)
-	c0=$(gc_stat bytes_copied); s0=$(gc_stat seconds)
-	echo gc >"$work/mnt/.kvfs/ctl" &
-	local gcpid=$!
-	l4g=$(fio_lat "$work/mnt/r" 4k 2 512 1m)
-	l1g=$(fio_lat "$work/mnt/r" 1m 2 512 1m)
-	wait $gcpid
-	c1=$(gc_stat bytes_copied); s1=$(gc_stat seconds)
-	row "random 4 KiB read p50 (us)" "${l4g% *}" "${l4i% *}"
-	row "random 4 KiB read p99 (us)" "${l4g#* }" "${l4i#* }"
-	row "random 1 MiB read p50 (us)" "${l1g% *}" "${l1i% *}"
-	row "random 1 MiB read p99 (us)" "${l1g#* }" "${l1i#* }"
-	echo "  (ratio = during gc / idle; the gc pass ran $(python3 -c "print('%.2f' % ($s1 - $s0))") s," \
-		"copying $(python3 -c "print('%.0f' % (($c1 - $c0) / 2**20 / max($s1 - $s0, 1e-9)))") MiB/s beside the reads)"
-	# the copy rate alone: the same garbage again, a pass with nothing else running
-	rm -rf "$work/mnt/g"
-	make_garbage "$work/mnt/g" 16384 262144 2
-	c0=$(gc_stat bytes_copied); s0=$(gc_stat seconds)
-	echo gc >"$work/mnt/.kvfs/ctl"
-	c1=$(gc_stat bytes_copied); s1=$(gc_stat seconds)
-	k=$(python3 -c "print('%.0f' % (($c1 - $c0) / 2**20 / max($s1 - $s0, 1e-9)))")
-	b=$(fio_bw "$work/direct" write 1 0 64 16m 1)
+	# Three rounds per read size, each with its own garbage (2 GiB in 256 KiB keys,
+	# every other one deleted: every bucket a victim): reads while nothing else runs,
+	# then while a forced pass runs flat out. Medians: the disk's own latency wanders.
+	local r bs lat4="" lat1="" gcs=0 gcb=0 gcpid
+	for r in 1 2 3; do
+		for bs in 4k 1m; do
+			make_garbage "$work/mnt/g" 8192 262144 2
+			l4i=$(fio_lat "$work/mnt/r" $bs 2 512 1m)
+			c0=$(gc_stat bytes_copied); s0=$(gc_stat seconds)
+			echo gc >"$work/mnt/.kvfs/ctl" &
+			gcpid=$!
+			l4g=$(fio_lat "$work/mnt/r" $bs 2 512 1m)
+			wait $gcpid
+			c1=$(gc_stat bytes_copied); s1=$(gc_stat seconds)
+			gcs=$(python3 -c "print($gcs + $s1 - $s0)"); gcb=$((gcb + c1 - c0))
+			[ $bs = 4k ] && lat4="$lat4 $l4i $l4g" || lat1="$lat1 $l4i $l4g"
+			rm -rf "$work/mnt/g"
+		done
+	done
+	# median [idle p50, idle p99, gc p50, gc p99] of the rounds' "p50 p99 p50 p99"
+	med() { python3 -c 'import statistics as s, sys; v=[float(x) for x in sys.argv[1:]]
+print(" ".join("%.0f" % s.median(v[i::4]) for i in range(4)))' "$@"; }
+	read -r l4i l4p l4g l4q < <(med $lat4)
+	read -r l1i l1p l1g l1q < <(med $lat1)
+	row "random 4 KiB read p50 (us)" "$l4g" "$l4i"
+	row "random 4 KiB read p99 (us)" "$l4q" "$l4p"
+	row "random 1 MiB read p50 (us)" "$l1g" "$l1i"
+	row "random 1 MiB read p99 (us)" "$l1q" "$l1p"
+	echo "  (medians of 3 rounds; rounds (idle p50 p99, gc p50 p99): 4 KiB$lat4; 1 MiB$lat1)"
+	echo "  (the passes ran $(python3 -c "print('%.2f' % $gcs)") s," \
+		"copying $(python3 -c "print('%.0f' % ($gcb / 2**20 / max($gcs, 1e-9)))") MiB/s beside the reads)"
+	# The copy rate alone: a pass with nothing else running, next to direct writes
+	# of the same bytes in the same round; three rounds, the median ratio.
+	local rates=""
+	for r in 1 2 3; do
+		make_garbage "$work/mnt/g" 12288 262144 2
+		c0=$(gc_stat bytes_copied); s0=$(gc_stat seconds)
+		echo gc >"$work/mnt/.kvfs/ctl"
+		c1=$(gc_stat bytes_copied); s1=$(gc_stat seconds)
+		k=$(python3 -c "print('%.0f' % (($c1 - $c0) / 2**20 / max($s1 - $s0, 1e-9)))")
+		b=$(fio_bw "$work/direct" write 1 0 64 16m 1)
+		rates="$rates $k $b"
+		rm -rf "$work/direct"/* "$work/mnt/g"
+	done
+	read -r k b < <(python3 -c 'import statistics as s, sys; v=[float(x) for x in sys.argv[1:]]
+r=[v[i]/v[i+1] for i in range(0, len(v), 2)]; i=r.index(s.median(r)); print("%.0f %.0f" % (v[2*i], v[2*i+1]))' $rates)
 	printf '%-40s %10s %10s %8s\n' "" "gc MiB/s" "disk MiB/s" ratio
 	row "compaction copy rate vs direct write" "$k" "$b"
-	rm -rf "$work/direct" "$work/mnt/g"
+	echo "  (the round with the median ratio; rounds (gc, disk MiB/s):$rates)"
+	rm -rf "$work/direct"
 	echo gc >"$work/mnt/.kvfs/ctl"
 
 	# write amplification of the 75%-delete scenario: 1 GiB put, 3/4 deleted, one pass
