@@ -51,6 +51,13 @@ static inline fuse_ino_t kv_fs_nodeid(struct kv_fs *fs, struct kv_inode *ino)
 	return ino == kv_store_root(fs->kf_store) ? FUSE_ROOT_ID : (fuse_ino_t)(uintptr_t)ino;
 }
 
+/* The store inode of a node id (not a control node's): kv_fs_nodeid's inverse. */
+static inline struct kv_inode *kv_fs_inode(struct kv_fs *fs, fuse_ino_t ino)
+{
+	return ino == FUSE_ROOT_ID ? kv_store_root(fs->kf_store)
+				   : (struct kv_inode *)(uintptr_t)ino;
+}
+
 /* Frees the control-file handles still open when the session ended. */
 void kv_fs_ctl_close_all(struct kv_fs *fs);
 

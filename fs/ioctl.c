@@ -74,17 +74,6 @@ struct key_mem {
 	int km_n;
 };
 
-static struct kv_inode *inode_of(struct kv_fs *fs, fuse_ino_t ino)
-{
-	return ino == FUSE_ROOT_ID ? kv_store_root(fs->kf_store)
-				   : (struct kv_inode *)(uintptr_t)ino;
-}
-
-static fuse_ino_t nodeid_of(struct kv_fs *fs, struct kv_inode *ino)
-{
-	return ino == kv_store_root(fs->kf_store) ? FUSE_ROOT_ID : (fuse_ino_t)(uintptr_t)ino;
-}
-
 /* The thread group of thread tid, from /proc/<tid>/status. -ESRCH when gone. */
 static int tgid_of(pid_t tid, pid_t *out)
 {
@@ -425,7 +414,7 @@ static void invalidate(struct kv_fs *fs, fuse_ino_t parent, const char *name)
 static void name_changed(void *arg, struct kv_inode *dir, const char *name)
 {
 	struct changed *ch = arg;
-	fuse_ino_t parent = nodeid_of(ch->ch_fs, dir);
+	fuse_ino_t parent = kv_fs_nodeid(ch->ch_fs, dir);
 	char *copy;
 
 	if (ch->ch_n == ch->ch_max) {
@@ -536,7 +525,7 @@ static int do_batch(struct ioc *io, enum kv_ioc_kind kind, struct kvfs_ioc_batch
 
 	if (kv_ctl_is(io->io_ino))
 		return -ENOTDIR;
-	b.kb_dir = inode_of(fs, io->io_ino);
+	b.kb_dir = kv_fs_inode(fs, io->io_ino);
 	if (!kv_inode_is_dir(b.kb_dir))
 		return -ENOTDIR;
 	err = kv_ioc_batch_check(kind, bt);

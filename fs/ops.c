@@ -82,18 +82,6 @@ static struct kv_fs *fs_of(fuse_req_t req)
 	return fuse_req_userdata(req);
 }
 
-static struct kv_inode *inode_of(struct kv_fs *fs, fuse_ino_t ino)
-{
-	if (ino == FUSE_ROOT_ID)
-		return kv_store_root(fs->kf_store);
-	return (struct kv_inode *)(uintptr_t)ino;
-}
-
-static fuse_ino_t nodeid_of(struct kv_fs *fs, struct kv_inode *ino)
-{
-	return ino == kv_store_root(fs->kf_store) ? FUSE_ROOT_ID : (fuse_ino_t)(uintptr_t)ino;
-}
-
 static void done(fuse_req_t req, enum kv_op op, uint64_t t0, uint64_t bytes, int err)
 {
 	kv_stats_op(&fs_of(req)->kf_stats, op, t0, bytes, err);
@@ -144,7 +132,7 @@ static void to_entry(struct kv_fs *fs, struct kv_inode *ino, const struct kv_att
 		     struct fuse_entry_param *e)
 {
 	memset(e, 0, sizeof(*e));
-	e->ino = nodeid_of(fs, ino);
+	e->ino = kv_fs_nodeid(fs, ino);
 	e->attr_timeout = cache_timeout(fs);
 	e->entry_timeout = cache_timeout(fs);
 	to_stat(a, &e->attr);
@@ -214,9 +202,9 @@ static void kv_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		return;
 	}
 	/* The shared tier first: it may bring the name in, or drop a stale copy. */
-	err = fs->kf_shared ? kv_shared_lookup(fs->kf_shared, inode_of(fs, parent), name) : 0;
+	err = fs->kf_shared ? kv_shared_lookup(fs->kf_shared, kv_fs_inode(fs, parent), name) : 0;
 	if (!err)
-		err = kv_store_lookup(fs->kf_store, inode_of(fs, parent), name, &ino, &a);
+		err = kv_store_lookup(fs->kf_store, kv_fs_inode(fs, parent), name, &ino, &a);
 	if (err)
 		return reply_err(req, KV_OP_LOOKUP, t0, err);
 	to_entry(fs, ino, &a, &e);
@@ -229,7 +217,7 @@ static void forget_one(struct kv_fs *fs, fuse_ino_t ino, uint64_t n)
 {
 	if (ino == FUSE_ROOT_ID || kv_ctl_is(ino))
 		return;
-	kv_store_forget(fs->kf_store, inode_of(fs, ino), n);
+	kv_store_forget(fs->kf_store, kv_fs_inode(fs, ino), n);
 }
 
 static void kv_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
@@ -259,7 +247,7 @@ static void kv_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		fuse_reply_attr(req, &e.attr, cache_timeout(fs));
 		return;
 	}
-	kv_store_getattr(fs->kf_store, inode_of(fs, ino), &a);
+	kv_store_getattr(fs->kf_store, kv_fs_inode(fs, ino), &a);
 	to_stat(&a, &st);
 	done(req, KV_OP_GETATTR, t0, 0, 0);
 	fuse_reply_attr(req, &st, cache_timeout(fs));
@@ -308,7 +296,7 @@ static void kv_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	}
 	if (to_set & FUSE_SET_ATTR_MTIME_NOW)
 		sa.ksa_valid |= KV_SET_MTIME | KV_SET_MTIME_NOW;
-	err = kv_store_setattr(fs->kf_store, inode_of(fs, ino), &sa, &a);
+	err = kv_store_setattr(fs->kf_store, kv_fs_inode(fs, ino), &sa, &a);
 	if (err)
 		return reply_err(req, KV_OP_SETATTR, t0, err);
 	to_stat(&a, &st);
@@ -345,7 +333,7 @@ static void kv_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 	err = kv_fs_perm(req, parent, W_OK | X_OK);
 	if (err)
 		return reply_err(req, KV_OP_MKDIR, t0, err);
-	err = kv_store_mkdir(fs->kf_store, inode_of(fs, parent), name, mode, &c, &ino, &a);
+	err = kv_store_mkdir(fs->kf_store, kv_fs_inode(fs, parent), name, mode, &c, &ino, &a);
 	if (!err)
 		shared_sync(fs);
 	reply_new(req, KV_OP_MKDIR, t0, err, ino, &a);
@@ -371,7 +359,7 @@ static void kv_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 	err = kv_fs_perm(req, parent, W_OK | X_OK);
 	if (err)
 		return reply_err(req, op, t0, err);
-	err = kv_store_mknod(fs->kf_store, inode_of(fs, parent), name, mode, &c, &ino, &a);
+	err = kv_store_mknod(fs->kf_store, kv_fs_inode(fs, parent), name, mode, &c, &ino, &a);
 	reply_new(req, op, t0, err, ino, &a);
 }
 
@@ -389,7 +377,7 @@ static void kv_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, cons
 	err = kv_fs_perm(req, parent, W_OK | X_OK);
 	if (err)
 		return reply_err(req, KV_OP_SYMLINK, t0, err);
-	err = kv_store_symlink(fs->kf_store, inode_of(fs, parent), name, link, &c, &ino, &a);
+	err = kv_store_symlink(fs->kf_store, kv_fs_inode(fs, parent), name, link, &c, &ino, &a);
 	if (!err)
 		shared_sync(fs);
 	reply_new(req, KV_OP_SYMLINK, t0, err, ino, &a);
@@ -402,7 +390,8 @@ static void kv_readlink(fuse_req_t req, fuse_ino_t ino)
 	int err = -EINVAL;
 
 	if (!kv_ctl_is(ino))
-		err = kv_store_readlink(fs_of(req)->kf_store, inode_of(fs_of(req), ino), &target);
+		err =
+		    kv_store_readlink(fs_of(req)->kf_store, kv_fs_inode(fs_of(req), ino), &target);
 	if (err)
 		return reply_err(req, KV_OP_READLINK, t0, err);
 	done(req, KV_OP_READLINK, t0, 0, 0);
@@ -424,7 +413,7 @@ static void kv_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 	if (!kv_ctl_is(parent))
 		err = kv_fs_perm_delete(req, parent, name);
 	if (!err)
-		err = kv_store_unlink(fs->kf_store, inode_of(fs, parent), name);
+		err = kv_store_unlink(fs->kf_store, kv_fs_inode(fs, parent), name);
 	if (err)
 		return reply_err(req, KV_OP_UNLINK, t0, err);
 	shared_sync(fs);
@@ -441,7 +430,7 @@ static int shared_rmdir_check(struct kv_fs *fs, fuse_ino_t parent, const char *n
 	int err;
 
 	if (!fs->kf_shared ||
-	    kv_store_lookup(fs->kf_store, inode_of(fs, parent), name, &dir, &a))
+	    kv_store_lookup(fs->kf_store, kv_fs_inode(fs, parent), name, &dir, &a))
 		return 0; /* the rmdir says why */
 	err = kv_store_readdir(fs->kf_store, dir, &snap);
 	if (!err && !snap.kds_count)
@@ -464,7 +453,7 @@ static void kv_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 	if (!err)
 		err = shared_rmdir_check(fs, parent, name);
 	if (!err)
-		err = kv_store_rmdir(fs->kf_store, inode_of(fs, parent), name);
+		err = kv_store_rmdir(fs->kf_store, kv_fs_inode(fs, parent), name);
 	if (err)
 		return reply_err(req, KV_OP_RMDIR, t0, err);
 	shared_sync(fs);
@@ -488,7 +477,7 @@ static int shared_rename_check(struct kv_fs *fs, fuse_ino_t parent, const char *
 		return 0;
 	if (flags & RENAME_EXCHANGE)
 		return -EXDEV;
-	if (kv_store_lookup(fs->kf_store, inode_of(fs, parent), name, &ino, &a))
+	if (kv_store_lookup(fs->kf_store, kv_fs_inode(fs, parent), name, &ino, &a))
 		return 0; /* the rename says why */
 	kv_inode_put(ino);
 	return S_ISDIR(a.ka_mode) ? -EXDEV : 0;
@@ -506,8 +495,8 @@ static void kv_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 	if (!err)
 		err = shared_rename_check(fs, parent, name, flags);
 	if (!err)
-		err = kv_store_rename(fs->kf_store, inode_of(fs, parent), name,
-				      inode_of(fs, newparent), newname, flags);
+		err = kv_store_rename(fs->kf_store, kv_fs_inode(fs, parent), name,
+				      kv_fs_inode(fs, newparent), newname, flags);
 	if (err)
 		return reply_err(req, KV_OP_RENAME, t0, err);
 	shared_sync(fs);
@@ -546,8 +535,8 @@ static void kv_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	if (!kv_ctl_is(parent))
 		err = kv_fs_perm(req, parent, W_OK | X_OK);
 	if (!err)
-		err = kv_store_create_open(fs->kf_store, inode_of(fs, parent), name, mode, &c, &ino,
-					   &a);
+		err = kv_store_create_open(fs->kf_store, kv_fs_inode(fs, parent), name, mode, &c,
+					   &ino, &a);
 	if (err)
 		return reply_err(req, KV_OP_CREATE, t0, err);
 	to_entry(fs, ino, &a, &e);
@@ -602,7 +591,7 @@ static void kv_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 	if (kv_ctl_is(ino))
 		return ctl_open(req, ino, fi, t0);
-	inode = inode_of(fs, ino);
+	inode = kv_fs_inode(fs, ino);
 	err = kv_fs_perm_open(req, ino, fi->flags);
 	if (!err)
 		err = kv_store_open(fs->kf_store, inode, fi->flags);
@@ -646,7 +635,7 @@ static void kv_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 	if (kv_ctl_is(ino))
 		return ctl_read(req, size, off, fi, t0);
-	n = kv_store_read(fs->kf_store, inode_of(fs, ino), (uint64_t)off, size, iov, READ_IOV,
+	n = kv_store_read(fs->kf_store, kv_fs_inode(fs, ino), (uint64_t)off, size, iov, READ_IOV,
 			  &bytes, &g);
 	if (n < 0)
 		return reply_err(req, KV_OP_READ, t0, n);
@@ -665,7 +654,7 @@ static void kv_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	if (ino == KV_CTL_CMD)
 		err = kv_ctl_cmd(fs, buf, size);
 	else if (!kv_ctl_is(ino))
-		err = kv_store_write(fs->kf_store, inode_of(fs, ino), (uint64_t)off, buf, size);
+		err = kv_store_write(fs->kf_store, kv_fs_inode(fs, ino), (uint64_t)off, buf, size);
 	if (err)
 		return reply_err(req, KV_OP_WRITE, t0, err);
 	done(req, KV_OP_WRITE, t0, size, 0);
@@ -685,7 +674,7 @@ static void kv_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	int err = 0;
 
 	if (!kv_ctl_is(ino) && fs->kf_shared && kv_shared_sync_on(fs->kf_shared)) {
-		err = kv_store_fsync(fs->kf_store, inode_of(fs, ino));
+		err = kv_store_fsync(fs->kf_store, kv_fs_inode(fs, ino));
 		if (!err)
 			err = kv_shared_sync(fs->kf_shared);
 	}
@@ -706,7 +695,7 @@ static void kv_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		if (h)
 			ctl_free(fs, h);
 	} else {
-		kv_store_release(fs->kf_store, inode_of(fs, ino), fi->flags);
+		kv_store_release(fs->kf_store, kv_fs_inode(fs, ino), fi->flags);
 	}
 	kv_fs_ioctl_release(fs, fi->fh);
 	done(req, KV_OP_RELEASE, t0, 0, 0);
@@ -721,7 +710,7 @@ static void kv_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 	int err = 0;
 
 	if (!kv_ctl_is(ino))
-		err = kv_store_fsync(fs->kf_store, inode_of(fs, ino));
+		err = kv_store_fsync(fs->kf_store, kv_fs_inode(fs, ino));
 	/* the seal queued its put: the queue's log is made durable too (--rados-sync: sent) */
 	if (!err && !kv_ctl_is(ino) && fs->kf_shared && !kv_shared_sync_on(fs->kf_shared))
 		err = kv_shared_persist(fs->kf_shared);
@@ -800,7 +789,7 @@ static size_t add_entry(fuse_req_t req, fuse_ino_t dino, struct dir_handle *h, u
 			 * tells the kernel to look it up when used) */
 			e.attr.st_ino = (uint64_t)1 << 63 | i;
 		} else if (plus) {
-			if (kv_store_lookup(fs->kf_store, inode_of(fs, dino), name, &ino, &a)) {
+			if (kv_store_lookup(fs->kf_store, kv_fs_inode(fs, dino), name, &ino, &a)) {
 				*skip = true;
 				return 0;
 			}
@@ -835,9 +824,9 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 	if (!kv_ctl_is(ino) && (off == 0 || !h->dh_valid)) {
 		kv_dir_snap_free(&h->dh_snap);
-		err = kv_store_readdir(fs->kf_store, inode_of(fs, ino), &h->dh_snap);
+		err = kv_store_readdir(fs->kf_store, kv_fs_inode(fs, ino), &h->dh_snap);
 		if (!err && fs->kf_shared)
-			err = kv_shared_readdir(fs->kf_shared, inode_of(fs, ino), &h->dh_snap);
+			err = kv_shared_readdir(fs->kf_shared, kv_fs_inode(fs, ino), &h->dh_snap);
 		if (err)
 			return reply_err(req, KV_OP_READDIR, t0, err);
 		h->dh_valid = true;
@@ -924,8 +913,8 @@ static void kv_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
 	(void)fi;
 	if (off >= 0 && (whence == SEEK_DATA || whence == SEEK_HOLE))
 		err = kv_ctl_is(ino) ? -ENXIO
-				     : kv_store_seek(fs->kf_store, inode_of(fs, ino), (uint64_t)off,
-						     whence, &at);
+				     : kv_store_seek(fs->kf_store, kv_fs_inode(fs, ino),
+						     (uint64_t)off, whence, &at);
 	if (err)
 		return reply_err(req, KV_OP_LSEEK, t0, err);
 	done(req, KV_OP_LSEEK, t0, 0, 0);
@@ -942,7 +931,7 @@ static void kv_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
 	if (off < 0 || len <= 0)
 		err = -EINVAL;
 	else if (!kv_ctl_is(ino))
-		err = kv_store_fallocate(fs->kf_store, inode_of(fs, ino), mode, (uint64_t)off,
+		err = kv_store_fallocate(fs->kf_store, kv_fs_inode(fs, ino), mode, (uint64_t)off,
 					 (uint64_t)len);
 	if (err)
 		return reply_err(req, KV_OP_FALLOCATE, t0, err);
@@ -965,7 +954,7 @@ static int xattr_value(struct kv_fs *fs, fuse_ino_t ino, const char *name, char 
 
 	if (kv_ctl_is(ino))
 		return -ENODATA;
-	kv_store_getattr(fs->kf_store, inode_of(fs, ino), &a);
+	kv_store_getattr(fs->kf_store, kv_fs_inode(fs, ino), &a);
 	if (!S_ISREG(a.ka_mode))
 		return -ENODATA;
 	if (!strcmp(name, SEQ_XATTR) && a.ka_seq)

@@ -55,19 +55,13 @@ static int allowed(fuse_req_t req, const struct kv_attr *a, int mask)
 	return ((unsigned)mask & ~bits & 7) ? -EACCES : 0;
 }
 
-static struct kv_inode *node_of(struct kv_fs *fs, fuse_ino_t ino)
-{
-	return ino == FUSE_ROOT_ID ? kv_store_root(fs->kf_store)
-				   : (struct kv_inode *)(uintptr_t)ino;
-}
-
 /* The attributes permissions are checked against: a control node's are fixed (fs/ctl.c). */
 static void attr_of(struct kv_fs *fs, fuse_ino_t ino, struct kv_attr *a)
 {
 	struct fuse_entry_param e;
 
 	if (!kv_ctl_is(ino)) {
-		kv_store_getattr(fs->kf_store, node_of(fs, ino), a);
+		kv_store_getattr(fs->kf_store, kv_fs_inode(fs, ino), a);
 		return;
 	}
 	kv_ctl_entry(fs, ino, &e);
@@ -118,7 +112,7 @@ static int may_delete(fuse_req_t req, fuse_ino_t dir, const char *name, bool wan
 	err = allowed(req, &d, W_OK | X_OK);
 	sticky = (d.ka_mode & S_ISVTX) && uid != 0 && uid != d.ka_uid;
 	if (err || !(sticky || want) ||
-	    kv_store_lookup(fs->kf_store, node_of(fs, dir), name, &ino, v))
+	    kv_store_lookup(fs->kf_store, kv_fs_inode(fs, dir), name, &ino, v))
 		return err; /* a name that is not there: the operation says so */
 	kv_inode_put(ino);
 	*have = true;

@@ -1842,20 +1842,21 @@ static uint64_t gc_io(const struct kv_compact *c)
 }
 
 /*
- * After a yielding compaction's I/O that began at t0, while foreground I/O
- * goes on: a pause twice as long as the I/O took. The disk and a CPU are
- * then the foreground's at least two thirds of the time, whatever the
- * compaction would take of them (its checksums and copies need a CPU too,
- * and two-core machines have none to spare). Measured (bench.sh gc), the
- * pause took the p99 of 4 KiB reads during a pass from 2-4x idle to about
- * 1.5x; once as long as the I/O left it nearer 1.6x.
+ * After a compaction's I/O of at most io bytes that began at t0: when it
+ * was a yielding one (gc_io() was below STAGE) and foreground I/O goes on,
+ * a pause twice as long as the I/O took. The disk and a CPU are then the
+ * foreground's at least two thirds of the time, whatever the compaction
+ * would take of them (its checksums and copies need a CPU too, and
+ * two-core machines have none to spare). Measured (bench.sh gc), the pause
+ * took the p99 of 4 KiB reads during a pass from 2-4x idle to about 1.5x;
+ * once as long as the I/O left it nearer 1.6x.
  */
-static void gc_pause(const struct kv_compact *c, uint64_t t0)
+static void gc_pause(const struct kv_compact *c, uint64_t io, uint64_t t0)
 {
 	uint64_t ns;
 	struct timespec ts;
 
-	if (!c->kc_yield || !kv_bucket_fg_active(c->kc_bs))
+	if (io >= STAGE || !kv_bucket_fg_active(c->kc_bs))
 		return;
 	ns = 2 * (mono_ns() - t0);
 	ts = (struct timespec){.tv_sec = (time_t)(ns / 1000000000u),
@@ -1880,7 +1881,7 @@ static int gc_rw(const struct kv_compact *c, int fd, bool write, void *buf, uint
 		io = gc_io(c);
 		err = kv_prw_all(fd, write, (char *)buf + done, len - done < io ? len - done : io,
 				 off + done);
-		gc_pause(c, t0);
+		gc_pause(c, io, t0);
 	}
 	return err;
 }
@@ -2111,8 +2112,7 @@ int kv_compact_copy_many(struct kv_compact *c, const struct kv_loc *from, struct
 		uint64_t t0 = mono_ns();
 
 		err = kv_aio_run(bs->bs_aio, ops, k) == -ENOMEM ? -ENOMEM : 0;
-		if (io < STAGE)
-			gc_pause(c, t0);
+		gc_pause(c, io, t0);
 	}
 	for (unsigned i = 0; i < k; i++)
 		bucket_release(bs, src[i]);
