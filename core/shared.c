@@ -895,12 +895,8 @@ static void on_changed(void *arg, enum kv_store_change what, struct kv_inode *di
 	ch->ch_kind = kinds[what];
 	ch->ch_mode = 0755;
 	ch->ch_time_ns = realtime_ns();
-	if (what == KV_CHANGE_UNLINK || what == KV_CHANGE_RENAME) {
-		struct kv_store_usage u;
-
-		kv_store_usage(sh->sh_st, &u);
-		ch->ch_mark = u.ku_last_seq;
-	}
+	if (what == KV_CHANGE_UNLINK || what == KV_CHANGE_RENAME)
+		ch->ch_mark = kv_store_last_seq(sh->sh_st);
 	if (what == KV_CHANGE_RENAME) {
 		struct kv_inode *moved;
 		struct kv_attr a;
@@ -2318,10 +2314,9 @@ int kv_shared_start(const struct kv_config *cfg, struct kv_store *st, uint64_t n
 			 * store's (it lost them: no SSD tier, a journal tail lost to a
 			 * power cut): forgotten before a new value can take the number.
 			 */
-			struct kv_store_usage u;
+			uint64_t last = kv_store_last_seq(st);
 
-			kv_store_usage(st, &u);
-			kv_rknown_prune(sh->sh_rk, UINT64_MAX, seq_at_most, &u.ku_last_seq);
+			kv_rknown_prune(sh->sh_rk, UINT64_MAX, seq_at_most, &last);
 		}
 	}
 	err = pthread_create(&sh->sh_thread, NULL, worker, sh);

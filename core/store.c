@@ -89,8 +89,13 @@ void kv_store_usage(struct kv_store *st, struct kv_store_usage *u)
 	u->ku_specials = atomic_load(&st->ks_specials);
 	u->ku_open = atomic_load(&st->ks_open);
 	u->ku_bytes = atomic_load(&st->ks_bytes);
-	u->ku_last_seq = atomic_load(&st->ks_seq);
+	u->ku_last_seq = kv_store_last_seq(st);
 	u->ku_inodes = atomic_load(&st->ks_inodes);
+}
+
+uint64_t kv_store_last_seq(struct kv_store *st)
+{
+	return atomic_load(&st->ks_seq);
 }
 
 enum {

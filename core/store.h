@@ -195,6 +195,8 @@ uint64_t kv_store_destroy(struct kv_store *st);
 struct kv_inode *kv_store_root(struct kv_store *st);
 struct kv_pool *kv_store_pool(struct kv_store *st);
 void kv_store_usage(struct kv_store *st, struct kv_store_usage *u);
+/* The last sequence number handed out (ku_last_seq alone, without the tier's counts). */
+uint64_t kv_store_last_seq(struct kv_store *st);
 
 /*
  * --fsck: recovers DATA_DIR as a start would (cutting torn tails, removing

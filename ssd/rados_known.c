@@ -31,10 +31,9 @@ struct kv_rknown {
 	pthread_mutex_t rk_lock; /* guards everything below (a leaf) */
 	int rk_dirfd;		 /* not owned */
 	int rk_fd;		 /* O_APPEND */
-	uint64_t rk_bytes;	 /* of the file: a partial append is cut back to it */
 	struct slot *rk_tab;
 	uint64_t rk_cap, rk_n; /* slots (a power of two), versions known */
-	uint64_t rk_recs;      /* records in the file */
+	uint64_t rk_recs;      /* records in the file, after its header of rk_hlen bytes */
 	char *rk_head;	       /* the header */
 	size_t rk_hlen;
 };
@@ -125,12 +124,11 @@ static int append(struct kv_rknown *k, uint64_t seq, uint64_t node, uint64_t rse
 	int err = kv_write_all(k->rk_fd, &r, sizeof(r));
 
 	if (err) { /* a partial record would end the file there: cut it off */
-		if (ftruncate(k->rk_fd, (off_t)k->rk_bytes) < 0)
+		if (ftruncate(k->rk_fd, (off_t)(k->rk_hlen + k->rk_recs * sizeof(r))) < 0)
 			return -errno;
 		return err;
 	}
 	k->rk_recs++;
-	k->rk_bytes += sizeof(r);
 	return 0;
 }
 
@@ -165,7 +163,6 @@ static int rewrite(struct kv_rknown *k)
 	close(k->rk_fd);
 	k->rk_fd = fd;
 	k->rk_recs = k->rk_n;
-	k->rk_bytes = k->rk_hlen + k->rk_n * sizeof(struct kv_rknown_rec);
 	return 0;
 }
 
@@ -193,7 +190,6 @@ static int load(struct kv_rknown *k, const char *buf, uint64_t off, uint64_t len
 		k->rk_recs++;
 	}
 	*end = off;
-	k->rk_bytes = off;
 	return err;
 }
 
@@ -235,7 +231,6 @@ int kv_rknown_open(int dirfd, const char *pool, const char *ns, struct kv_rknown
 			err = k->rk_fd;
 			goto out_free;
 		}
-		k->rk_bytes = k->rk_hlen;
 	}
 	pthread_mutex_init(&k->rk_lock, NULL);
 	maybe_rewrite(k);

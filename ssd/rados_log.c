@@ -166,16 +166,19 @@ int kv_rlog_open(int dirfd, const char *pool, const char *ns, kv_rlog_each_fn ea
 		goto out_free;
 	if (l->rl_fd >= 0) {
 		if (len < l->rl_hlen || memcmp(buf, l->rl_head, l->rl_hlen)) {
-			/* another pool's (or not ours at all): set aside, begun anew */
+			/* another pool's, another format's (or not ours at all): set aside, begun
+			 * anew */
 			struct kv_file_head o = {0};
 
 			memcpy(&o, buf, len < sizeof(o) ? len : sizeof(o));
 			if (len)
 				fprintf(stderr,
-					"kvfs: rados: %s was kept for another pool or namespace "
+					"kvfs: rados: %s was kept for another pool, namespace or "
+					"format "
 					"(%" PRIu64 " changes not sent): set aside as %s\n",
 					KV_RLOG_NAME,
-					o.fh_magic == KV_RLOG_MAGIC
+					o.fh_magic == KV_RLOG_MAGIC &&
+						o.fh_version == KV_RLOG_VERSION
 					    ? count_pending(
 						  buf, sizeof(o) + o.fh_pool_len + o.fh_ns_len, len)
 					    : 0,

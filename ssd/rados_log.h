@@ -51,7 +51,7 @@
 #define KV_RLOG_NAME	  "rados.log"
 #define KV_RLOG_MAGIC	  0x474f4c5253564b00ull /* "\0KVSRLOG" */
 #define KV_RLOG_REC_MAGIC 0x43455251u		/* "QREC" */
-#define KV_RLOG_VERSION	  1
+#define KV_RLOG_VERSION	  2			/* 2: records carry rr_node and rr_mark */
 #define KV_RLOG_REWRITE	  (64ull << 20) /* bytes of log that make a rewrite worth it */
 #define KV_RLOG_SHRINK	  (1ull << 20)	/* bytes of log worth a truncate once nothing is left */
 #define KV_RLOG_PATH_MAX  4096
