@@ -2655,9 +2655,19 @@ static void prefetch_in(struct kv_shared *sh, struct kv_rados *r, struct kv_inod
 	char doid[KV_RADOS_OID_MAX], *dpath = NULL;
 	struct pf_key k[KV_SHARED_PREFETCH_MAX];
 	struct dlist *dl;
-	unsigned m = 0;
+	unsigned m = 0, missing = 0;
 
-	if (kv_store_path_of(st, dir, &dpath))
+	/* Keys here already are their lookups' to check: no listing read for a batch of them. */
+	for (unsigned i = 0; i < n && missing < 2; i++) {
+		struct kv_inode *ino;
+		struct kv_attr a;
+
+		if (kv_store_lookup(st, dir, names[i], &ino, &a))
+			missing++;
+		else
+			kv_inode_put(ino);
+	}
+	if (missing < 2 || kv_store_path_of(st, dir, &dpath))
 		return;
 	dir_oid_of(doid, dpath);
 	free(dpath);

@@ -126,6 +126,5 @@ int kv_file_create(int dirfd, const char *name, const char *head, size_t hlen)
 		close(fd);
 		return err;
 	}
-	fsync(dirfd);
 	return fd;
 }

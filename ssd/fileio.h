@@ -53,8 +53,9 @@ int kv_file_load(int dirfd, const char *name, int *fd, char **buf, uint64_t *len
 
 /*
  * Makes dirfd/name anew (truncated), opened for appending, with head as
- * its first hlen bytes, and syncs the directory (its name then survives a
- * power cut once the file is synced). Returns the fd or -errno.
+ * its first hlen bytes. The directory is not synced: a file kept under
+ * this name needs that (fsync(dirfd)); a temporary one renamed over
+ * another needs it after the rename instead. Returns the fd or -errno.
  */
 int kv_file_create(int dirfd, const char *name, const char *head, size_t hlen);
 

@@ -153,6 +153,7 @@ static int rewrite(struct kv_rknown *k)
 	}
 	if (!err && fdatasync(fd) < 0)
 		err = -errno;
+	/* The rename unsynced: a power cut may keep the old file, as true, only longer. */
 	if (!err && renameat(k->rk_dirfd, TMP_NAME, k->rk_dirfd, KV_RKNOWN_NAME) < 0)
 		err = -errno;
 	if (err) {
@@ -231,6 +232,7 @@ int kv_rknown_open(int dirfd, const char *pool, const char *ns, struct kv_rknown
 			err = k->rk_fd;
 			goto out_free;
 		}
+		fsync(dirfd); /* its name: a power cut keeps the file */
 	}
 	pthread_mutex_init(&k->rk_lock, NULL);
 	maybe_rewrite(k);

@@ -207,6 +207,7 @@ int kv_rlog_open(int dirfd, const char *pool, const char *ns, kv_rlog_each_fn ea
 			err = l->rl_fd;
 			goto out_free;
 		}
+		fsync(dirfd); /* its name: a power cut keeps the log */
 		l->rl_bytes = l->rl_hlen;
 	}
 	free(buf);
