@@ -4,14 +4,18 @@
  * core/batch.h). Everything goes through the store's public API: names are
  * walked with kv_store_lookup, values are built with kv_store_value_new and
  * published with kv_store_publish, read with kv_store_read, removed with
- * kv_store_unlink / kv_store_rmdir.
+ * kv_store_unlink / kv_store_rmdir. Permissions are checked as the system
+ * calls on the same paths would check them (core/perm.h), for every
+ * caller and every mount: the kernel sees only an ioctl on a directory.
  */
 #include "core/batch.h"
+#include "core/perm.h"
 #include "core/shared.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* iovecs handed to km_copy at a time. */
 #define BATCH_IOV 64
@@ -58,11 +62,14 @@ static void add_ns(struct kv_batch *b, enum kv_stage s, uint64_t t0)
 
 /*
  * Copies a checked name into path and walks its directories from kb_dir:
- * sets *parent (a reference the caller drops) and *last (the last
- * component, inside path). With mkdir, missing directories are created.
+ * sets *parent (a reference the caller drops), *pa (its attributes) and
+ * *last (the last component, inside path). With mkdir, missing
+ * directories are created. The caller needs search permission on every
+ * directory it passes, kb_dir and the parent included, and write
+ * permission where it creates one: -EACCES otherwise.
  */
 static int walk(struct kv_batch *b, const char *name, size_t len, char *path, bool mkdir,
-		struct kv_inode **parent, const char **last)
+		struct kv_inode **parent, struct kv_attr *pa, const char **last)
 {
 	struct kv_store *st = b->kb_st;
 	struct kv_inode *dir = b->kb_dir, *c;
@@ -75,14 +82,23 @@ static int walk(struct kv_batch *b, const char *name, size_t len, char *path, bo
 		return err;
 	memcpy(path, name, len);
 	path[len] = '\0';
+	err = kv_store_getattr(st, dir, pa);
+	if (err)
+		return err;
 	kv_inode_get(dir);
-	while ((slash = strchr(p, '/'))) {
+	for (;;) {
+		err = kv_may(&b->kb_cred, pa, X_OK);
+		slash = strchr(p, '/');
+		if (err || !slash)
+			break;
 		*slash = '\0';
 		err = b->kb_shared ? kv_shared_lookup(b->kb_shared, dir, p) : 0;
 		if (!err)
 			err = kv_store_lookup(st, dir, p, &c, &a);
 		if (err == -ENOENT && mkdir) {
-			err = kv_store_mkdir(st, dir, p, 0755, &b->kb_cred, &c, &a);
+			err = kv_may(&b->kb_cred, pa, W_OK);
+			if (!err)
+				err = kv_store_mkdir(st, dir, p, 0755, &b->kb_cred, &c, &a);
 			if (err == -EEXIST) /* made meanwhile by someone else */
 				err = kv_store_lookup(st, dir, p, &c, &a);
 		}
@@ -94,7 +110,12 @@ static int walk(struct kv_batch *b, const char *name, size_t len, char *path, bo
 			return -ENOTDIR;
 		}
 		dir = c;
+		*pa = a;
 		p = slash + 1;
+	}
+	if (err) {
+		kv_inode_put(dir);
+		return err;
 	}
 	*parent = dir;
 	*last = p;
@@ -116,8 +137,11 @@ static unsigned tier_flags(enum kv_tier_kind t)
 	}
 }
 
-/* Finds the key (a reference in *out) and describes it in ki. */
-static int find(struct kv_batch *b, const char *name, size_t len, struct kv_key_info *ki,
+/*
+ * Finds the key (a reference in *out) and describes it in ki. mask: the
+ * permission the caller needs on the key (R_OK to read it; 0 to see it).
+ */
+static int find(struct kv_batch *b, const char *name, size_t len, int mask, struct kv_key_info *ki,
 		struct kv_inode **out)
 {
 	char path[KV_BATCH_PATH_MAX + 1];
@@ -129,7 +153,7 @@ static int find(struct kv_batch *b, const char *name, size_t len, struct kv_key_
 
 	ki->kki_size = 0;
 	ki->kki_flags = 0;
-	err = walk(b, name, len, path, false, &dir, &last);
+	err = walk(b, name, len, path, false, &dir, &a, &last);
 	if (!err) {
 		err = b->kb_shared ? kv_shared_lookup(b->kb_shared, dir, last) : 0;
 		if (!err)
@@ -148,6 +172,11 @@ static int find(struct kv_batch *b, const char *name, size_t len, struct kv_key_
 	if (!S_ISREG(kv_inode_type(ino))) {
 		kv_inode_put(ino);
 		return -EINVAL; /* a symlink, FIFO or socket: a name, not a key */
+	}
+	err = kv_may(&b->kb_cred, &a, mask);
+	if (err) {
+		kv_inode_put(ino);
+		return err;
 	}
 	ki->kki_size = a.ka_size;
 	ki->kki_flags |= tier_flags(a.ka_tier);
@@ -170,9 +199,10 @@ void kv_batch_prefetch(struct kv_batch *b, const char *const *names, const size_
 	lasts = malloc(n * sizeof(*lasts));
 	for (unsigned i = 0; paths && lasts && i <= n; i++) {
 		struct kv_inode *dir = NULL;
+		struct kv_attr a;
 		const char *last;
 
-		if (i < n && walk(b, names[i], lens[i], paths[m], false, &dir, &last))
+		if (i < n && walk(b, names[i], lens[i], paths[m], false, &dir, &a, &last))
 			continue;
 		if (run && (i == n || dir != run)) { /* the run of keys in run ends */
 			kv_shared_prefetch(b->kb_shared, run, lasts + from, m - from);
@@ -198,12 +228,33 @@ void kv_batch_prefetch(struct kv_batch *b, const char *const *names, const size_
 int64_t kv_batch_lookup(struct kv_batch *b, const char *name, size_t len, struct kv_key_info *ki)
 {
 	struct kv_inode *ino;
-	int err = find(b, name, len, ki, &ino);
+	int err = find(b, name, len, 0, ki, &ino);
 
 	if (err)
 		return err;
 	kv_inode_put(ino);
 	return (ki->kki_flags & KV_BK_SEALED) ? (int64_t)ki->kki_size : -EBUSY;
+}
+
+/*
+ * Whether the caller may put a new value under name in dir (attributes
+ * pa), as it may create a file there and rename it over the name: write
+ * permission on dir and, when dir is sticky, ownership of what the name
+ * holds now. 0, -EACCES or -EPERM.
+ */
+static int may_replace(struct kv_batch *b, struct kv_inode *dir, const struct kv_attr *pa,
+		       const char *name)
+{
+	struct kv_inode *old;
+	struct kv_attr a;
+	int err = kv_may(&b->kb_cred, pa, W_OK);
+
+	if (err || !kv_sticky_for(&b->kb_cred, pa) ||
+	    (b->kb_shared && kv_shared_lookup(b->kb_shared, dir, name)) ||
+	    kv_store_lookup(b->kb_st, dir, name, &old, &a))
+		return err;
+	kv_inode_put(old);
+	return kv_may_take(&b->kb_cred, pa, &a);
 }
 
 /* Copies m's bytes into the open object, BATCH_IOV extents at a time. */
@@ -226,6 +277,7 @@ int64_t kv_batch_put(struct kv_batch *b, const char *name, size_t len, unsigned 
 {
 	char path[KV_BATCH_PATH_MAX + 1];
 	struct kv_inode *dir;
+	struct kv_attr pa;
 	struct kv_obj *obj;
 	const char *last;
 	uint64_t t0 = kv_now_ns();
@@ -233,7 +285,12 @@ int64_t kv_batch_put(struct kv_batch *b, const char *name, size_t len, unsigned 
 
 	ki->kki_size = m->km_len;
 	ki->kki_flags = 0;
-	err = walk(b, name, len, path, flags & KV_BATCH_MKDIR, &dir, &last);
+	err = walk(b, name, len, path, flags & KV_BATCH_MKDIR, &dir, &pa, &last);
+	if (!err) {
+		err = may_replace(b, dir, &pa, last);
+		if (err)
+			kv_inode_put(dir);
+	}
 	add_ns(b, KV_STAGE_INDEX, t0);
 	if (err)
 		return err;
@@ -343,7 +400,7 @@ int64_t kv_batch_get(struct kv_batch *b, const char *name, size_t len, const str
 	uint64_t t0, off, bytes, size;
 	int n, err;
 
-	err = find(b, name, len, ki, &ino);
+	err = find(b, name, len, R_OK, ki, &ino);
 	if (err)
 		return err;
 	err = get_direct(b, ino, m, ki);
@@ -447,35 +504,47 @@ void kv_batch_retire(struct kv_batch *b, bool all, void (*done)(void *arg, uint6
 	}
 }
 
-/* Removes dir/name and everything below it; returns the keys removed or -errno. */
-static int64_t rm_tree(struct kv_batch *b, struct kv_inode *dir, const char *name)
+/*
+ * Removes dir/name and everything below it, as rm -rf would: the caller
+ * may write dir (attributes da); a directory is emptied when the caller
+ * may read, write and search it. Returns the keys removed, or -errno: the
+ * first refusal met below, or why dir/name itself stayed.
+ */
+static int64_t rm_tree(struct kv_batch *b, struct kv_inode *dir, const struct kv_attr *da,
+		       const char *name)
 {
 	struct kv_store *st = b->kb_st;
 	struct kv_dir_snap snap;
 	struct kv_inode *c;
 	struct kv_attr a;
 	int64_t keys = 0, r;
-	int err;
+	int err, denied = 0;
 
 	err = kv_store_lookup(st, dir, name, &c, &a);
 	if (err)
 		return err;
-	if (!kv_inode_is_dir(c)) {
+	err = kv_may_take(&b->kb_cred, da, &a);
+	if (err || !kv_inode_is_dir(c)) {
 		kv_inode_put(c);
-		err = kv_store_unlink(st, dir, name);
+		if (!err)
+			err = kv_store_unlink(st, dir, name);
 		return err ? err : S_ISREG(a.ka_mode);
 	}
-	for (int pass = 0; pass < RMTREE_TRIES; pass++) {
+	for (int pass = 0; pass < RMTREE_TRIES && !denied; pass++) {
 		err = kv_store_readdir(st, c, &snap);
 		if (err)
 			break;
-		for (uint32_t i = 0; i < snap.kds_count; i++) {
-			r = rm_tree(b, c, snap.kds_ent[i].kde_name);
+		if (snap.kds_count)
+			denied = kv_may(&b->kb_cred, &a, R_OK | W_OK | X_OK);
+		for (uint32_t i = 0; i < snap.kds_count && !denied; i++) {
+			r = rm_tree(b, c, &a, snap.kds_ent[i].kde_name);
 			if (r > 0)
 				keys += r;
+			else if (r == -EACCES || r == -EPERM)
+				denied = (int)r;
 		}
 		kv_dir_snap_free(&snap);
-		err = kv_store_rmdir(st, dir, name);
+		err = denied ? denied : kv_store_rmdir(st, dir, name);
 		if (err != -ENOTEMPTY)
 			break;
 	}
@@ -486,32 +555,33 @@ static int64_t rm_tree(struct kv_batch *b, struct kv_inode *dir, const char *nam
 int64_t kv_batch_remove(struct kv_batch *b, const char *name, size_t len, bool recursive)
 {
 	char path[KV_BATCH_PATH_MAX + 1];
-	struct kv_key_info ki;
 	struct kv_inode *dir, *ino;
+	struct kv_attr pa, a;
 	const char *last;
-	uint64_t t0;
+	uint64_t t0 = kv_now_ns();
 	int64_t r;
-	bool key;
 	int err;
 
-	err = find(b, name, len, &ki, &ino);
-	if (err == -EISDIR && !recursive)
-		return err;
-	/* A symlink, FIFO or socket (-EINVAL, present) is unlinked too, counting no key. */
-	if (err && err != -EISDIR && !(err == -EINVAL && (ki.kki_flags & KV_BK_PRESENT)))
-		return err;
-	key = !err;
-	if (!err)
-		kv_inode_put(ino);
-	t0 = kv_now_ns();
-	err = walk(b, name, len, path, false, &dir, &last);
+	err = walk(b, name, len, path, false, &dir, &pa, &last);
 	if (err)
 		return err;
-	if (ki.kki_flags & KV_BK_DIR) {
-		r = rm_tree(b, dir, last);
-	} else {
+	err = b->kb_shared ? kv_shared_lookup(b->kb_shared, dir, last) : 0;
+	if (!err)
+		err = kv_store_lookup(b->kb_st, dir, last, &ino, &a);
+	if (!err) {
+		kv_inode_put(ino);
+		err = kv_may(&b->kb_cred, &pa, W_OK);
+	}
+	if (!err)
+		err = kv_may_take(&b->kb_cred, &pa, &a);
+	if (!err && S_ISDIR(a.ka_mode) && !recursive)
+		err = -EISDIR;
+	r = err;
+	if (!err && S_ISDIR(a.ka_mode)) {
+		r = rm_tree(b, dir, &pa, last);
+	} else if (!err) {
 		err = kv_store_unlink(b->kb_st, dir, last);
-		r = err ? err : key;
+		r = err ? err : S_ISREG(a.ka_mode); /* a symlink, FIFO or socket: no key */
 	}
 	add_ns(b, KV_STAGE_INDEX, t0);
 	if (r >= 0 && b->kb_changed)

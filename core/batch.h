@@ -117,7 +117,7 @@ struct kv_batch {
 	struct kv_store *kb_st;
 	struct kv_shared *kb_shared;	 /* the shared tier, asked before each lookup; NULL: off */
 	struct kv_inode *kb_dir;	 /* a directory; the caller holds a reference */
-	struct kv_cred kb_cred;		 /* owner of what a put creates */
+	struct kv_cred kb_cred;		 /* who asks: checked, and owner of what a put creates */
 	uint64_t kb_ns[KV_STAGE__COUNT]; /* accumulated per stage, in ns */
 	uint64_t kb_direct;		 /* gets read from the SSD straight into client memory */
 	/* A name in dir was replaced or removed (drop cached entries); may be NULL. */
@@ -137,15 +137,23 @@ struct kv_batch {
 int kv_batch_name_check(const char *name, size_t len, bool at_root);
 
 /*
+ * Every operation checks the caller (kb_cred) as the system calls on the
+ * same paths would (core/perm.h): search permission on kb_dir and each
+ * directory of the name, read permission on a key to get it, write
+ * permission on the directory a put or remove changes (and on one a put
+ * creates), and the sticky bit. -EACCES or -EPERM otherwise.
+ */
+
+/*
  * Returns the value's size, or -ENOENT, -EBUSY (still being written), -EISDIR, -ENOTDIR,
- * -EINVAL (a symlink, FIFO or socket).
+ * -EINVAL (a symlink, FIFO or socket), -EACCES.
  */
 int64_t kv_batch_lookup(struct kv_batch *b, const char *name, size_t len, struct kv_key_info *ki);
 
 /*
  * Stores m's km_len bytes (> 0) as the key's new value. flags: KV_BATCH_*.
  * Returns the bytes stored, or -ENOSPC, -EEXIST, -EISDIR, -ENOENT,
- * -ENOTDIR, or km_copy's error.
+ * -ENOTDIR, -EACCES, -EPERM, or km_copy's error.
  */
 int64_t kv_batch_put(struct kv_batch *b, const char *name, size_t len, unsigned flags,
 		     const struct kv_batch_mem *m, struct kv_key_info *ki);
@@ -162,7 +170,7 @@ void kv_batch_prefetch(struct kv_batch *b, const char *const *names, const size_
 /*
  * Copies the key's sealed value into m. Returns the bytes copied, or
  * -ENOENT, -EBUSY, -EISDIR, -EINVAL (not a regular file), -EMSGSIZE
- * (ki->kki_size differs from m->km_len), -EIO, or km_copy's error.
+ * (ki->kki_size differs from m->km_len), -EACCES, -EIO, or km_copy's error.
  */
 int64_t kv_batch_get(struct kv_batch *b, const char *name, size_t len, const struct kv_batch_mem *m,
 		     struct kv_key_info *ki);
@@ -179,7 +187,8 @@ void kv_batch_retire(struct kv_batch *b, bool all, void (*done)(void *arg, uint6
  * Removes a key (or a symlink, FIFO or socket: 0 keys), or with recursive
  * a directory and all below it. Returns the number of keys removed, or
  * -ENOENT, -EISDIR (a directory without recursive), -ENOTEMPTY (a
- * directory kept filling while it was emptied).
+ * directory kept filling while it was emptied), -EACCES, -EPERM (rm -rf
+ * stops at what the caller may not remove: what it may stays removed).
  */
 int64_t kv_batch_remove(struct kv_batch *b, const char *name, size_t len, bool recursive);
 

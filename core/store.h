@@ -115,10 +115,16 @@ struct kv_setattr {
 	struct timespec ksa_atime, ksa_mtime;
 };
 
-/* Who is asking: a new inode takes these. */
+/*
+ * Who is asking: a new inode takes kc_uid and kc_gid. Permission checks
+ * (core/perm.h) also ask kc_in_group(kc_arg, gid) whether a supplementary
+ * group is the caller's; NULL: the caller has none.
+ */
 struct kv_cred {
 	uid_t kc_uid;
 	gid_t kc_gid;
+	bool (*kc_in_group)(void *arg, gid_t gid);
+	void *kc_arg;
 };
 
 /* One entry of a directory snapshot (kv_store_readdir). */

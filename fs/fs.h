@@ -161,6 +161,8 @@ bool kv_fs_notify_stop(struct kv_fs_notify *n);
  * or -EPERM, as the system call would. mask: R_OK | W_OK | X_OK.
  */
 int kv_fs_perm(fuse_req_t req, fuse_ino_t ino, int mask);
+/* The caller of req as core/perm.h asks: ids, and its supplementary groups from /proc. */
+struct kv_cred kv_fs_cred(fuse_req_t req);
 /* Opening with open(2)'s flags: read, write (O_TRUNC too) or execute. */
 int kv_fs_perm_open(fuse_req_t req, fuse_ino_t ino, int flags);
 /* unlink and rmdir of name in dir: write and search on dir, and the sticky bit. */

@@ -514,7 +514,7 @@ static int do_batch(struct ioc *io, enum kv_ioc_kind kind, struct kvfs_ioc_batch
 	struct kv_batch b = {
 	    .kb_st = fs->kf_store,
 	    .kb_shared = fs->kf_shared,
-	    .kb_cred = {fuse_req_ctx(io->io_req)->uid, fuse_req_ctx(io->io_req)->gid},
+	    .kb_cred = kv_fs_cred(io->io_req),
 	    .kb_changed = name_changed,
 	    .kb_arg = &ch,
 	};

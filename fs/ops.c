@@ -138,13 +138,6 @@ static void to_entry(struct kv_fs *fs, struct kv_inode *ino, const struct kv_att
 	to_stat(a, &e->attr);
 }
 
-static struct kv_cred cred_of(fuse_req_t req)
-{
-	const struct fuse_ctx *ctx = fuse_req_ctx(req);
-
-	return (struct kv_cred){.kc_uid = ctx->uid, .kc_gid = ctx->gid};
-}
-
 static void kv_init(void *userdata, struct fuse_conn_info *conn)
 {
 	struct kv_fs *fs = userdata;
@@ -323,7 +316,7 @@ static void kv_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 {
 	uint64_t t0 = kv_now_ns();
 	struct kv_fs *fs = fs_of(req);
-	struct kv_cred c = cred_of(req);
+	struct kv_cred c = kv_fs_cred(req);
 	struct kv_inode *ino = NULL;
 	struct kv_attr a;
 	int err;
@@ -349,7 +342,7 @@ static void kv_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 	enum kv_op op = S_ISREG(mode) ? KV_OP_CREATE : KV_OP_MKNOD;
 	uint64_t t0 = kv_now_ns();
 	struct kv_fs *fs = fs_of(req);
-	struct kv_cred c = cred_of(req);
+	struct kv_cred c = kv_fs_cred(req);
 	struct kv_inode *ino = NULL;
 	struct kv_attr a;
 	int err;
@@ -367,7 +360,7 @@ static void kv_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, cons
 {
 	uint64_t t0 = kv_now_ns();
 	struct kv_fs *fs = fs_of(req);
-	struct kv_cred c = cred_of(req);
+	struct kv_cred c = kv_fs_cred(req);
 	struct kv_inode *ino = NULL;
 	struct kv_attr a;
 	int err;
@@ -526,7 +519,7 @@ static void kv_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 {
 	uint64_t t0 = kv_now_ns();
 	struct kv_fs *fs = fs_of(req);
-	struct kv_cred c = cred_of(req);
+	struct kv_cred c = kv_fs_cred(req);
 	struct fuse_entry_param e;
 	struct kv_inode *ino;
 	struct kv_attr a;

@@ -4,6 +4,7 @@
  * may use (fs/fs.h, "permissions", says when and why).
  */
 #include "fs/fs.h"
+#include "core/perm.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -16,43 +17,31 @@
 /* Supplementary groups read at most (a caller in more is checked against these). */
 #define MAX_GROUPS 64
 
-static bool in_group(fuse_req_t req, gid_t gid)
+/* kv_cred's kc_in_group for a FUSE request: its supplementary groups, read from /proc. */
+static bool in_group(void *arg, gid_t gid)
 {
 	gid_t list[MAX_GROUPS];
-	int n;
+	int n = fuse_req_getgroups(arg, MAX_GROUPS, list);
 
-	if (fuse_req_ctx(req)->gid == gid)
-		return true;
-	n = fuse_req_getgroups(req, MAX_GROUPS, list);
 	for (int i = 0; i < n && i < MAX_GROUPS; i++)
 		if (list[i] == gid)
 			return true;
 	return false;
 }
 
-/*
- * The caller's permission for `mask` (R_OK | W_OK | X_OK) on a node with
- * attributes a, as the kernel's generic_permission() decides it: root may
- * do anything but execute a file without an execute bit; otherwise the
- * owner's, the group's or the others' bits, whichever class the caller is
- * in first. The supplementary groups are read only when the group's bits
- * would decide differently from the others'.
- */
-static int allowed(fuse_req_t req, const struct kv_attr *a, int mask)
+struct kv_cred kv_fs_cred(fuse_req_t req)
 {
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
-	unsigned bits;
 
-	if (ctx->uid == 0)
-		return !(mask & X_OK) || S_ISDIR(a->ka_mode) || (a->ka_mode & 0111) ? 0 : -EACCES;
-	if (ctx->uid == a->ka_uid)
-		bits = (a->ka_mode >> 6) & 7;
-	else if ((((a->ka_mode >> 3) ^ a->ka_mode) & (unsigned)mask & 7) &&
-		 in_group(req, a->ka_gid))
-		bits = (a->ka_mode >> 3) & 7;
-	else
-		bits = a->ka_mode & 7;
-	return ((unsigned)mask & ~bits & 7) ? -EACCES : 0;
+	return (struct kv_cred){
+	    .kc_uid = ctx->uid, .kc_gid = ctx->gid, .kc_in_group = in_group, .kc_arg = (void *)req};
+}
+
+static int allowed(fuse_req_t req, const struct kv_attr *a, int mask)
+{
+	struct kv_cred c = kv_fs_cred(req);
+
+	return kv_may(&c, a, mask);
 }
 
 /* The attributes permissions are checked against: a control node's are fixed (fs/ctl.c). */
@@ -101,22 +90,20 @@ static int may_delete(fuse_req_t req, fuse_ino_t dir, const char *name, bool wan
 		      struct kv_attr *v, bool *have)
 {
 	struct kv_fs *fs = fuse_req_userdata(req);
-	uid_t uid = fuse_req_ctx(req)->uid;
+	struct kv_cred c = kv_fs_cred(req);
 	struct kv_inode *ino;
 	struct kv_attr d;
-	bool sticky;
 	int err;
 
 	*have = false;
 	attr_of(fs, dir, &d);
-	err = allowed(req, &d, W_OK | X_OK);
-	sticky = (d.ka_mode & S_ISVTX) && uid != 0 && uid != d.ka_uid;
-	if (err || !(sticky || want) ||
+	err = kv_may(&c, &d, W_OK | X_OK);
+	if (err || !(kv_sticky_for(&c, &d) || want) ||
 	    kv_store_lookup(fs->kf_store, kv_fs_inode(fs, dir), name, &ino, v))
 		return err; /* a name that is not there: the operation says so */
 	kv_inode_put(ino);
 	*have = true;
-	return sticky && uid != v->ka_uid ? -EPERM : 0;
+	return kv_may_take(&c, &d, v);
 }
 
 int kv_fs_perm_delete(fuse_req_t req, fuse_ino_t dir, const char *name)
@@ -153,19 +140,19 @@ int kv_fs_perm_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 		       const struct fuse_file_info *fi)
 {
 	struct kv_fs *fs = fuse_req_userdata(req);
-	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct kv_cred c = kv_fs_cred(req);
 	bool owner;
 	struct kv_attr a;
 
 	if (!fs->kf_own_perms || kv_ctl_is(ino))
 		return 0;
 	attr_of(fs, ino, &a);
-	owner = ctx->uid == 0 || ctx->uid == a.ka_uid;
+	owner = c.kc_uid == 0 || c.kc_uid == a.ka_uid;
 	/* chown: root only; the owner may give the file to a group it is in. */
-	if ((to_set & FUSE_SET_ATTR_UID) && attr->st_uid != a.ka_uid && ctx->uid != 0)
+	if ((to_set & FUSE_SET_ATTR_UID) && attr->st_uid != a.ka_uid && c.kc_uid != 0)
 		return -EPERM;
 	if ((to_set & FUSE_SET_ATTR_GID) && attr->st_gid != a.ka_gid &&
-	    !(ctx->uid == 0 || (ctx->uid == a.ka_uid && in_group(req, attr->st_gid))))
+	    !(c.kc_uid == 0 || (c.kc_uid == a.ka_uid && kv_in_group(&c, attr->st_gid))))
 		return -EPERM;
 	if (to_set & FUSE_SET_ATTR_MODE) {
 		/* Anyone who may write may drop set-user-ID and set-group-ID (a write does). */
@@ -173,8 +160,8 @@ int kv_fs_perm_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 		    (attr->st_mode & 07777) != (a.ka_mode & 07777 & ~(mode_t)(S_ISUID | S_ISGID)))
 			return -EPERM;
 		/* Set-group-ID stays only for a member of the file's group (as chmod(2)). */
-		if (ctx->uid != 0 && !S_ISDIR(a.ka_mode) &&
-		    !in_group(req, to_set & FUSE_SET_ATTR_GID ? attr->st_gid : a.ka_gid))
+		if (c.kc_uid != 0 && !S_ISDIR(a.ka_mode) &&
+		    !kv_in_group(&c, to_set & FUSE_SET_ATTR_GID ? attr->st_gid : a.ka_gid))
 			attr->st_mode &= ~(mode_t)S_ISGID;
 	}
 	/* Times: explicit ones the owner sets; "now" also anyone who may write. */

@@ -164,8 +164,14 @@
  * layout's block count, a range outside its region or overflowing), ENOENT
  * or ENOTDIR (a missing or non-directory parent; a missing key), EISDIR
  * (the name is a directory), EIO (the bytes could not be read or written:
- * an SSD error, or a HOST_PROC range the process has since unmapped). The
- * batch's other fields:
+ * an SSD error, or a HOST_PROC range the process has since unmapped),
+ * EACCES or EPERM (the caller may not: names are checked as the system
+ * calls on the same paths would check them, on every mount: search
+ * permission on the fd's directory and every directory of the name, read
+ * permission on a key to get it, write permission on the directory a put
+ * or a remove changes or a put creates in, and a sticky directory's rule
+ * that only the owners take away or replace a name). The batch's other
+ * fields:
  *   bt_nkeys   in: keys in bt_data, 1..KVFS_BATCH_MAX_KEYS
  *   bt_flags   in: KVFS_PUT_* for a put, KVFS_REMOVE_* for a remove, else 0
  *   bt_ok      out: keys with ik_result >= 0

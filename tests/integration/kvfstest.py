@@ -168,6 +168,40 @@ def errno_of(fn, *args, **kw):
     return None
 
 
+# The unprivileged user tests act as.
+NOBODY = 65534
+
+
+def as_user(uid, gid, fn, umask=0o022):
+    """Runs fn() in a forked child with the given ids; returns ["ok", value]
+    or ["err", errno]."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+            os.umask(umask)
+            try:
+                res = ["ok", fn()]
+            except OSError as e:
+                res = ["err", e.errno]
+            os.write(w, json.dumps(res).encode())
+            os._exit(0)
+        except BaseException:
+            os._exit(3)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        out = f.read()
+    _, status = os.waitpid(pid, 0)
+    if status != 0 or not out:
+        raise AssertionError("child failed (status %d)" % status)
+    return json.loads(out)
+
+
+
 # renameat2(2) flags
 RENAME_NOREPLACE = 1
 RENAME_EXCHANGE = 2

@@ -366,6 +366,66 @@ class TraceTest(kvfstest.KvfsTestCase):
         self.assertEqual(got, want)
 
 
+class BatchPermissionsTest(kvfstest.KvfsTestCase):
+    """A mount others may use (allow_other): the kernel checks only the
+    directory a client opens, so the daemon checks every key a batch names
+    as the system calls on the same paths would."""
+    MOUNT_OPTS = ("--mem-size=64M", "-o", "allow_other")
+
+    def setUp(self):
+        super().setUp()
+        _tools()
+        m = self.m
+        os.chmod(m.mnt, 0o755)
+        for d, mode in (("pub", 0o755), ("priv", 0o700), ("tmp", 0o1777)):
+            os.mkdir(m.path(d))
+            os.chmod(m.path(d), mode)
+        for name, mode in (("pub/k600", 0o600), ("pub/k644", 0o644), ("priv/k", 0o644),
+                           ("tmp/roots", 0o644)):
+            write_file(m.path(name), name.encode())
+            os.chmod(m.path(name), mode)
+
+    def test_other_user_is_checked(self):
+        mnt = self.m.mnt
+
+        def batches():
+            out = {}
+            with kvfs.Client(mnt) as c:
+                out["lookup"] = c.lookup(["pub/k600", "priv/k", "pub/k644"]).results
+                bufs = [(n, bytearray(len(n))) for n in ("pub/k600", "priv/k", "pub/k644")]
+                out["get"] = c.get_into(bufs).results
+                out["got"] = [bytes(b).decode() for _, b in bufs]
+                out["put"] = c.put_buffers([("pub/new", b"x"), ("pub/k644", b"x"),
+                                            ("tmp/mine", b"mine"), ("tmp/roots", b"x")]).results
+                out["mkdir"] = c.put_buffers([("pub/d/new", b"x"), ("tmp/d/new", b"new")],
+                                             flags=kvfs.PUT_MKDIR).results
+                out["remove"] = c.remove(["pub/k644", "priv/k", "tmp/roots", "tmp/mine"]).results
+                out["rm-rf"] = c.remove(["pub"], recursive=True).results
+            return out
+
+        r = kvfstest.as_user(kvfstest.NOBODY, kvfstest.NOBODY, batches)
+        self.assertEqual(r[0], "ok", r)
+        out, e = r[1], errno
+        # stat needs search on the path only; a value needs read on the key too
+        self.assertEqual(out["lookup"], [8, -e.EACCES, 8])
+        self.assertEqual(out["get"], [-e.EACCES, -e.EACCES, 8])
+        self.assertEqual(out["got"], ["\0" * 8, "\0" * 6, "pub/k644"])
+        # a put writes the directory; in a sticky one, only its owner replaces a key
+        self.assertEqual(out["put"], [-e.EACCES, -e.EACCES, 4, -e.EPERM])
+        self.assertEqual(out["mkdir"], [-e.EACCES, 3])
+        self.assertEqual(out["remove"], [-e.EACCES, -e.EACCES, -e.EPERM, 1])
+        self.assertEqual(out["rm-rf"], [-e.EACCES])
+        # what was refused is untouched; what was allowed happened, owned by nobody
+        m = self.m
+        for name in ("pub/k600", "pub/k644", "priv/k", "tmp/roots"):
+            self.assertEqual(read_file(m.path(name)), name.encode())
+        for name in ("pub/new", "pub/d", "tmp/mine"):
+            self.assertFalse(os.path.exists(m.path(name)), name)
+        self.assertEqual(read_file(m.path("tmp/d/new")), b"new")
+        st = os.stat(m.path("tmp/d/new"))
+        self.assertEqual((st.st_uid, st.st_gid), (kvfstest.NOBODY, kvfstest.NOBODY))
+
+
 class BenchTest(kvfstest.KvfsTestCase):
     MOUNT_OPTS = ("--mem-size=512M",)
     SMALL = ["--blocks=8", "--layers=4", "--layer-bytes=8K", "--requests=24", "--threads=3"]

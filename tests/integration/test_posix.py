@@ -14,10 +14,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kvfstest  # noqa: E402
-from kvfstest import errno_of, pattern, read_file, write_file  # noqa: E402
+from kvfstest import as_user, errno_of, pattern, read_file, write_file  # noqa: E402
 
 MEM = "512M"
-NOBODY = 65534
+NOBODY = kvfstest.NOBODY
 
 
 def pread_all(fd, size, off=0):
@@ -663,35 +663,6 @@ class XattrTest(kvfstest.KvfsTestCase):
         self.assertErrno((errno.ENOTSUP, errno.EPERM), os.setxattr, p, "user.kvfs.seq", b"1")
         self.assertErrno(errno.ENODATA, os.getxattr, p, "user.nothing")
         self.assertEqual(read_file(p), b"v")
-
-
-def as_user(uid, gid, fn, umask=0o022):
-    """Runs fn() in a forked child with the given ids; returns ["ok", value]
-    or ["err", errno]."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(r)
-            os.setgroups([])
-            os.setgid(gid)
-            os.setuid(uid)
-            os.umask(umask)
-            try:
-                res = ["ok", fn()]
-            except OSError as e:
-                res = ["err", e.errno]
-            os.write(w, json.dumps(res).encode())
-            os._exit(0)
-        except BaseException:
-            os._exit(3)
-    os.close(w)
-    with os.fdopen(r, "rb") as f:
-        out = f.read()
-    _, status = os.waitpid(pid, 0)
-    if status != 0 or not out:
-        raise AssertionError("child failed (status %d)" % status)
-    return json.loads(out)
 
 
 def _create(path, data=b"child"):

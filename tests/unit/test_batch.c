@@ -252,7 +252,7 @@ static void test_open_value(void **state)
 {
 	struct kv_store *st = store_new(64 << 20);
 	struct kv_batch b = batch(st);
-	struct kv_cred c = {getuid(), getgid()};
+	struct kv_cred c = {.kc_uid = getuid(), .kc_gid = getgid()};
 	struct kv_inode *ino;
 	struct kv_attr a;
 	struct kv_key_info ki;
@@ -326,7 +326,7 @@ static void test_remove(void **state)
 static void node(struct kv_store *st, struct kv_inode *dir, const char *name, const char *target,
 		 mode_t mode)
 {
-	struct kv_cred c = {getuid(), getgid()};
+	struct kv_cred c = {.kc_uid = getuid(), .kc_gid = getgid()};
 	struct kv_inode *ino;
 	struct kv_attr a;
 
@@ -589,6 +589,126 @@ static void test_copy_in_flight(void **state)
 	kv_store_destroy(st);
 }
 
+/* Sets the mode, owner and group of the node at path (from the root). */
+static void set_owner(struct kv_store *st, const char *path, mode_t mode, uid_t uid, gid_t gid)
+{
+	struct kv_setattr sa = {.ksa_valid = KV_SET_MODE | KV_SET_UID | KV_SET_GID,
+				.ksa_mode = mode,
+				.ksa_uid = uid,
+				.ksa_gid = gid};
+	struct kv_inode *dir = kv_store_root(st), *ino;
+	char buf[256], *p = buf, *slash;
+	struct kv_attr a;
+
+	snprintf(buf, sizeof(buf), "%s", path);
+	kv_inode_get(dir);
+	for (;;) {
+		slash = strchr(p, '/');
+		if (slash)
+			*slash = '\0';
+		assert_int_equal(kv_store_lookup(st, dir, p, &ino, &a), 0);
+		kv_inode_put(dir);
+		dir = ino;
+		if (!slash)
+			break;
+		p = slash + 1;
+	}
+	assert_int_equal(kv_store_setattr(st, ino, &sa, &a), 0);
+	kv_inode_put(ino);
+}
+
+static bool in_999(void *arg, gid_t gid)
+{
+	(*(int *)arg)++;
+	return gid == 999;
+}
+
+/*
+ * A batch is checked as the system calls on its paths would be: search
+ * permission on every directory, read to get, write on the directory to
+ * put or remove, the sticky bit, group and others' bits. Root passes.
+ */
+static void test_permissions(void **state)
+{
+	struct kv_store *st = store_new(64 << 20);
+	struct kv_batch b = batch(st), u = batch(st);
+	struct kv_key_info ki;
+	struct kv_attr a;
+	int asked = 0, left;
+	char out[8];
+
+	(void)state;
+	u.kb_cred = (struct kv_cred){.kc_uid = 1234, .kc_gid = 5678, .kc_in_group = in_999,
+				     .kc_arg = &asked};
+	assert_int_equal(put(&b, "pub/k600", "secret", 6, KV_BATCH_MKDIR), 6);
+	assert_int_equal(put(&b, "pub/k644", "public", 6, 0), 6);
+	assert_int_equal(put(&b, "pub/g640", "group1", 6, 0), 6);
+	assert_int_equal(put(&b, "pub/g604", "group2", 6, 0), 6);
+	assert_int_equal(put(&b, "pub/s640", "group3", 6, 0), 6);
+	assert_int_equal(put(&b, "priv/k", "hidden", 6, KV_BATCH_MKDIR), 6);
+	assert_int_equal(put(&b, "tmp/roots", "roots!", 6, KV_BATCH_MKDIR), 6);
+	set_owner(st, "pub/k600", 0600, 0, 0);
+	set_owner(st, "pub/g640", 0640, 0, 5678);
+	set_owner(st, "pub/g604", 0604, 0, 5678);
+	set_owner(st, "pub/s640", 0640, 0, 999);
+	set_owner(st, "priv", 0700, 0, 0);
+	set_owner(st, "tmp", 01777, 0, 0);
+
+	/* reading: search on the path, read on the key; stat needs no read */
+	assert_int_equal(lookup(&u, "pub/k600", &ki), 6);
+	assert_int_equal(get(&u, "pub/k600", out, 6, &ki), -EACCES);
+	assert_int_equal(get(&b, "pub/k600", out, 6, &ki), 6);
+	assert_int_equal(get(&u, "pub/k644", out, 6, &ki), 6);
+	assert_memory_equal(out, "public", 6);
+	assert_int_equal(lookup(&u, "priv/k", &ki), -EACCES);
+	assert_int_equal(get(&u, "priv/k", out, 6, &ki), -EACCES);
+	/* the group's bits for a member, even where the others' allow more */
+	assert_int_equal(get(&u, "pub/g640", out, 6, &ki), 6);
+	assert_int_equal(get(&u, "pub/g604", out, 6, &ki), -EACCES);
+	assert_int_equal(asked, 0); /* the primary group decided */
+	assert_int_equal(get(&u, "pub/s640", out, 6, &ki), 6);
+	assert_memory_equal(out, "group3", 6);
+	assert_int_equal(asked, 1);
+
+	/* writing: the directory's write bit, also for a directory a put would make */
+	assert_int_equal(put(&u, "pub/new", "x", 1, 0), -EACCES);
+	assert_int_equal(put(&u, "pub/k644", "x", 1, 0), -EACCES);
+	assert_int_equal(put(&u, "pub/d/new", "x", 1, KV_BATCH_MKDIR), -EACCES);
+	assert_int_equal(lookup(&b, "pub/d", &ki), -ENOENT);
+	assert_int_equal(kv_batch_remove(&u, "pub/k644", 8, false), -EACCES);
+	assert_int_equal(kv_batch_remove(&u, "pub", 3, true), -EACCES);
+	assert_int_equal(lookup(&b, "pub/k644", &ki), 6);
+
+	/* a sticky directory: anyone may add, only owners take away or replace */
+	assert_int_equal(put(&u, "tmp/mine", "mine", 4, 0), 4);
+	assert_int_equal(put(&u, "tmp/mine", "mine2", 5, 0), 5);
+	assert_int_equal(put(&u, "tmp/roots", "x", 1, 0), -EPERM);
+	assert_int_equal(kv_batch_remove(&u, "tmp/roots", 9, false), -EPERM);
+	assert_int_equal(get(&b, "tmp/roots", out, 6, &ki), 6);
+	assert_memory_equal(out, "roots!", 6);
+	assert_int_equal(kv_batch_remove(&u, "tmp/mine", 8, false), 1);
+	assert_int_equal(kv_batch_remove(&b, "tmp/roots", 9, false), 1);
+
+	/* rm -rf stops at a directory it may not empty, and says so */
+	assert_int_equal(put(&u, "tmp/tree/ro/k", "k", 1, KV_BATCH_MKDIR), 1);
+	assert_int_equal(put(&u, "tmp/tree/rw/k", "k", 1, KV_BATCH_MKDIR), 1);
+	set_owner(st, "tmp/tree/ro", 0555, 1234, 5678);
+	assert_int_equal(kv_batch_remove(&u, "tmp/tree", 8, true), -EACCES);
+	assert_int_equal(lookup(&b, "tmp/tree/ro/k", &ki), 1);
+	set_owner(st, "tmp/tree/ro", 0755, 1234, 5678);
+	left = lookup(&b, "tmp/tree/rw/k", &ki) == 1 ? 2 : 1; /* rw/ may have gone first */
+	assert_int_equal(kv_batch_remove(&u, "tmp/tree", 8, true), left);
+	assert_int_equal(lookup(&b, "tmp/tree", &ki), -ENOENT);
+
+	/* names start at the batch's directory, which needs search too */
+	assert_int_equal(kv_store_lookup(st, kv_store_root(st), "priv", &u.kb_dir, &a), 0);
+	assert_int_equal(lookup(&u, "k", &ki), -EACCES);
+	b.kb_dir = u.kb_dir;
+	assert_int_equal(lookup(&b, "k", &ki), 6);
+	kv_inode_put(u.kb_dir);
+	kv_store_destroy(st);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -596,7 +716,7 @@ int main(void)
 	    cmocka_unit_test(test_replace),    cmocka_unit_test(test_open_value),
 	    cmocka_unit_test(test_failed_put), cmocka_unit_test(test_remove),
 	    cmocka_unit_test(test_nodes),      cmocka_unit_test(test_race),
-	    cmocka_unit_test(test_copy_in_flight),
+	    cmocka_unit_test(test_copy_in_flight), cmocka_unit_test(test_permissions),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
