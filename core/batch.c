@@ -13,6 +13,7 @@
 #include "core/shared.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -272,6 +273,64 @@ static int fill(struct kv_obj *obj, const struct kv_batch_mem *m)
 	return err;
 }
 
+/* Publishes a filled value under name in dir: put's last step. Takes over obj. */
+static int publish(struct kv_batch *b, struct kv_inode *dir, const char *name, struct kv_obj *obj,
+		   bool noreplace)
+{
+	uint64_t t0 = kv_now_ns();
+	int err = kv_store_publish(b->kb_st, dir, name, obj, &b->kb_cred, noreplace, NULL);
+
+	add_ns(b, KV_STAGE_INDEX, t0);
+	if (err == 1 && b->kb_changed)
+		b->kb_changed(b->kb_arg, dir, name);
+	return err < 0 ? err : 0;
+}
+
+/* A free slot for a copy in flight, or NULL. */
+static struct kv_batch_inflight *free_slot(struct kv_batch *b)
+{
+	for (int i = 0; i < 2; i++)
+		if (!b->kb_inflight[i].bi_busy)
+			return &b->kb_inflight[i];
+	return NULL;
+}
+
+/*
+ * Starts filling obj from m with km_copy_start when a slot is free and
+ * the value is one iov list. Returns 1 when the copy is in flight (the
+ * slot then holds obj, a reference on dir and the name, to publish at
+ * kv_batch_retire), 0 when it landed already, -EAGAIN when it was not
+ * tried (the caller fills as usual), or the copy's error. obj stays the
+ * caller's unless 1 is returned.
+ */
+static int put_start(struct kv_batch *b, struct kv_obj *obj, const struct kv_batch_mem *m,
+		     struct kv_inode *dir, const char *name, bool noreplace)
+{
+	struct kv_batch_inflight *bi = m->km_copy_start ? free_slot(b) : NULL;
+	struct iovec iov[BATCH_IOV];
+	struct kv_batch_wait w = {0};
+	uint64_t bytes;
+	int n, err;
+
+	if (!bi)
+		return -EAGAIN;
+	n = kv_obj_iov(obj, 0, m->km_len, iov, BATCH_IOV, &bytes);
+	if (bytes != m->km_len)
+		return -EAGAIN;
+	err = m->km_copy_start(m->km_arg, true, iov, n, &w);
+	if (err || !w.bw_wait)
+		return err;
+	kv_inode_get(dir);
+	*bi = (struct kv_batch_inflight){.bi_wait = w,
+					 .bi_key = b->kb_key,
+					 .bi_busy = true,
+					 .bi_obj = obj,
+					 .bi_dir = dir,
+					 .bi_noreplace = noreplace};
+	snprintf(bi->bi_name, sizeof(bi->bi_name), "%s", name);
+	return 1;
+}
+
 int64_t kv_batch_put(struct kv_batch *b, const char *name, size_t len, unsigned flags,
 		     const struct kv_batch_mem *m, struct kv_key_info *ki)
 {
@@ -297,22 +356,17 @@ int64_t kv_batch_put(struct kv_batch *b, const char *name, size_t len, unsigned 
 	t0 = kv_now_ns();
 	err = kv_store_value_new(b->kb_st, m->km_len, &obj);
 	if (!err) {
-		err = fill(obj, m);
-		if (err)
+		err = put_start(b, obj, m, dir, last, flags & KV_BATCH_NOREPLACE);
+		if (err == -EAGAIN)
+			err = fill(obj, m);
+		if (err < 0)
 			kv_obj_put(obj);
 	}
 	add_ns(b, KV_STAGE_COPY_IN, t0);
-	if (err)
-		goto out_dir;
-	t0 = kv_now_ns();
-	err = kv_store_publish(b->kb_st, dir, last, obj, &b->kb_cred, flags & KV_BATCH_NOREPLACE,
-			       NULL);
-	add_ns(b, KV_STAGE_INDEX, t0);
-	if (err == 1 && b->kb_changed)
-		b->kb_changed(b->kb_arg, dir, last);
+	if (!err) /* landed already; 1: published when kv_batch_retire sees it land */
+		err = publish(b, dir, last, obj, flags & KV_BATCH_NOREPLACE);
 	if (err >= 0)
 		ki->kki_flags = KV_BK_PRESENT | KV_BK_SEALED | KV_BK_DRAM;
-out_dir:
 	kv_inode_put(dir);
 	return err < 0 ? err : (int64_t)m->km_len;
 }
@@ -463,21 +517,17 @@ int64_t kv_batch_get(struct kv_batch *b, const char *name, size_t len, const str
 static int get_start(struct kv_batch *b, struct kv_inode *ino, const struct kv_batch_mem *m,
 		     const struct iovec *iov, int n, struct kv_read_guard *guard)
 {
-	struct kv_batch_inflight *bi = NULL;
+	struct kv_batch_inflight *bi = m->km_copy_start ? free_slot(b) : NULL;
 	struct kv_batch_wait w = {0};
 	int err;
 
-	if (!m->km_copy_start)
-		return -EAGAIN;
-	for (int i = 0; i < 2 && !bi; i++)
-		if (!b->kb_inflight[i].bi_busy)
-			bi = &b->kb_inflight[i];
 	if (!bi)
 		return -EAGAIN;
-	err = m->km_copy_start(m->km_arg, iov, n, &w);
+	err = m->km_copy_start(m->km_arg, false, iov, n, &w);
 	if (err || !w.bw_wait)
 		return err;
-	*bi = (struct kv_batch_inflight){*guard, ino, w, b->kb_key, true};
+	*bi = (struct kv_batch_inflight){
+	    .bi_wait = w, .bi_key = b->kb_key, .bi_busy = true, .bi_guard = *guard, .bi_ino = ino};
 	return 1;
 }
 
@@ -485,20 +535,31 @@ void kv_batch_retire(struct kv_batch *b, bool all, void (*done)(void *arg, uint6
 		     void *arg)
 {
 	struct kv_batch_inflight *bi = b->kb_inflight;
+	/* oldest first: puts of one name publish in the order they were made */
+	int first = bi[0].bi_busy && bi[1].bi_busy && bi[1].bi_key < bi[0].bi_key ? 1 : 0;
 	int keep = -1;
 
 	if (!all && bi[0].bi_busy && bi[1].bi_busy)
-		keep = bi[0].bi_key > bi[1].bi_key ? 0 : 1;
+		keep = 1 - first;
 	else if (!all)
 		keep = bi[0].bi_busy ? 0 : 1;
-	for (int i = 0; i < 2; i++) {
-		int err;
+	for (int k = 0; k < 2; k++) {
+		int i = k ? 1 - first : first, err;
 
 		if (!bi[i].bi_busy || i == keep)
 			continue;
 		err = bi[i].bi_wait.bw_wait(bi[i].bi_wait.bw_arg);
-		kv_read_done(&bi[i].bi_guard);
-		kv_inode_put(bi[i].bi_ino);
+		if (bi[i].bi_obj) {
+			if (err)
+				kv_obj_put(bi[i].bi_obj);
+			else
+				err = publish(b, bi[i].bi_dir, bi[i].bi_name, bi[i].bi_obj,
+					      bi[i].bi_noreplace);
+			kv_inode_put(bi[i].bi_dir);
+		} else {
+			kv_read_done(&bi[i].bi_guard);
+			kv_inode_put(bi[i].bi_ino);
+		}
 		bi[i].bi_busy = false;
 		done(arg, bi[i].bi_key, err);
 	}

@@ -10,6 +10,9 @@
  *   put     builds the whole value in unnamed pool memory, then publishes
  *           it as a rename over the name would (kv_store_publish): nobody
  *           sees the key, or its new bytes, before the copy is complete.
+ *           With km_copy_start the copy may finish after the call returns:
+ *           the value is published when it has landed (kv_batch_retire),
+ *           in the order the puts were made.
  *   get     pins one sealed version (a DRAM object reference, or one read
  *           of the SSD record) and copies only from it: never a mix of two
  *           versions. With km_copy_start the copy may finish after the
@@ -90,24 +93,30 @@ struct kv_batch_mem {
 	 */
 	int (*km_direct)(void *arg, struct iovec *iov, int max);
 	/*
-	 * Optional (gets): as km_copy from daemon memory, but the copy may
+	 * Optional: as km_copy of the whole value (off 0), but the copy may
 	 * still be in flight on return (device memory); *w says how to wait
 	 * for it (bw_wait NULL: it is done). On an error nothing is in flight.
 	 */
-	int (*km_copy_start)(void *arg, const struct iovec *iov, int n, struct kv_batch_wait *w);
+	int (*km_copy_start)(void *arg, bool to_store, const struct iovec *iov, int n,
+			     struct kv_batch_wait *w);
 	void *km_arg;
 };
 
 /*
- * A get whose copy into the key's memory is still in flight: it keeps the
- * version it copies from (guard, inode) until kv_batch_retire.
+ * A put or get whose copy is still in flight, until kv_batch_retire. A get
+ * keeps the version it copies from (guard, inode); a put keeps the value
+ * being filled and where to publish it.
  */
 struct kv_batch_inflight {
-	struct kv_read_guard bi_guard;
-	struct kv_inode *bi_ino;
 	struct kv_batch_wait bi_wait;
 	uint64_t bi_key; /* kb_key when it started */
 	bool bi_busy;
+	struct kv_read_guard bi_guard; /* get */
+	struct kv_inode *bi_ino;       /* get */
+	struct kv_obj *bi_obj;	       /* put: the value; NULL for a get */
+	struct kv_inode *bi_dir;       /* put: a reference on the parent */
+	bool bi_noreplace;	       /* put: KV_BATCH_NOREPLACE */
+	char bi_name[KV_NAME_MAX + 1]; /* put: the last component */
 };
 
 /* One batch's context: where names start, who asks, and where time went. */
@@ -124,10 +133,11 @@ struct kv_batch {
 	void (*kb_changed)(void *arg, struct kv_inode *dir, const char *name);
 	void *kb_arg;
 	/*
-	 * Gets with km_copy_start: the caller's index of the key being served,
-	 * and up to two gets in flight, so the next key's lookup and SSD read
-	 * overlap the previous key's copy to the device. The caller retires
-	 * them (kv_batch_retire) after each key and at the end of the batch.
+	 * Puts and gets with km_copy_start: the caller's index of the key
+	 * being served, and up to two keys in flight, so the next key's
+	 * lookup, SSD read or pool allocation overlaps the previous key's
+	 * copy to or from the device. The caller retires them
+	 * (kv_batch_retire) after each key and at the end of the batch.
 	 */
 	uint64_t kb_key;
 	struct kv_batch_inflight kb_inflight[2];
@@ -176,9 +186,10 @@ int64_t kv_batch_get(struct kv_batch *b, const char *name, size_t len, const str
 		     struct kv_key_info *ki);
 
 /*
- * Waits for the gets in flight — all of them, or all but the one that
- * started last — and lets go of what they held. done(arg, key, err) is
- * called for each, with err 0 or the copy's error (the key then failed).
+ * Waits for the keys in flight — all of them, or all but the one that
+ * started last — oldest first, publishes each put whose copy landed, and
+ * lets go of what they held. done(arg, key, err) is called for each, with
+ * err 0, the copy's error or the publication's (the key then failed).
  */
 void kv_batch_retire(struct kv_batch *b, bool all, void (*done)(void *arg, uint64_t key, int err),
 		     void *arg);

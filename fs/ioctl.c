@@ -282,11 +282,12 @@ static int mem_copy(void *arg, bool to_store, uint64_t off, const struct iovec *
 	return kv_span_copy(km->km_sp, km->km_n, !to_store, off, iov, n);
 }
 
-static int mem_copy_start(void *arg, const struct iovec *iov, int n, struct kv_batch_wait *w)
+static int mem_copy_start(void *arg, bool to_store, const struct iovec *iov, int n,
+			  struct kv_batch_wait *w)
 {
 	struct key_mem *km = arg;
 	struct kv_copy_ticket t;
-	int err = kv_span_copy_start(km->km_sp, km->km_n, true, 0, iov, n, &t);
+	int err = kv_span_copy_start(km->km_sp, km->km_n, !to_store, 0, iov, n, &t);
 
 	*w = (struct kv_batch_wait){t.ct_wait, t.ct_arg};
 	return err;
@@ -351,8 +352,8 @@ static int64_t one_key(struct ioc *io, struct kv_batch *b, enum kv_ioc_kind kind
 	struct key_mem km;
 	struct kv_batch_mem m = {.km_copy = mem_copy, .km_direct = mem_direct, .km_arg = &km};
 
-	/* A get's copy may outlive this call (kv_batch_retire): its spans are copied at issue. */
-	if (kind == KV_IOC_GET)
+	/* A put's or get's copy may outlive this call (kv_batch_retire): spans are read at issue. */
+	if (kind == KV_IOC_PUT || kind == KV_IOC_GET)
 		m.km_copy_start = mem_copy_start;
 	uint64_t t0 = kv_now_ns();
 	const char *name = NULL;

@@ -467,14 +467,15 @@ static void test_race(void **state)
 	kv_store_destroy(r.st);
 }
 
-/* A copy to a device, stood in for: it lands when waited for, or fails then. */
+/* A copy to or from a device, stood in for: it lands when waited for, or fails then. */
 struct flight {
 	struct iovec fl_src[64]; /* the store's memory, which must still hold the version */
 	int fl_n;
-	char *fl_dst;
+	char *fl_dst; /* the device's memory */
 	int fl_err;
 	int fl_started, fl_copies;
-	bool fl_now; /* km_copy_start copies at once (nothing in flight) */
+	bool fl_now;	  /* km_copy_start copies at once (nothing in flight) */
+	bool fl_to_store; /* the copy in flight is a put's */
 };
 
 static int flight_wait(void *arg)
@@ -482,21 +483,26 @@ static int flight_wait(void *arg)
 	struct flight *fl = arg;
 	char *p = fl->fl_dst;
 
-	for (int i = 0; i < fl->fl_n; i++) {
-		memcpy(p, fl->fl_src[i].iov_base, fl->fl_src[i].iov_len);
+	for (int i = 0; i < fl->fl_n && !(fl->fl_to_store && fl->fl_err); i++) {
+		if (fl->fl_to_store)
+			memcpy(fl->fl_src[i].iov_base, p, fl->fl_src[i].iov_len);
+		else
+			memcpy(p, fl->fl_src[i].iov_base, fl->fl_src[i].iov_len);
 		p += fl->fl_src[i].iov_len;
 	}
 	return fl->fl_err;
 }
 
-static int flight_start(void *arg, const struct iovec *iov, int n, struct kv_batch_wait *w)
+static int flight_start(void *arg, bool to_store, const struct iovec *iov, int n,
+			struct kv_batch_wait *w)
 {
 	struct flight *fl = arg;
 
 	fl->fl_started++;
 	assert_true(n <= 64);
-	memcpy(fl->fl_src, iov, (size_t)n * sizeof(*iov)); /* what the device would read later */
+	memcpy(fl->fl_src, iov, (size_t)n * sizeof(*iov)); /* what the device would reach later */
 	fl->fl_n = n;
+	fl->fl_to_store = to_store;
 	if (fl->fl_now)
 		return flight_wait(fl);
 	*w = (struct kv_batch_wait){flight_wait, fl};
@@ -586,6 +592,80 @@ static void test_copy_in_flight(void **state)
 	free(v1);
 	free(out0);
 	free(out1);
+	kv_store_destroy(st);
+}
+
+/*
+ * Puts whose copy from the device is still in flight when kv_batch_put
+ * returns: the key appears only once the copy has landed (retired), puts
+ * of one name publish in the order they were made, a copy that fails
+ * publishes nothing and frees its memory, a publication that fails
+ * (NOREPLACE) is reported at retirement, and a copy that lands at once is
+ * published at once.
+ */
+static void test_put_in_flight(void **state)
+{
+	enum { LEN = 64 << 10 };
+	struct kv_store *st = store_new(64 << 20);
+	struct kv_batch b = batch(st);
+	char *v0 = malloc(LEN), *v1 = malloc(LEN), *out = malloc(LEN);
+	struct flight f0 = {.fl_dst = v0}, f1 = {.fl_dst = v1};
+	struct kv_batch_mem m0 = {
+	    .km_len = LEN, .km_copy = flight_copy, .km_copy_start = flight_start, .km_arg = &f0};
+	struct kv_batch_mem m1 = m0;
+	struct retired r = {0};
+	struct kv_key_info ki;
+
+	(void)state;
+	m1.km_arg = &f1;
+	memset(v0, 'a', LEN);
+	memset(v1, 'b', LEN);
+	b.kb_key = 0;
+	assert_int_equal(kv_batch_put(&b, "k", 1, 0, &m0, &ki), LEN);
+	assert_int_equal(lookup(&b, "k", &ki), -ENOENT); /* not landed: not there */
+	b.kb_key = 1;
+	assert_int_equal(kv_batch_put(&b, "k", 1, 0, &m1, &ki), LEN);
+	assert_true(b.kb_inflight[0].bi_busy && b.kb_inflight[1].bi_busy);
+	kv_batch_retire(&b, false, on_retire, &r);
+	assert_int_equal(r.n, 1);
+	assert_int_equal(r.key[0], 0);
+	assert_int_equal(r.err[0], 0);
+	assert_int_equal(get(&b, "k", out, LEN, &ki), LEN);
+	assert_memory_equal(out, v0, LEN);
+	kv_batch_retire(&b, true, on_retire, &r);
+	assert_int_equal(r.n, 2);
+	assert_int_equal(r.key[1], 1);
+	assert_int_equal(get(&b, "k", out, LEN, &ki), LEN);
+	assert_memory_equal(out, v1, LEN); /* the later put wins */
+	assert_int_equal(f0.fl_copies + f1.fl_copies, 0);
+
+	/* a failed copy: no key, no memory held; a refused publication: reported */
+	r.n = 0;
+	f0 = (struct flight){.fl_dst = v0, .fl_err = -EIO};
+	b.kb_key = 2;
+	assert_int_equal(kv_batch_put(&b, "bad", 3, 0, &m0, &ki), LEN);
+	b.kb_key = 3;
+	assert_int_equal(kv_batch_put(&b, "k", 1, KV_BATCH_NOREPLACE, &m1, &ki), LEN);
+	kv_batch_retire(&b, true, on_retire, &r);
+	assert_int_equal(r.n, 2);
+	assert_int_equal(r.key[0], 2);
+	assert_int_equal(r.err[0], -EIO);
+	assert_int_equal(r.key[1], 3);
+	assert_int_equal(r.err[1], -EEXIST);
+	assert_int_equal(lookup(&b, "bad", &ki), -ENOENT);
+	assert_int_equal(kv_pool_used(kv_store_pool(st)), LEN); /* "k" alone */
+
+	/* landing at once: published before the call returns, copied once */
+	f0 = (struct flight){.fl_dst = v0, .fl_now = true};
+	assert_int_equal(kv_batch_put(&b, "now", 3, 0, &m0, &ki), LEN);
+	assert_false(b.kb_inflight[0].bi_busy || b.kb_inflight[1].bi_busy);
+	assert_int_equal(get(&b, "now", out, LEN, &ki), LEN);
+	assert_memory_equal(out, v0, LEN);
+	assert_int_equal(f0.fl_started, 1);
+	assert_int_equal(f0.fl_copies, 0);
+	free(v0);
+	free(v1);
+	free(out);
 	kv_store_destroy(st);
 }
 
@@ -716,7 +796,8 @@ int main(void)
 	    cmocka_unit_test(test_replace),    cmocka_unit_test(test_open_value),
 	    cmocka_unit_test(test_failed_put), cmocka_unit_test(test_remove),
 	    cmocka_unit_test(test_nodes),      cmocka_unit_test(test_race),
-	    cmocka_unit_test(test_copy_in_flight), cmocka_unit_test(test_permissions),
+	    cmocka_unit_test(test_copy_in_flight), cmocka_unit_test(test_put_in_flight),
+	    cmocka_unit_test(test_permissions),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
