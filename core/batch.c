@@ -445,6 +445,60 @@ static int get_chunked(struct kv_batch *b, struct kv_inode *ino, const struct kv
 static int get_start(struct kv_batch *b, struct kv_inode *ino, const struct kv_batch_mem *m,
 		     const struct iovec *iov, int n, struct kv_read_guard *guard);
 
+/* Whether every piece of iov is aligned to 4 KiB, address and length: O_DIRECT lands there. */
+static bool page_aligned(const struct iovec *iov, int n)
+{
+	for (int i = 0; i < n; i++)
+		if ((uintptr_t)iov[i].iov_base % KV_PAGE_SIZE || iov[i].iov_len % KV_PAGE_SIZE)
+			return false;
+	return true;
+}
+
+/*
+ * A sealed value only on the SSD, of the memory's size, into memory that
+ * get_direct could not read into (a device, a process's pages): one
+ * O_DIRECT read into staging taken from the pool (pinned for a device's
+ * DMA), and the copy from there left in flight, so that the next key's
+ * read overlaps it.
+ * Returns 1 when the copy is in flight (a slot of kb_inflight holds the
+ * staging), 0 when it is done, -EAGAIN when any of that does not hold or
+ * there is no free slot (the caller reads as usual), or an error.
+ */
+static int get_staged(struct kv_batch *b, struct kv_inode *ino, const struct kv_batch_mem *m,
+		      struct kv_key_info *ki)
+{
+	struct kv_batch_inflight *bi = m->km_copy_start ? free_slot(b) : NULL;
+	struct iovec iov[BATCH_IOV];
+	struct kv_batch_wait w = {0};
+	struct kv_obj *stage;
+	uint64_t bytes, t0;
+	int n, err;
+
+	if (!bi || ki->kki_size != m->km_len || m->km_len % KV_PAGE_SIZE ||
+	    (ki->kki_flags & (KV_BK_SEALED | KV_BK_DRAM | KV_BK_SSD)) !=
+		(KV_BK_SEALED | KV_BK_SSD) ||
+	    kv_store_value_new(b->kb_st, m->km_len, &stage))
+		return -EAGAIN;
+	n = kv_obj_iov(stage, 0, m->km_len, iov, BATCH_IOV, &bytes);
+	err = bytes == m->km_len && page_aligned(iov, n) ? 0 : -EAGAIN;
+	t0 = kv_now_ns();
+	if (!err)
+		err = kv_store_read_direct(b->kb_st, ino, iov, n, m->km_len);
+	add_ns(b, KV_STAGE_SSD_READ, t0);
+	t0 = kv_now_ns();
+	if (!err)
+		err = m->km_copy_start(m->km_arg, false, iov, n, &w);
+	add_ns(b, KV_STAGE_COPY_OUT, t0);
+	if (err || !w.bw_wait) {
+		kv_obj_put(stage);
+		return err;
+	}
+	*bi = (struct kv_batch_inflight){
+	    .bi_wait = w, .bi_key = b->kb_key, .bi_busy = true, .bi_obj = stage};
+	ki->kki_flags = (ki->kki_flags & ~(unsigned)KV_BK_DRAM) | KV_BK_SSD;
+	return 1;
+}
+
 int64_t kv_batch_get(struct kv_batch *b, const char *name, size_t len, const struct kv_batch_mem *m,
 		     struct kv_key_info *ki)
 {
@@ -459,10 +513,12 @@ int64_t kv_batch_get(struct kv_batch *b, const char *name, size_t len, const str
 		return err;
 	err = get_direct(b, ino, m, ki);
 	if (err == -EAGAIN)
+		err = get_staged(b, ino, m, ki);
+	if (err == -EAGAIN)
 		err = get_chunked(b, ino, m, ki);
 	if (err != -EAGAIN) {
 		kv_inode_put(ino);
-		return err ? err : (int64_t)m->km_len;
+		return err < 0 ? err : (int64_t)m->km_len;
 	}
 	err = 0;
 	t0 = kv_now_ns();
@@ -549,13 +605,15 @@ void kv_batch_retire(struct kv_batch *b, bool all, void (*done)(void *arg, uint6
 		if (!bi[i].bi_busy || i == keep)
 			continue;
 		err = bi[i].bi_wait.bw_wait(bi[i].bi_wait.bw_arg);
-		if (bi[i].bi_obj) {
+		if (bi[i].bi_dir) {
 			if (err)
 				kv_obj_put(bi[i].bi_obj);
 			else
 				err = publish(b, bi[i].bi_dir, bi[i].bi_name, bi[i].bi_obj,
 					      bi[i].bi_noreplace);
 			kv_inode_put(bi[i].bi_dir);
+		} else if (bi[i].bi_obj) {
+			kv_obj_put(bi[i].bi_obj);
 		} else {
 			kv_read_done(&bi[i].bi_guard);
 			kv_inode_put(bi[i].bi_ino);

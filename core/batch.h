@@ -17,9 +17,14 @@
  *           of the SSD record) and copies only from it: never a mix of two
  *           versions. With km_copy_start the copy may finish after the
  *           call returns (kv_batch_retire), the version pinned until then.
- *           The value's size must equal the memory's length. A large
- *           SSD-only value is read in pieces, its sequence number checked
- *           before and after, so no buffer needs its whole size.
+ *           The value's size must equal the memory's length. An SSD-only
+ *           value is read straight into the memory when the daemon maps
+ *           it; else, for a copy in flight (a device), into staging taken
+ *           from the pool, which is pinned for the device's DMA, so one
+ *           key's SSD read overlaps the previous key's copy. A large
+ *           SSD-only value is otherwise read in pieces, its sequence
+ *           number checked before and after, so no buffer needs its
+ *           whole size.
  *   remove  is unlink, or rm -rf of a directory with `recursive`.
  *
  * Symlinks, FIFOs and sockets are names, not keys. Names are never resolved
@@ -104,17 +109,18 @@ struct kv_batch_mem {
 
 /*
  * A put or get whose copy is still in flight, until kv_batch_retire. A get
- * keeps the version it copies from (guard, inode); a put keeps the value
- * being filled and where to publish it.
+ * keeps the version it copies from (guard and inode) or, read from the
+ * SSD into pool staging, that staging (obj); a put keeps the value being
+ * filled (obj) and where to publish it (dir, name).
  */
 struct kv_batch_inflight {
 	struct kv_batch_wait bi_wait;
 	uint64_t bi_key; /* kb_key when it started */
 	bool bi_busy;
-	struct kv_read_guard bi_guard; /* get */
-	struct kv_inode *bi_ino;       /* get */
-	struct kv_obj *bi_obj;	       /* put: the value; NULL for a get */
-	struct kv_inode *bi_dir;       /* put: a reference on the parent */
+	struct kv_read_guard bi_guard; /* get of a pinned version */
+	struct kv_inode *bi_ino;       /* get of a pinned version */
+	struct kv_obj *bi_obj;	       /* put: the value; staged get: the staging */
+	struct kv_inode *bi_dir;       /* put: a reference on the parent; NULL for a get */
 	bool bi_noreplace;	       /* put: KV_BATCH_NOREPLACE */
 	char bi_name[KV_NAME_MAX + 1]; /* put: the last component */
 };

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * tests/unit/test_batch.c — the batch store operations (core/batch.h) on a
- * DRAM-only store: name validation, put/get/lookup/remove and their errors,
+ * DRAM-only store (and gets of SSD-only values on one with a data
+ * directory): name validation, put/get/lookup/remove and their errors,
  * rename-over semantics of a put (open handles keep the old bytes, counters
  * stay exact), values still being written, failed copies that publish
  * nothing, and (label "concurrency", also under TSan) gets and lookups
@@ -23,6 +24,8 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <ftw.h>
+#include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -669,6 +672,108 @@ static void test_put_in_flight(void **state)
 	kv_store_destroy(st);
 }
 
+static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	return remove(path);
+}
+
+/*
+ * Gets of SSD-only values into memory reached only through a copy in
+ * flight (a device): each is read into pool staging and copied from
+ * there in flight; the staging goes back to the pool when the copy is
+ * retired; with both slots busy, or a size O_DIRECT cannot read whole, a
+ * get takes the usual way. Every byte lands.
+ */
+static void test_get_staged(void **state)
+{
+	enum { LEN = 64 << 10, ODD = LEN + 5 };
+	char root[] = "/tmp/kvfs-batch-XXXXXX", *v[4], *out[4];
+	const uint64_t lens[4] = {LEN, LEN, LEN, ODD};
+	struct flight fl[4];
+	struct kv_batch_mem m[4];
+	struct kv_key_info ki;
+	struct retired r = {0};
+	struct kv_store *st;
+	struct kv_batch b;
+	int dfd, probe;
+
+	(void)state;
+	assert_non_null(mkdtemp(root));
+	dfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	assert_true(dfd >= 0);
+	probe = openat(dfd, "probe", O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0600);
+	if (probe < 0) {
+		close(dfd);
+		rmdir(root);
+		print_message("SKIP: %s takes no O_DIRECT files\n", root);
+		skip();
+	}
+	close(probe);
+	unlinkat(dfd, "probe", 0);
+	kv_config_defaults(&cfg);
+	cfg.kc_mem_size = 32 << 20;
+	cfg.kc_ssd_size = 1ull << 30;
+	cfg.kc_ssd_size_auto = false;
+	cfg.kc_bucket_size = 4 << 20;
+	assert_int_equal(kv_store_create(&st, &cfg, dfd), 0);
+	b = batch(st);
+	for (int i = 0; i < 4; i++) {
+		char name[4] = {'k', (char)('0' + i)};
+
+		v[i] = malloc(lens[i]);
+		out[i] = calloc(1, lens[i]);
+		for (uint64_t j = 0; j < lens[i]; j++)
+			v[i][j] = (char)(i * 37 + j * 7 + (j >> 10));
+		assert_int_equal(put(&b, name, v[i], lens[i], 0), (int64_t)lens[i]);
+		fl[i] = (struct flight){.fl_dst = out[i]};
+		m[i] = (struct kv_batch_mem){.km_len = lens[i],
+					     .km_copy = flight_copy,
+					     .km_copy_start = flight_start,
+					     .km_arg = &fl[i]};
+	}
+	kv_store_destroy(st); /* the values now live only in their buckets */
+	assert_int_equal(kv_store_create(&st, &cfg, dfd), 0);
+	b = batch(st);
+	assert_int_equal(lookup(&b, "k0", &ki), LEN);
+	assert_int_equal(ki.kki_flags & (KV_BK_DRAM | KV_BK_SSD), KV_BK_SSD);
+
+	b.kb_key = 0;
+	assert_int_equal(kv_batch_get(&b, "k0", 2, &m[0], &ki), LEN);
+	assert_true(b.kb_inflight[0].bi_busy && b.kb_inflight[0].bi_obj &&
+		    !b.kb_inflight[0].bi_ino);
+	assert_int_equal(kv_pool_used(kv_store_pool(st)), LEN); /* the staging */
+	b.kb_key = 1;
+	assert_int_equal(kv_batch_get(&b, "k1", 2, &m[1], &ki), LEN);
+	assert_int_equal(ki.kki_flags & (KV_BK_DRAM | KV_BK_SSD), KV_BK_SSD);
+	b.kb_key = 2; /* both slots busy: read and copied at once */
+	assert_int_equal(kv_batch_get(&b, "k2", 2, &m[2], &ki), LEN);
+	assert_int_equal(fl[2].fl_started + fl[2].fl_copies, 1);
+	assert_memory_equal(out[2], v[2], LEN);
+	assert_int_equal(fl[0].fl_copies + fl[1].fl_copies, 0);
+	kv_batch_retire(&b, true, on_retire, &r);
+	assert_int_equal(r.n, 2);
+	assert_int_equal(r.err[0] | r.err[1], 0);
+	assert_int_equal(kv_pool_used(kv_store_pool(st)), 0);
+	for (int i = 0; i < 3; i++)
+		assert_memory_equal(out[i], v[i], LEN);
+	b.kb_key = 3; /* not a multiple of 4 KiB: the whole value read, its version pinned */
+	assert_int_equal(kv_batch_get(&b, "k3", 2, &m[3], &ki), ODD);
+	assert_true(!b.kb_inflight[0].bi_busy || b.kb_inflight[0].bi_ino);
+	kv_batch_retire(&b, true, on_retire, &r);
+	assert_int_equal(r.n, 3);
+	assert_memory_equal(out[3], v[3], ODD);
+	kv_store_destroy(st);
+	for (int i = 0; i < 4; i++) {
+		free(v[i]);
+		free(out[i]);
+	}
+	close(dfd);
+	assert_int_equal(nftw(root, rm_one, 8, FTW_DEPTH | FTW_PHYS), 0);
+}
+
 /* Sets the mode, owner and group of the node at path (from the root). */
 static void set_owner(struct kv_store *st, const char *path, mode_t mode, uid_t uid, gid_t gid)
 {
@@ -792,12 +897,12 @@ static void test_permissions(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_name_check), cmocka_unit_test(test_put_get_lookup),
-	    cmocka_unit_test(test_replace),    cmocka_unit_test(test_open_value),
-	    cmocka_unit_test(test_failed_put), cmocka_unit_test(test_remove),
-	    cmocka_unit_test(test_nodes),      cmocka_unit_test(test_race),
+	    cmocka_unit_test(test_name_check),	   cmocka_unit_test(test_put_get_lookup),
+	    cmocka_unit_test(test_replace),	   cmocka_unit_test(test_open_value),
+	    cmocka_unit_test(test_failed_put),	   cmocka_unit_test(test_remove),
+	    cmocka_unit_test(test_nodes),	   cmocka_unit_test(test_race),
 	    cmocka_unit_test(test_copy_in_flight), cmocka_unit_test(test_put_in_flight),
-	    cmocka_unit_test(test_permissions),
+	    cmocka_unit_test(test_get_staged),	   cmocka_unit_test(test_permissions),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
