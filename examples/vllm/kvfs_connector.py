@@ -38,8 +38,9 @@ The flow, as vLLM calls it:
              update_state_after_alloc(request, blocks, num_external_tokens)
                -> remembers which block ids the hits load into
              build_connector_meta(scheduler_output)
-               -> per step: the loads and the saves (the full prompt blocks
-                  of new requests that were not loaded) for the workers
+               -> per step: the loads, and the saves of every block that
+                  this step's forward pass completes (prompt or generated
+                  tokens, not loaded from kvfs) for the workers
              request_finished(request, block_ids) -> (False, None): saves
                end inside the step, the blocks may be freed at once
   worker     register_kv_caches(kv_caches) -> regions and one layout
@@ -49,10 +50,12 @@ The flow, as vLLM calls it:
              wait_for_save() -> synchronises the device, one batch put
              get_finished(ids) -> (None, None): nothing asynchronous
 
-Saves cover the full prompt blocks computed in a request's first scheduled
-step (the whole prompt without chunked prefill); blocks of later chunks and
-of generated tokens are not saved. Loads and saves are synchronous within
-the step (no async loading, nothing held after request_finished).
+Saves follow a request through every step: each chunk of a chunked
+prefill, and decode steps, save the blocks they fill (the scheduler keeps
+the request's block ids across steps, new ones appended, all of them
+replaced when it resumes from preemption; speculative tokens not yet
+accepted do not count). Loads and saves are synchronous within the step (no
+async loading, nothing held after request_finished).
 
 Standard library and the kvfs Python module only. vLLM itself is imported
 when present; without it (tests) minimal stand-ins of its base classes
@@ -104,19 +107,73 @@ except ImportError:  # stand-ins with the same names and the methods used here
             return self._connector_metadata
 
 
+class HashChain:
+    """The block hashes of a token sequence, extended as it grows: block b's
+    hash is SHA-256 over block b-1's and block b's token ids (hex, 16 bytes)."""
+
+    def __init__(self, block_size):
+        self.block_size = block_size
+        self.hashes = []
+        self._parent = b""
+
+    def extend(self, token_ids, blocks):
+        """Hashes the full blocks of token_ids up to `blocks` not hashed yet."""
+        bs = self.block_size
+        for b in range(len(self.hashes), min(blocks, len(token_ids) // bs)):
+            h = hashlib.sha256(self._parent)
+            h.update(b"".join(int(t).to_bytes(4, "little", signed=False)
+                              for t in token_ids[b * bs:(b + 1) * bs]))
+            self._parent = h.digest()
+            self.hashes.append(self._parent[:16].hex())
+        return self.hashes
+
+
 def block_hashes(token_ids, block_size, limit=None):
     """Chained SHA-256 of each full block of token_ids (at most `limit`), hex."""
-    out, parent = [], b""
     n = len(token_ids) // block_size
-    if limit is not None:
-        n = min(n, limit)
-    for b in range(n):
-        h = hashlib.sha256(parent)
-        h.update(b"".join(int(t).to_bytes(4, "little", signed=False)
-                          for t in token_ids[b * block_size:(b + 1) * block_size]))
-        parent = h.digest()
-        out.append(parent[:16].hex())
-    return out
+    return list(HashChain(block_size).extend(token_ids, n if limit is None else min(n, limit)))
+
+
+@dataclass
+class SimpleRequest:
+    """What the connector reads of a request it was never asked about."""
+    request_id: str
+    prompt_token_ids: list
+
+
+@dataclass
+class _Track:
+    """A request the scheduler side follows from step to step."""
+    request: object    # vLLM's Request: its token ids grow as it generates
+    chain: HashChain
+    block_ids: list = field(default_factory=list)
+    stored: int = 0    # leading blocks kvfs holds: saved, loaded or matched
+
+
+def _group0(ids):
+    """The block ids of the first KV-cache group (vLLM passes a tuple per group)."""
+    if ids and isinstance(ids[0], (list, tuple)):
+        return list(ids[0])
+    return list(ids or ())
+
+
+def _cached_reqs(out):
+    """(req_id, new block ids or None, resumed from preemption, tokens computed
+    before the step) of each running request a step schedules, in the two
+    shapes vLLM has used: one object of parallel lists (resumed_req_ids, or
+    earlier resumed_from_preemption), or a list of one object per request."""
+    c = getattr(out, "scheduled_cached_reqs", None)
+    if c is None:
+        return
+    if hasattr(c, "req_ids"):
+        resumed = getattr(c, "resumed_req_ids", None)
+        flags = getattr(c, "resumed_from_preemption", None)
+        for i, rid in enumerate(c.req_ids):
+            r = rid in resumed if resumed is not None else bool(flags and flags[i])
+            yield rid, c.new_block_ids[i], r, c.num_computed_tokens[i]
+    else:
+        for d in c:
+            yield d.req_id, d.new_block_ids, d.resumed_from_preemption, d.num_computed_tokens
 
 
 @dataclass
@@ -169,9 +226,8 @@ class KvfsConnector(KVConnectorBase_V1):
                                        getattr(vllm_config.cache_config, "cache_dtype", "auto"))
         self.client = kvfs.Client(path)
         # scheduler side
-        self._hashes = {}     # req_id -> block hashes of the prompt's full blocks
+        self._tracks = {}     # req_id -> _Track, from the first question to request_finished
         self._loads = {}      # req_id -> ReqMeta to send with the next step
-        self._loaded = {}     # req_id -> blocks that come from kvfs (not saved again)
         # req_id -> tokens vLLM had computed locally (its prefix cache) when it
         # asked: update_state_after_alloc runs before request.num_computed_tokens is set
         self._computed = {}
@@ -190,12 +246,23 @@ class KvfsConnector(KVConnectorBase_V1):
 
     # ---------------- scheduler side ----------------
 
+    def _track(self, request):
+        t = self._tracks.get(request.request_id)
+        if t is None:
+            t = _Track(request, HashChain(self.block_size))
+            self._tracks[request.request_id] = t
+        return t
+
+    @staticmethod
+    def _tokens(request):
+        """The request's token ids so far: the prompt and what it generated."""
+        ids = getattr(request, "all_token_ids", None)
+        return request.prompt_token_ids if ids is None else ids
+
     def _prompt_hashes(self, request):
-        h = self._hashes.get(request.request_id)
-        if h is None:
-            h = block_hashes(request.prompt_token_ids, self.block_size)
-            self._hashes[request.request_id] = h
-        return h
+        t = self._track(request)
+        return t.chain.extend(request.prompt_token_ids,
+                              len(request.prompt_token_ids) // self.block_size)
 
     def get_num_new_matched_tokens(self, request, num_computed_tokens):
         """Tokens past num_computed_tokens that kvfs holds, and whether they
@@ -211,6 +278,9 @@ class KvfsConnector(KVConnectorBase_V1):
             hit = min(hit, self.client.lookup(names).prefix)
         self.stats["lookups"] += 1
         self.stats["hit_blocks"] += hit
+        t = self._track(request)
+        t.request = request
+        t.stored = max(t.stored, hit)  # held already: never saved again
         self._computed[request.request_id] = num_computed_tokens
         return max(0, hit * self.block_size - num_computed_tokens), False
 
@@ -224,28 +294,48 @@ class KvfsConnector(KVConnectorBase_V1):
         hashes = self._prompt_hashes(request)
         self._loads[request.request_id] = ReqMeta(
             request.request_id, hashes[first:last], list(block_ids[first:last]), True)
-        self._loaded[request.request_id] = last
+        t = self._track(request)
+        t.stored = max(t.stored, last)
+
+    def _saves(self, t, req_id, computed, out):
+        """The ReqMeta saving the blocks of t that a step leaves computed
+        (computed: tokens before it), or None."""
+        spec = len((getattr(out, "scheduled_spec_decode_tokens", None) or {}).get(req_id, ()))
+        after = computed + out.num_scheduled_tokens.get(req_id, 0) - spec
+        done = min(after // self.block_size, len(t.block_ids))
+        hashes = t.chain.extend(self._tokens(t.request), done)
+        done = min(done, len(hashes))
+        if done <= t.stored:
+            return None
+        rm = ReqMeta(req_id, hashes[t.stored:done], t.block_ids[t.stored:done], False)
+        t.stored = done
+        return rm
 
     def build_connector_meta(self, scheduler_output):
         meta = KvfsConnectorMetadata()
         meta.requests.extend(self._loads.values())
         self._loads = {}
+        steps = []
         for new in scheduler_output.scheduled_new_reqs:
-            hashes = self._hashes.get(new.req_id) or block_hashes(
-                new.prompt_token_ids, self.block_size)
-            block_ids = new.block_ids[0]
-            # Full prompt blocks computed in this step and not loaded from kvfs.
-            done = min(len(hashes), (new.num_computed_tokens + scheduler_output
-                                     .num_scheduled_tokens[new.req_id]) // self.block_size)
-            start = self._loaded.get(new.req_id, 0)
-            if done > start:
-                meta.requests.append(ReqMeta(new.req_id, hashes[start:done],
-                                             list(block_ids[start:done]), False))
+            t = self._tracks.get(new.req_id)
+            if t is None:  # never asked about (no connector question): its prompt alone
+                t = self._track(SimpleRequest(new.req_id, new.prompt_token_ids))
+            t.block_ids = _group0(new.block_ids)
+            steps.append((t, new.req_id, new.num_computed_tokens))
+        for rid, ids, resumed, computed in _cached_reqs(scheduler_output):
+            t = self._tracks.get(rid)
+            if t is None:
+                continue
+            t.block_ids = _group0(ids) if resumed else t.block_ids + _group0(ids)
+            steps.append((t, rid, computed))
+        for t, rid, computed in steps:
+            rm = self._saves(t, rid, computed, scheduler_output)
+            if rm:
+                meta.requests.append(rm)
         return meta
 
     def request_finished(self, request, block_ids):
-        self._hashes.pop(request.request_id, None)
-        self._loaded.pop(request.request_id, None)
+        self._tracks.pop(request.request_id, None)
         self._loads.pop(request.request_id, None)
         self._computed.pop(request.request_id, None)
         return False, None

@@ -17,7 +17,12 @@ blocks, scheduler output) replace vLLM, which is not installed here.
   24 new blocks;
 - a third scheduler then matches all 64 blocks, the keys are
   <model>/<tp rank>/<hash>, and a tensor-parallel size of 2 matches nothing
-  (rank 1 saved nothing).
+  (rank 1 saved nothing);
+- a request followed over many steps saves each block when a step fills
+  it: three chunks of a chunked prefill, a preemption (its blocks replaced,
+  the saved prefix loaded back), decode steps until generated tokens fill
+  a block (speculative tokens not counted); another connector then loads
+  prompt and generated blocks with the right bytes.
 """
 
 import hashlib
@@ -181,6 +186,106 @@ class Connector(kvfstest.KvfsTestCase):
         # Tensor parallelism: rank 1 saved nothing, so no block is complete for TP=2.
         sched4, _, _ = self.pair(tp_size=2)
         self.assertEqual(sched4.get_num_new_matched_tokens(longer, 0), (0, False))
+
+    def test_chunked_prefill_preemption_and_decode(self):
+        tokens = list(range(3000, 3000 + 48 * BLOCK_SIZE + 5))
+        sched, worker, t = self.pair()
+        req = request("r", tokens)
+        req.all_token_ids = list(tokens)
+        self.assertEqual(sched.get_num_new_matched_tokens(req, 0), (0, False))
+        sched.update_state_after_alloc(req, Blocks(range(16)), 0)
+        saved = {}  # logical block -> physical block it was saved from
+
+        def run(out, compute):
+            meta = sched.build_connector_meta(out)
+            for rm in meta.requests:
+                if not rm.load:
+                    first = len(saved)
+                    for i, phys in enumerate(rm.block_ids):
+                        saved[first + i] = phys
+            forward(worker, meta, t, compute)
+            return meta
+
+        def cached(ids, resumed, computed, scheduled, spec=()):
+            return NS(scheduled_new_reqs=[],
+                      scheduled_cached_reqs=NS(req_ids=["r"], resumed_req_ids=resumed,
+                                               new_block_ids=[(list(ids),)],
+                                               num_computed_tokens=[computed]),
+                      num_scheduled_tokens={"r": scheduled},
+                      scheduled_spec_decode_tokens={"r": list(spec)} if spec else {})
+
+        # chunk 1: 16 blocks
+        new = NS(req_id="r", prompt_token_ids=tokens, block_ids=(list(range(16)),),
+                 num_computed_tokens=0)
+        run(NS(scheduled_new_reqs=[new], scheduled_cached_reqs=NS(
+            req_ids=[], resumed_req_ids=set(), new_block_ids=[], num_computed_tokens=[]),
+            num_scheduled_tokens={"r": 16 * BLOCK_SIZE}), [(b, b) for b in range(16)])
+        self.assertEqual(sorted(saved), list(range(16)))
+        # preempted, then resumed: 16 blocks load back into new ids, chunk 2 computes 16 more
+        ids = [50 + i for i in range(32)]
+        self.assertEqual(sched.get_num_new_matched_tokens(req, 0), (16 * BLOCK_SIZE, False))
+        sched.update_state_after_alloc(req, Blocks(ids), 16 * BLOCK_SIZE)
+        meta = run(cached(ids, {"r"}, 16 * BLOCK_SIZE, 16 * BLOCK_SIZE),
+                   [(16 + i, ids[16 + i]) for i in range(16)])
+        self.assertEqual([(r.load, r.block_ids) for r in meta.requests],
+                         [(True, ids[:16]), (False, ids[16:32])])
+        # chunk 3: the prompt's last 16 full blocks and its partial one
+        more = [82 + i for i in range(17)]
+        ids += more
+        run(cached(more, set(), 32 * BLOCK_SIZE, 16 * BLOCK_SIZE + 5),
+            [(32 + i, ids[32 + i]) for i in range(16)])
+        self.assertEqual(len(saved), 48)
+        # decode: one token a step; block 48 fills at 784 computed tokens
+        computed = len(tokens)
+        for k in range(11):
+            req.all_token_ids.append(9000 + k)  # sampled in the step before
+            spec = [1, 2] if k == 9 else ()  # drafts not yet accepted: not computed KV
+            meta = run(cached([], set(), computed, 1 + len(spec), spec),
+                       [(48, ids[48])] if k == 10 else [])
+            computed += 1
+            self.assertEqual(len(saved), 48 if k < 10 else 49, k)
+        self.assertEqual(saved[48], ids[48])
+        self.assertEqual(worker.stats["saved_blocks"], 49)
+        self.assertEqual(worker.stats["failed_blocks"], 0)
+        sched.request_finished(req, ids)
+
+        # Another pair matches prompt and generated blocks and loads their bytes.
+        sched2, worker2, t2 = self.pair()
+        seq = request("s", req.all_token_ids + [7])
+        self.assertEqual(sched2.get_num_new_matched_tokens(seq, 0), (49 * BLOCK_SIZE, False))
+        dst = [i + 1 for i in range(49)]
+        sched2.update_state_after_alloc(seq, Blocks(dst), 49 * BLOCK_SIZE)
+        meta = sched2.build_connector_meta(NS(scheduled_new_reqs=[], num_scheduled_tokens={}))
+        worker2.bind_connector_metadata(meta)
+        worker2.start_load_kv(NS())
+        worker2.clear_connector_metadata()
+        self.assertEqual(worker2.stats["loaded_blocks"], 49)
+        for layer, name in enumerate(t2):
+            for logical, phys in enumerate(dst):
+                for side in (0, 1):
+                    self.assertEqual(t2[name].block(side, phys), content(layer, side, logical),
+                                     (name, logical, side))
+
+
+    def test_scheduler_output_shapes(self):
+        """Running requests as the versions of vLLM pass them: parallel lists
+        with resumed_req_ids (None: no new block) or resumed_from_preemption,
+        or one object per request."""
+        import kvfs_connector as kc
+        want = [("a", [1], False, 3), ("b", [], True, 4)]
+        cols = NS(req_ids=["a", "b"], resumed_req_ids={"b"}, new_block_ids=[([1],), None],
+                  num_computed_tokens=[3, 4])
+        older = NS(req_ids=["a", "b"], resumed_from_preemption=[False, True],
+                   new_block_ids=[([1],), ([],)], num_computed_tokens=[3, 4])
+        per_req = [NS(req_id="a", resumed_from_preemption=False, new_block_ids=([1],),
+                      num_computed_tokens=3),
+                   NS(req_id="b", resumed_from_preemption=True, new_block_ids=[],
+                      num_computed_tokens=4)]
+        for c in (cols, older, per_req):
+            got = [(r, kc._group0(ids), res, n) for r, ids, res, n in
+                   kc._cached_reqs(NS(scheduled_cached_reqs=c))]
+            self.assertEqual(got, want, c)
+        self.assertEqual(list(kc._cached_reqs(NS())), [])
 
     def test_local_hit_load_errors_and_layouts(self):
         """vLLM asks with its local prefix-cache hit, then allocates before it
