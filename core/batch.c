@@ -289,7 +289,7 @@ static int publish(struct kv_batch *b, struct kv_inode *dir, const char *name, s
 /* A free slot for a copy in flight, or NULL. */
 static struct kv_batch_inflight *free_slot(struct kv_batch *b)
 {
-	for (int i = 0; i < 2; i++)
+	for (int i = 0; i < KV_BATCH_INFLIGHT; i++)
 		if (!b->kb_inflight[i].bi_busy)
 			return &b->kb_inflight[i];
 	return NULL;
@@ -323,6 +323,7 @@ static int put_start(struct kv_batch *b, struct kv_obj *obj, const struct kv_bat
 	kv_inode_get(dir);
 	*bi = (struct kv_batch_inflight){.bi_wait = w,
 					 .bi_key = b->kb_key,
+					 .bi_bytes = m->km_len,
 					 .bi_busy = true,
 					 .bi_obj = obj,
 					 .bi_dir = dir,
@@ -493,8 +494,11 @@ static int get_staged(struct kv_batch *b, struct kv_inode *ino, const struct kv_
 		kv_obj_put(stage);
 		return err;
 	}
-	*bi = (struct kv_batch_inflight){
-	    .bi_wait = w, .bi_key = b->kb_key, .bi_busy = true, .bi_obj = stage};
+	*bi = (struct kv_batch_inflight){.bi_wait = w,
+					 .bi_key = b->kb_key,
+					 .bi_bytes = m->km_len,
+					 .bi_busy = true,
+					 .bi_obj = stage};
 	ki->kki_flags = (ki->kki_flags & ~(unsigned)KV_BK_DRAM) | KV_BK_SSD;
 	return 1;
 }
@@ -582,44 +586,64 @@ static int get_start(struct kv_batch *b, struct kv_inode *ino, const struct kv_b
 	err = m->km_copy_start(m->km_arg, false, iov, n, &w);
 	if (err || !w.bw_wait)
 		return err;
-	*bi = (struct kv_batch_inflight){
-	    .bi_wait = w, .bi_key = b->kb_key, .bi_busy = true, .bi_guard = *guard, .bi_ino = ino};
+	*bi = (struct kv_batch_inflight){.bi_wait = w,
+					 .bi_key = b->kb_key,
+					 .bi_bytes = m->km_len,
+					 .bi_busy = true,
+					 .bi_guard = *guard,
+					 .bi_ino = ino};
 	return 1;
+}
+
+/* Waits for bi's copy, publishes a put's value, lets go of what bi held. */
+static void retire_one(struct kv_batch *b, struct kv_batch_inflight *bi,
+		       void (*done)(void *arg, uint64_t key, int err), void *arg)
+{
+	int err = bi->bi_wait.bw_wait(bi->bi_wait.bw_arg);
+
+	if (bi->bi_dir) {
+		if (err)
+			kv_obj_put(bi->bi_obj);
+		else
+			err = publish(b, bi->bi_dir, bi->bi_name, bi->bi_obj, bi->bi_noreplace);
+		kv_inode_put(bi->bi_dir);
+	} else if (bi->bi_obj) {
+		kv_obj_put(bi->bi_obj);
+	} else {
+		kv_read_done(&bi->bi_guard);
+		kv_inode_put(bi->bi_ino);
+	}
+	bi->bi_busy = false;
+	done(arg, bi->bi_key, err);
 }
 
 void kv_batch_retire(struct kv_batch *b, bool all, void (*done)(void *arg, uint64_t key, int err),
 		     void *arg)
 {
-	struct kv_batch_inflight *bi = b->kb_inflight;
-	/* oldest first: puts of one name publish in the order they were made */
-	int first = bi[0].bi_busy && bi[1].bi_busy && bi[1].bi_key < bi[0].bi_key ? 1 : 0;
-	int keep = -1;
+	/* Values in flight are pool memory nobody else can have: an eighth of a small pool. */
+	uint64_t cap = kv_pool_size(kv_store_pool(b->kb_st)) / 8;
 
-	if (!all && bi[0].bi_busy && bi[1].bi_busy)
-		keep = 1 - first;
-	else if (!all)
-		keep = bi[0].bi_busy ? 0 : 1;
-	for (int k = 0; k < 2; k++) {
-		int i = k ? 1 - first : first, err;
+	if (cap > KV_BATCH_INFLIGHT_BYTES)
+		cap = KV_BATCH_INFLIGHT_BYTES;
+	for (;;) {
+		struct kv_batch_inflight *old = NULL;
+		uint64_t bytes = 0;
+		int busy = 0;
 
-		if (!bi[i].bi_busy || i == keep)
-			continue;
-		err = bi[i].bi_wait.bw_wait(bi[i].bi_wait.bw_arg);
-		if (bi[i].bi_dir) {
-			if (err)
-				kv_obj_put(bi[i].bi_obj);
-			else
-				err = publish(b, bi[i].bi_dir, bi[i].bi_name, bi[i].bi_obj,
-					      bi[i].bi_noreplace);
-			kv_inode_put(bi[i].bi_dir);
-		} else if (bi[i].bi_obj) {
-			kv_obj_put(bi[i].bi_obj);
-		} else {
-			kv_read_done(&bi[i].bi_guard);
-			kv_inode_put(bi[i].bi_ino);
+		/* oldest first: puts of one name publish in the order they were made */
+		for (int i = 0; i < KV_BATCH_INFLIGHT; i++) {
+			struct kv_batch_inflight *bi = &b->kb_inflight[i];
+
+			if (!bi->bi_busy)
+				continue;
+			busy++;
+			bytes += bi->bi_bytes;
+			if (!old || bi->bi_key < old->bi_key)
+				old = bi;
 		}
-		bi[i].bi_busy = false;
-		done(arg, bi[i].bi_key, err);
+		if (!old || (!all && busy < KV_BATCH_INFLIGHT && bytes <= cap))
+			return;
+		retire_one(b, old, done, arg);
 	}
 }
 

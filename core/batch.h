@@ -113,9 +113,18 @@ struct kv_batch_mem {
  * SSD into pool staging, that staging (obj); a put keeps the value being
  * filled (obj) and where to publish it (dir, name).
  */
+/*
+ * Keys in flight at most per batch, and their bytes (or an eighth of the
+ * pool, if less): past those, kv_batch_retire waits for the oldest (a
+ * put's value and a staged get's staging are pool memory until then).
+ */
+#define KV_BATCH_INFLIGHT	8
+#define KV_BATCH_INFLIGHT_BYTES (64ull << 20)
+
 struct kv_batch_inflight {
 	struct kv_batch_wait bi_wait;
-	uint64_t bi_key; /* kb_key when it started */
+	uint64_t bi_key;   /* kb_key when it started */
+	uint64_t bi_bytes; /* the value's */
 	bool bi_busy;
 	struct kv_read_guard bi_guard; /* get of a pinned version */
 	struct kv_inode *bi_ino;       /* get of a pinned version */
@@ -140,13 +149,14 @@ struct kv_batch {
 	void *kb_arg;
 	/*
 	 * Puts and gets with km_copy_start: the caller's index of the key
-	 * being served, and up to two keys in flight, so the next key's
-	 * lookup, SSD read or pool allocation overlaps the previous key's
-	 * copy to or from the device. The caller retires them
+	 * being served, and up to KV_BATCH_INFLIGHT keys in flight, so the
+	 * next keys' lookups, SSD reads and pool allocations overlap the
+	 * earlier keys' copies to or from the device, and a batch waits
+	 * about once per KV_BATCH_INFLIGHT keys. The caller retires them
 	 * (kv_batch_retire) after each key and at the end of the batch.
 	 */
 	uint64_t kb_key;
-	struct kv_batch_inflight kb_inflight[2];
+	struct kv_batch_inflight kb_inflight[KV_BATCH_INFLIGHT];
 };
 
 /* Checks a name (len bytes, not NUL-terminated). Returns 0, -EINVAL or -ENAMETOOLONG. */
@@ -192,10 +202,11 @@ int64_t kv_batch_get(struct kv_batch *b, const char *name, size_t len, const str
 		     struct kv_key_info *ki);
 
 /*
- * Waits for the keys in flight — all of them, or all but the one that
- * started last — oldest first, publishes each put whose copy landed, and
- * lets go of what they held. done(arg, key, err) is called for each, with
- * err 0, the copy's error or the publication's (the key then failed).
+ * Waits for keys in flight, oldest first — all of them, or (not `all`) as
+ * many as leave a slot free and at most KV_BATCH_INFLIGHT_BYTES (or an
+ * eighth of the pool) in flight
+ * — publishes each put whose copy landed, and lets go of what they held. done(arg, key, err) is
+ * called for each, with err 0, the copy's error or the publication's (the key then failed).
  */
 void kv_batch_retire(struct kv_batch *b, bool all, void (*done)(void *arg, uint64_t key, int err),
 		     void *arg);

@@ -570,7 +570,7 @@ static int do_batch(struct ioc *io, enum kv_ioc_kind kind, struct kvfs_ioc_batch
 			kv_stats_key_error(&fs->kf_stats, (int)k.ik_result);
 		}
 		memcpy(bt->bt_data + i * KEY_SIZE, &k, sizeof(k));
-		/* The previous key's copy has run beside this key's lookup and read. */
+		/* Earlier keys' copies ran beside this lookup: the oldest may be waited for. */
 		kv_batch_retire(&b, false, copy_done, &an);
 	}
 	kv_batch_retire(&b, true, copy_done, &an);

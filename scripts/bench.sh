@@ -50,6 +50,10 @@
 #
 #   scripts/bench.sh [dram] [ssd] [ioctl] [gc] [meta] [cow] [rados] [--keys=N]  (default: every part)
 # KVFS_BIN=PATH runs another kvfs binary (a "before" build) instead of build/kvfs.
+# KVFS_BENCH_DIR=DIR puts the data directories (and the baselines' files) on
+# DIR's filesystem instead of the checkout's: to compare filesystems or
+# mount options (an ext4 mounted with `discard` trims every removed bucket
+# at its journal's commits; see README, "Compaction").
 # Needs root (mounts, drop_caches).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -68,7 +72,7 @@ done
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DKVFS_CUDA=OFF >/dev/null # as test.sh: no rebuild
 cmake --build build -j"$(nproc)" --target kvfs kvfs-bench >/dev/null
 
-work=$(mktemp -d "$root/.bench.XXXXXX") # on DATA_DIR's filesystem, like ./kvfs-data
+work=$(mktemp -d "${KVFS_BENCH_DIR:-$root}/.bench.XXXXXX") # on DATA_DIR's filesystem, like ./kvfs-data
 shm=$(mktemp -d /dev/shm/kvfs-bench.XXXXXX)
 pid=
 cleanup() {

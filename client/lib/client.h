@@ -70,6 +70,13 @@ int kvfs__open_fd(int fd, kvfs__ioctl_fn fn, struct kvfs **kvp);
 /* Fills the header of an ioctl struct of `size` bytes. */
 void kvfs__hdr(struct kvfs_ioc_hdr *h, uint32_t size, uint64_t trace);
 
+/*
+ * Registers the region rg describes (header filled here), naming the daemon
+ * as a tracer of this process when it needs one (region.c). Sets *idp.
+ * Returns 0 or -errno.
+ */
+int kvfs__register_traced(struct kvfs *kv, struct kvfs_ioc_region *rg, uint32_t *idp);
+
 /* Adds an entry to the handle's table. Returns 0 or -ENOMEM. */
 int kvfs__ent_add(struct kvfs *kv, enum kvfs__ent_kind kind, uint32_t id, void *addr, size_t len);
 

@@ -189,15 +189,12 @@ int kvfs_register_device(struct kvfs *kv, const void *ptr, size_t len, uint32_t 
 		drv.ctx_pop(&popped);
 	}
 	drv.ctx_release(dev);
-	if (!err) {
-		kvfs__hdr(&rg.rg_hdr, sizeof(rg), kvfs_trace_next(kv));
-		err = kv->kv_ioctl(kv->kv_fd, KVFS_IOC_REGION_REGISTER, &rg);
-	}
+	if (!err) /* a VMM handle's fd is taken with pidfd_getfd: ptrace rights */
+		err = kvfs__register_traced(kv, &rg, idp);
 	if (fd >= 0)
 		close(fd); /* the daemon took its own copy during the ioctl */
 	if (err)
 		return err;
-	*idp = rg.rg_id;
 	err = kvfs__ent_add(kv, KVFS__ENT_REGION, *idp, NULL, 0);
 	if (err)
 		kvfs_region_unregister(kv, *idp);

@@ -182,9 +182,36 @@ static int yama_scope_one(void)
 	return c == '1';
 }
 
-int kvfs_region_register(struct kvfs *kv, void *addr, size_t len, uint32_t *idp)
+/*
+ * Registers rg, letting the daemon reach this process: a HOST_PROC region
+ * is read with process_vm_readv and a CUDA_VMM handle taken with
+ * pidfd_getfd, both of which need the daemon to be allowed to ptrace us.
+ * On EPERM where Yama allows only named tracers, names the daemon (its pid
+ * is from its own pid namespace, so when that does not let it in, any
+ * tracer) and tries again, once per process.
+ */
+int kvfs__register_traced(struct kvfs *kv, struct kvfs_ioc_region *rg, uint32_t *idp)
 {
 	static atomic_bool ptracer_set;
+	int err = region_ioctl(kv, rg, idp);
+
+	if (err == -EPERM && !atomic_load(&ptracer_set) && geteuid() != 0 && yama_scope_one()) {
+		if (kv->kv_daemon_pid > 0 &&
+		    prctl(PR_SET_PTRACER, (unsigned long)kv->kv_daemon_pid, 0, 0, 0) == 0) {
+			rg->rg_id = 0;
+			err = region_ioctl(kv, rg, idp);
+		}
+		if (err == -EPERM && prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) == 0) {
+			rg->rg_id = 0;
+			err = region_ioctl(kv, rg, idp);
+		}
+		atomic_store(&ptracer_set, err != -EPERM);
+	}
+	return err;
+}
+
+int kvfs_region_register(struct kvfs *kv, void *addr, size_t len, uint32_t *idp)
+{
 	struct kvfs_ioc_region rg;
 	int err;
 
@@ -194,23 +221,7 @@ int kvfs_region_register(struct kvfs *kv, void *addr, size_t len, uint32_t *idp)
 	rg.rg_kind = KVFS_REGION_HOST_PROC;
 	rg.rg_addr = (uintptr_t)addr;
 	rg.rg_length = len;
-	err = region_ioctl(kv, &rg, idp);
-	if (err == -EPERM && !atomic_load(&ptracer_set) && geteuid() != 0 && yama_scope_one()) {
-		/*
-		 * Name the daemon alone; its pid is from its own pid namespace,
-		 * so when that does not let it in (another namespace), any tracer.
-		 */
-		if (kv->kv_daemon_pid > 0 &&
-		    prctl(PR_SET_PTRACER, (unsigned long)kv->kv_daemon_pid, 0, 0, 0) == 0) {
-			rg.rg_id = 0;
-			err = region_ioctl(kv, &rg, idp);
-		}
-		if (err == -EPERM && prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) == 0) {
-			rg.rg_id = 0;
-			err = region_ioctl(kv, &rg, idp);
-		}
-		atomic_store(&ptracer_set, err != -EPERM);
-	}
+	err = kvfs__register_traced(kv, &rg, idp);
 	if (err)
 		return err;
 	err = kvfs__ent_add(kv, KVFS__ENT_REGION, *idp, NULL, 0);

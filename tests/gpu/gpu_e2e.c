@@ -7,8 +7,9 @@
  *
  *   gpu_e2e probe                exit 0 with a device, 77 (and why) without
  *   gpu_e2e ipc DIR              cudaMalloc memory (CUDA_IPC): two regions on
- *                                one allocation, offsets, the daemon's own
- *                                checks (range, UUID, handle) by raw ioctl
+ *                                one allocation, offsets, a put that waits on
+ *                                the caller's event, the daemon's own checks
+ *                                (range, UUID, handle) by raw ioctl
  *   gpu_e2e vmm DIR              cuMemCreate memory with a POSIX-fd handle (CUDA_VMM)
  *   gpu_e2e layers DIR N         a layout over N layer tensors (K and V), 64 blocks
  *   gpu_e2e ssd DIR              more values than the pool holds: gets from the SSD
@@ -58,9 +59,12 @@ static struct kvfs *open_kv(const char *dir)
 	return kv;
 }
 
-/* n keys "prefix/i", key i = [i * len, + len) of region id; put or get; all must succeed. */
-static void batch(struct kvfs *kv, const char *prefix, uint32_t id, uint64_t off0, size_t n,
-		  size_t len, int get)
+/*
+ * n keys "prefix/i", key i = [i * len, + len) of region id; put (after the
+ * CUDA IPC event `event`, when not NULL) or get; all must succeed.
+ */
+static void batch_ev(struct kvfs *kv, const char *prefix, uint32_t id, uint64_t off0, size_t n,
+		     size_t len, int get, const void *event)
 {
 	struct kvfs_iov *iov = calloc(n, sizeof(*iov));
 	struct kvfs_key *keys = calloc(n, sizeof(*keys));
@@ -74,8 +78,12 @@ static void batch(struct kvfs *kv, const char *prefix, uint32_t id, uint64_t off
 		iov[i] = (struct kvfs_iov){id, off0 + i * len, len};
 		keys[i] = (struct kvfs_key){.kk_name = names[i], .kk_niov = 1, .kk_iov = &iov[i]};
 	}
-	err = get ? kvfs_get(kv, keys, n, 0, st, &sum)
-		  : kvfs_put(kv, keys, n, KVFS_PUT_FLAG_MKDIR, 0, st, &sum);
+	if (get)
+		err = kvfs_get(kv, keys, n, 0, st, &sum);
+	else if (event)
+		err = kvfs_put_event(kv, keys, n, KVFS_PUT_FLAG_MKDIR, event, 0, st, &sum);
+	else
+		err = kvfs_put(kv, keys, n, KVFS_PUT_FLAG_MKDIR, 0, st, &sum);
 	CHECK(!err, "batch: %s", strerror(-err));
 	for (size_t i = 0; i < n; i++)
 		CHECK(st[i].ks_result == (int64_t)len, "%s %s: %lld", get ? "get" : "put", names[i],
@@ -84,6 +92,12 @@ static void batch(struct kvfs *kv, const char *prefix, uint32_t id, uint64_t off
 	free(keys);
 	free(st);
 	free(names);
+}
+
+static void batch(struct kvfs *kv, const char *prefix, uint32_t id, uint64_t off0, size_t n,
+		  size_t len, int get)
+{
+	batch_ev(kv, prefix, id, off0, n, len, get, NULL);
 }
 
 /* Fills dev (n bytes) with pattern seed; returns the host copy. */
@@ -130,6 +144,44 @@ static int raw_ipc(int fd, const cudaIpcMemHandle_t *h, const uint8_t *uuid, uin
 	return 0;
 }
 
+/*
+ * A put that waits on the caller's event instead of a synchronisation:
+ * the bytes are still being copied in on the caller's stream when the
+ * ioctl starts, and the daemon must copy what the stream leaves.
+ */
+static void event_put(struct kvfs *kv, void *dev, size_t total)
+{
+	size_t n = 8 * MiB;
+	cudaIpcEventHandle_t eh;
+	unsigned char *pin;
+	cudaStream_t s;
+	cudaEvent_t ev;
+	uint32_t id;
+
+	CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+	CU(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming | cudaEventInterprocess));
+	CU(cudaMallocHost((void **)&pin, n));
+	pattern(pin, n, 7);
+	CU(cudaMemset(dev, 0, total));
+	CU(cudaDeviceSynchronize());
+	CHECK(!kvfs_register_device(kv, (char *)dev + MiB, n, &id), "register for the event put");
+	/* Several passes over the same bytes: the stream is busy for a while. */
+	for (int i = 0; i < 8; i++)
+		CU(cudaMemcpyAsync((char *)dev + MiB, pin, n, cudaMemcpyHostToDevice, s));
+	CU(cudaEventRecord(ev, s));
+	CU(cudaIpcGetEventHandle(&eh, ev));
+	batch_ev(kv, "ipc/event", id, 0, 8, MiB, 0, &eh);
+	CU(cudaStreamSynchronize(s));
+	CU(cudaMemset(dev, 0, total));
+	CU(cudaDeviceSynchronize());
+	batch(kv, "ipc/event", id, 0, 8, MiB, 1);
+	dev_expect((char *)dev + MiB, pin, n, "put after the caller's event");
+	CHECK(!kvfs_region_unregister(kv, id), "unregister the event put's region");
+	CU(cudaEventDestroy(ev));
+	CU(cudaStreamDestroy(s));
+	CU(cudaFreeHost(pin));
+}
+
 static int ipc_main(const char *dir)
 {
 	struct kvfs *kv = open_kv(dir);
@@ -153,6 +205,7 @@ static int ipc_main(const char *dir)
 	CHECK(!kvfs_region_unregister(kv, a), "unregister a");
 	batch(kv, "ipc/b", b, 0, 4, MiB, 1); /* still open for b */
 	dev_expect((char *)dev + MiB, want + MiB, 12 * MiB, "ipc round trip");
+	event_put(kv, dev, total);
 	/* The daemon's own checks, past the library's. */
 	CU(cudaIpcGetMemHandle(&h, dev));
 	CU(cudaGetDeviceProperties(&p, 0));

@@ -525,76 +525,122 @@ static int flight_copy(void *arg, bool to_store, uint64_t off, const struct iove
 }
 
 struct retired {
-	uint64_t key[4];
-	int err[4], n;
+	uint64_t key[2 * KV_BATCH_INFLIGHT];
+	int err[2 * KV_BATCH_INFLIGHT], n;
 };
 
 static void on_retire(void *arg, uint64_t key, int err)
 {
 	struct retired *r = arg;
 
+	assert_true(r->n < 2 * KV_BATCH_INFLIGHT);
 	r->key[r->n] = key;
 	r->err[r->n++] = err;
+}
+
+/* Whether every slot of kb_inflight is busy, or (busy false) none is. */
+static bool all_slots(const struct kv_batch *b, bool busy)
+{
+	for (int i = 0; i < KV_BATCH_INFLIGHT; i++)
+		if (b->kb_inflight[i].bi_busy != busy)
+			return false;
+	return true;
 }
 
 /*
  * Gets whose copy is still in flight when kv_batch_get returns: the version
  * they copy from stays pinned (a put replacing the key meanwhile changes
- * nothing for them), at most two are in flight, kv_batch_retire keeps the
- * newest unless told all, reports each key with its copy's error; a copy
- * that lands at once is not made twice.
+ * nothing for them), at most KV_BATCH_INFLIGHT are in flight and at most
+ * an eighth of the pool in bytes, kv_batch_retire waits for the oldest
+ * beyond those unless told all, reports each key with its copy's error; a
+ * copy that lands at once is not made twice.
  */
 static void test_copy_in_flight(void **state)
 {
-	enum { LEN = 64 << 10 };
-	struct kv_store *st = store_new(64 << 20);
+	enum { LEN = 64 << 10, N = KV_BATCH_INFLIGHT, BIG = 3 << 20 };
+	struct kv_store *st = store_new(64 << 20); /* in flight: 8 MiB at most */
 	struct kv_batch b = batch(st);
-	char *v0 = malloc(LEN), *v1 = malloc(LEN), *out0 = calloc(1, LEN), *out1 = calloc(1, LEN);
-	struct flight f0 = {.fl_dst = out0}, f1 = {.fl_dst = out1, .fl_err = -EIO};
-	struct kv_batch_mem m0 = {
-	    .km_len = LEN, .km_copy = flight_copy, .km_copy_start = flight_start, .km_arg = &f0};
-	struct kv_batch_mem m1 = m0;
+	char *v0 = malloc(LEN), *v1 = malloc(LEN), *out[N], *big = malloc(BIG);
+	struct flight f[N];
+	struct kv_batch_mem m[N];
 	struct retired r = {0};
 	struct kv_key_info ki;
 
 	(void)state;
-	m1.km_arg = &f1;
 	memset(v0, 'a', LEN);
 	memset(v1, 'b', LEN);
+	for (int i = 0; i < N; i++) {
+		out[i] = calloc(1, BIG);
+		f[i] = (struct flight){.fl_dst = out[i], .fl_err = i == N - 1 ? -EIO : 0};
+		m[i] = (struct kv_batch_mem){.km_len = LEN,
+					     .km_copy = flight_copy,
+					     .km_copy_start = flight_start,
+					     .km_arg = &f[i]};
+	}
 	assert_int_equal(put(&b, "k0", v0, LEN, 0), LEN);
 	assert_int_equal(put(&b, "k1", v1, LEN, 0), LEN);
 	b.kb_key = 0;
-	assert_int_equal(kv_batch_get(&b, "k0", 2, &m0, &ki), LEN);
-	assert_true(b.kb_inflight[0].bi_busy || b.kb_inflight[1].bi_busy);
+	assert_int_equal(kv_batch_get(&b, "k0", 2, &m[0], &ki), LEN);
 	assert_int_equal(put(&b, "k0", v1, LEN, 0), LEN); /* replaced while in flight */
-	b.kb_key = 1;
-	assert_int_equal(kv_batch_get(&b, "k1", 2, &m1, &ki), LEN);
-	assert_true(b.kb_inflight[0].bi_busy && b.kb_inflight[1].bi_busy);
+	for (int i = 1; i < N; i++) {
+		kv_batch_retire(&b, false, on_retire, &r);
+		assert_int_equal(r.n, 0); /* a slot is still free */
+		b.kb_key = (uint64_t)i;
+		assert_int_equal(kv_batch_get(&b, "k1", 2, &m[i], &ki), LEN);
+	}
+	assert_true(all_slots(&b, true));
 	kv_batch_retire(&b, false, on_retire, &r);
 	assert_int_equal(r.n, 1);
 	assert_int_equal(r.key[0], 0);
 	assert_int_equal(r.err[0], 0);
-	assert_memory_equal(out0, v0, LEN); /* the version pinned at the get */
+	assert_memory_equal(out[0], v0, LEN); /* the version pinned at the get */
 	kv_batch_retire(&b, true, on_retire, &r);
-	assert_int_equal(r.n, 2);
-	assert_int_equal(r.key[1], 1);
-	assert_int_equal(r.err[1], -EIO);
-	assert_false(b.kb_inflight[0].bi_busy || b.kb_inflight[1].bi_busy);
-	assert_int_equal(f0.fl_copies + f1.fl_copies, 0);
+	assert_int_equal(r.n, N);
+	for (int i = 1; i < N; i++) {
+		assert_int_equal(r.key[i], i); /* oldest first */
+		assert_int_equal(r.err[i], i == N - 1 ? -EIO : 0);
+		if (i < N - 1)
+			assert_memory_equal(out[i], v1, LEN);
+	}
+	assert_true(all_slots(&b, false));
+	for (int i = 0; i < N; i++)
+		assert_int_equal(f[i].fl_copies, 0);
+
+	/* Bytes: 3 MiB values, an eighth of the 64 MiB pool in flight at most. */
+	r.n = 0;
+	memset(big, 'c', BIG);
+	assert_int_equal(put(&b, "big", big, BIG, 0), BIG);
+	for (int i = 0; i < 3; i++) {
+		f[i] = (struct flight){.fl_dst = out[i]};
+		m[i].km_len = BIG;
+		b.kb_key = (uint64_t)i;
+		assert_int_equal(kv_batch_get(&b, "big", 3, &m[i], &ki), BIG);
+		kv_batch_retire(&b, false, on_retire, &r);
+		assert_int_equal(r.n, i == 2 ? 1 : 0); /* 9 MiB in flight: the oldest waited for */
+	}
+	assert_int_equal(r.key[0], 0);
+	assert_memory_equal(out[0], big, BIG);
+	kv_batch_retire(&b, true, on_retire, &r);
+	assert_int_equal(r.n, 3);
+	assert_memory_equal(out[2], big, BIG);
+
 	/* Landing at once: done, and not copied a second time. */
-	f0 = (struct flight){.fl_dst = out0, .fl_now = true};
-	memset(out0, 0, LEN);
-	assert_int_equal(kv_batch_get(&b, "k0", 2, &m0, &ki), LEN);
-	assert_memory_equal(out0, v1, LEN);
-	assert_int_equal(f0.fl_started, 1);
-	assert_int_equal(f0.fl_copies, 0);
-	assert_false(b.kb_inflight[0].bi_busy || b.kb_inflight[1].bi_busy);
+	r.n = 0;
+	f[0] = (struct flight){.fl_dst = out[0], .fl_now = true};
+	m[0].km_len = LEN;
+	memset(out[0], 0, LEN);
+	assert_int_equal(kv_batch_get(&b, "k0", 2, &m[0], &ki), LEN);
+	assert_memory_equal(out[0], v1, LEN);
+	assert_int_equal(f[0].fl_started, 1);
+	assert_int_equal(f[0].fl_copies, 0);
+	assert_true(all_slots(&b, false));
 	kv_batch_retire(&b, true, on_retire, &r);
-	assert_int_equal(r.n, 2);
+	assert_int_equal(r.n, 0);
 	free(v0);
 	free(v1);
-	free(out0);
-	free(out1);
+	free(big);
+	for (int i = 0; i < N; i++)
+		free(out[i]);
 	kv_store_destroy(st);
 }
 
@@ -615,7 +661,8 @@ static void test_put_in_flight(void **state)
 	struct flight f0 = {.fl_dst = v0}, f1 = {.fl_dst = v1};
 	struct kv_batch_mem m0 = {
 	    .km_len = LEN, .km_copy = flight_copy, .km_copy_start = flight_start, .km_arg = &f0};
-	struct kv_batch_mem m1 = m0;
+	struct kv_batch_mem m1 = m0, m[KV_BATCH_INFLIGHT];
+	struct flight fl[KV_BATCH_INFLIGHT];
 	struct retired r = {0};
 	struct kv_key_info ki;
 
@@ -628,19 +675,43 @@ static void test_put_in_flight(void **state)
 	assert_int_equal(lookup(&b, "k", &ki), -ENOENT); /* not landed: not there */
 	b.kb_key = 1;
 	assert_int_equal(kv_batch_put(&b, "k", 1, 0, &m1, &ki), LEN);
-	assert_true(b.kb_inflight[0].bi_busy && b.kb_inflight[1].bi_busy);
+	/* more puts, of other names, until every slot is busy */
+	for (int i = 2; i < KV_BATCH_INFLIGHT; i++) {
+		char name[8];
+
+		kv_batch_retire(&b, false, on_retire, &r);
+		assert_int_equal(r.n, 0); /* a slot is still free */
+		snprintf(name, sizeof(name), "p%d", i);
+		fl[i] = (struct flight){.fl_dst = v1};
+		m[i] = m1;
+		m[i].km_arg = &fl[i];
+		b.kb_key = (uint64_t)i;
+		assert_int_equal(kv_batch_put(&b, name, strlen(name), 0, &m[i], &ki), LEN);
+	}
+	assert_true(all_slots(&b, true));
+	assert_int_equal(lookup(&b, "k", &ki), -ENOENT);
 	kv_batch_retire(&b, false, on_retire, &r);
 	assert_int_equal(r.n, 1);
 	assert_int_equal(r.key[0], 0);
 	assert_int_equal(r.err[0], 0);
 	assert_int_equal(get(&b, "k", out, LEN, &ki), LEN);
 	assert_memory_equal(out, v0, LEN);
+	assert_int_equal(lookup(&b, "p2", &ki), -ENOENT); /* not waited for yet */
 	kv_batch_retire(&b, true, on_retire, &r);
-	assert_int_equal(r.n, 2);
-	assert_int_equal(r.key[1], 1);
+	assert_int_equal(r.n, KV_BATCH_INFLIGHT);
+	for (int i = 1; i < KV_BATCH_INFLIGHT; i++)
+		assert_int_equal(r.key[i], i); /* oldest first */
 	assert_int_equal(get(&b, "k", out, LEN, &ki), LEN);
 	assert_memory_equal(out, v1, LEN); /* the later put wins */
+	assert_int_equal(get(&b, "p2", out, LEN, &ki), LEN);
+	assert_memory_equal(out, v1, LEN);
 	assert_int_equal(f0.fl_copies + f1.fl_copies, 0);
+	for (int i = 2; i < KV_BATCH_INFLIGHT; i++) {
+		char name[8];
+
+		snprintf(name, sizeof(name), "p%d", i);
+		assert_int_equal(kv_batch_remove(&b, name, strlen(name), false), 1);
+	}
 
 	/* a failed copy: no key, no memory held; a refused publication: reported */
 	r.n = 0;
@@ -661,7 +732,7 @@ static void test_put_in_flight(void **state)
 	/* landing at once: published before the call returns, copied once */
 	f0 = (struct flight){.fl_dst = v0, .fl_now = true};
 	assert_int_equal(kv_batch_put(&b, "now", 3, 0, &m0, &ki), LEN);
-	assert_false(b.kb_inflight[0].bi_busy || b.kb_inflight[1].bi_busy);
+	assert_true(all_slots(&b, false));
 	assert_int_equal(get(&b, "now", out, LEN, &ki), LEN);
 	assert_memory_equal(out, v0, LEN);
 	assert_int_equal(f0.fl_started, 1);
@@ -684,7 +755,7 @@ static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW 
  * Gets of SSD-only values into memory reached only through a copy in
  * flight (a device): each is read into pool staging and copied from
  * there in flight; the staging goes back to the pool when the copy is
- * retired; with both slots busy, or a size O_DIRECT cannot read whole, a
+ * retired; with every slot busy, or a size O_DIRECT cannot read whole, a
  * get takes the usual way. Every byte lands.
  */
 static void test_get_staged(void **state)
@@ -692,8 +763,9 @@ static void test_get_staged(void **state)
 	enum { LEN = 64 << 10, ODD = LEN + 5 };
 	char root[] = "/tmp/kvfs-batch-XXXXXX", *v[4], *out[4];
 	const uint64_t lens[4] = {LEN, LEN, LEN, ODD};
-	struct flight fl[4];
-	struct kv_batch_mem m[4];
+	struct flight fl[4], flx[KV_BATCH_INFLIGHT];
+	struct kv_batch_mem m[4], mx[KV_BATCH_INFLIGHT];
+	char *outx[KV_BATCH_INFLIGHT];
 	struct kv_key_info ki;
 	struct retired r = {0};
 	struct kv_store *st;
@@ -748,22 +820,38 @@ static void test_get_staged(void **state)
 	b.kb_key = 1;
 	assert_int_equal(kv_batch_get(&b, "k1", 2, &m[1], &ki), LEN);
 	assert_int_equal(ki.kki_flags & (KV_BK_DRAM | KV_BK_SSD), KV_BK_SSD);
-	b.kb_key = 2; /* both slots busy: read and copied at once */
+	for (int i = 2; i < KV_BATCH_INFLIGHT; i++) { /* k1 again, until every slot is busy */
+		outx[i] = calloc(1, LEN);
+		flx[i] = (struct flight){.fl_dst = outx[i]};
+		mx[i] = m[1];
+		mx[i].km_arg = &flx[i];
+		b.kb_key = (uint64_t)i;
+		assert_int_equal(kv_batch_get(&b, "k1", 2, &mx[i], &ki), LEN);
+		assert_true(b.kb_inflight[i].bi_busy && b.kb_inflight[i].bi_obj);
+	}
+	assert_int_equal(kv_pool_used(kv_store_pool(st)), KV_BATCH_INFLIGHT * LEN);
+	b.kb_key = KV_BATCH_INFLIGHT; /* every slot busy: read and copied at once */
 	assert_int_equal(kv_batch_get(&b, "k2", 2, &m[2], &ki), LEN);
 	assert_int_equal(fl[2].fl_started + fl[2].fl_copies, 1);
 	assert_memory_equal(out[2], v[2], LEN);
 	assert_int_equal(fl[0].fl_copies + fl[1].fl_copies, 0);
 	kv_batch_retire(&b, true, on_retire, &r);
-	assert_int_equal(r.n, 2);
-	assert_int_equal(r.err[0] | r.err[1], 0);
+	assert_int_equal(r.n, KV_BATCH_INFLIGHT);
+	for (int i = 0; i < KV_BATCH_INFLIGHT; i++)
+		assert_int_equal(r.err[i], 0);
 	assert_int_equal(kv_pool_used(kv_store_pool(st)), 0);
 	for (int i = 0; i < 3; i++)
 		assert_memory_equal(out[i], v[i], LEN);
+	for (int i = 2; i < KV_BATCH_INFLIGHT; i++) {
+		assert_memory_equal(outx[i], v[1], LEN);
+		free(outx[i]);
+	}
+	r.n = 0;
 	b.kb_key = 3; /* not a multiple of 4 KiB: the whole value read, its version pinned */
 	assert_int_equal(kv_batch_get(&b, "k3", 2, &m[3], &ki), ODD);
 	assert_true(!b.kb_inflight[0].bi_busy || b.kb_inflight[0].bi_ino);
 	kv_batch_retire(&b, true, on_retire, &r);
-	assert_int_equal(r.n, 3);
+	assert_int_equal(r.n, 1); /* in flight, from the version it pinned */
 	assert_memory_equal(out[3], v[3], ODD);
 	kv_store_destroy(st);
 	for (int i = 0; i < 4; i++) {
