@@ -46,6 +46,7 @@ struct kv_gc {
 	struct kv_bucket_set *kg_bs;	/* immutable */
 	const struct kv_gc_ops *kg_ops; /* immutable */
 	int kg_fault;			/* immutable: the KVFS_FAULT point, or -1 */
+	unsigned kg_fault_left;		/* kg_pass_lock: times it is reached before the abort */
 
 	pthread_mutex_t kg_pass_lock;			/* one pass at a time; before ks_ns_lock */
 	void (*kg_hook)(enum kv_gc_point p, void *arg); /* kg_pass_lock */
@@ -216,7 +217,7 @@ static void at_point(struct kv_gc *gc, enum kv_gc_point pt)
 {
 	if (gc->kg_hook) {
 		gc->kg_hook(pt, gc->kg_hook_arg);
-	} else if (gc->kg_fault == (int)pt) {
+	} else if (gc->kg_fault == (int)pt && --gc->kg_fault_left == 0) {
 		fprintf(stderr, "kvfs: KVFS_FAULT=%s: aborting\n", point_names[pt]);
 		abort();
 	}
@@ -683,9 +684,12 @@ static int pass_locked(struct kv_gc *gc, enum pass_kind kind, bool *did)
 		/* A victim without a live record is done before any copying. */
 		for (uint32_t i = 0; i < p.p_nvic; i++)
 			p.p_vic[i].v_done = p.p_vic[i].v_ready = p.p_vic[i].v_live == 0;
+		/* Victims dropped become the next outputs' files (kv_bucket_recycle). */
+		kv_bucket_recycle(gc->kg_bs, true);
 		err = copy_all(&p);
 		/* Drops what waited (drops_wait), also after an error: ready is ready. */
 		err2 = drop_done(&p, 0, true);
+		kv_bucket_recycle(gc->kg_bs, false);
 		err = err ? err : err2;
 	}
 	for (size_t i = 0; i < p.p_nrec; i++)
@@ -786,9 +790,16 @@ int kv_gc_create(struct kv_store *st, struct kv_bucket_set *bs, const struct kv_
 	gc->kg_bs = bs;
 	gc->kg_ops = ops;
 	gc->kg_fault = -1;
-	for (int i = 0; fault && i < KV_GC__POINTS; i++)
-		if (!strcmp(fault, point_names[i]))
+	/* KVFS_FAULT=point[:n]: the n-th time the point is reached (the first by default) */
+	for (int i = 0; fault && i < KV_GC__POINTS; i++) {
+		size_t len = strlen(point_names[i]);
+
+		if (!strncmp(fault, point_names[i], len) &&
+		    (!fault[len] || (fault[len] == ':' && atoi(fault + len + 1) > 0))) {
 			gc->kg_fault = i;
+			gc->kg_fault_left = fault[len] ? (unsigned)atoi(fault + len + 1) : 1;
+		}
+	}
 	pthread_mutex_init(&gc->kg_pass_lock, NULL);
 	pthread_mutex_init(&gc->kg_lock, NULL);
 	pthread_condattr_init(&ca);
@@ -828,6 +839,9 @@ void kv_gc_destroy(struct kv_gc *gc)
 
 void kv_gc_stats(struct kv_gc *gc, struct kv_gc_stats *o)
 {
+	struct kv_bucket_stats b;
+
+	kv_bucket_stats(gc->kg_bs, &b);
 	*o = (struct kv_gc_stats){
 	    .gs_passes = atomic_load(&gc->kg_passes),
 	    .gs_compacted = atomic_load(&gc->kg_compacted),
@@ -841,6 +855,7 @@ void kv_gc_stats(struct kv_gc *gc, struct kv_gc_stats *o)
 	    .gs_evicted_keys = atomic_load(&gc->kg_evicted_keys),
 	    .gs_evicted_bytes = atomic_load(&gc->kg_evicted_bytes),
 	    .gs_room_waits = atomic_load(&gc->kg_room_waits),
+	    .gs_recycled = b.bst_recycled,
 	};
 }
 

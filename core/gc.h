@@ -105,6 +105,7 @@ struct kv_gc_stats {
 	uint64_t gs_evicted_keys;  /* cache mode: keys deleted */
 	uint64_t gs_evicted_bytes; /* and their bytes */
 	uint64_t gs_room_waits;	   /* times an offload found the quota full and waited */
+	uint64_t gs_recycled;	   /* outputs written over a victim's file (kv_bucket_recycle) */
 };
 
 /* How victims are chosen (kv_gc_select). */
@@ -146,7 +147,10 @@ struct kv_gc_ops {
 	int (*go_checkpoint)(struct kv_store *st);
 };
 
-/* The places a pass can be stopped at by KVFS_FAULT=<name> (crash tests) or a test hook. */
+/*
+ * The places a pass can be stopped at by KVFS_FAULT=<name>[:<n>] (crash
+ * tests: the n-th time it is reached) or a test hook.
+ */
 enum kv_gc_point {
 	KV_GC_AFTER_COPY,    /* "gc_after_copy": the new bucket written, not yet durable */
 	KV_GC_AFTER_DURABLE, /* "gc_after_durable": it is sealed and synced */

@@ -69,15 +69,16 @@ static int add_gc_stats(struct kv_fs *fs, const struct kv_store_usage *u, char *
 		kv_fs_notify_counts(fs->kf_notify, &told, &untold);
 	if (asprintf(&n,
 		     "%s,\n \"gc\": {\"passes\": %" PRIu64 ", \"buckets_compacted\": %" PRIu64
-		     ", \"buckets_dropped\": %" PRIu64 ", \"bytes_reclaimed\": %" PRIu64
-		     ", \"bytes_rewritten\": %" PRIu64 ", \"bytes_copied\": %" PRIu64
+		     ", \"buckets_dropped\": %" PRIu64 ", \"buckets_recycled\": %" PRIu64
+		     ", \"bytes_reclaimed\": %" PRIu64 ", \"bytes_rewritten\": %" PRIu64
+		     ", \"bytes_copied\": %" PRIu64
 		     ", \"write_amplification\": %.3f, \"revalidation_skips\": %" PRIu64
 		     ", \"csum_failures\": %" PRIu64 ", \"seconds\": %.3f, \"room_waits\": %" PRIu64
 		     ", \"evicted_keys\": %" PRIu64 ", \"evicted_bytes\": %" PRIu64
 		     ", \"evict_invalidations\": %" PRIu64
 		     ", \"evict_invalidations_dropped\": %" PRIu64 "}",
-		     *extra, g.gs_passes, g.gs_compacted, g.gs_dropped, g.gs_reclaimed,
-		     g.gs_rewritten, g.gs_copied,
+		     *extra, g.gs_passes, g.gs_compacted, g.gs_dropped, g.gs_recycled,
+		     g.gs_reclaimed, g.gs_rewritten, g.gs_copied,
 		     u->ku_ssd_written
 			 ? (double)(u->ku_ssd_written + g.gs_copied) / (double)u->ku_ssd_written
 			 : 1.0,

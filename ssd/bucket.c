@@ -27,6 +27,9 @@
 #define EXTENT_MAX (2u << 20)
 
 /* One record of the active bucket, kept to write its index block at seal. */
+/* Spares kept at most: a pass drops about two victims per output at a dead ratio of 0.5. */
+#define SPARES_MAX 4
+
 struct idx_rec {
 	struct kv_idx_ent ir_ent;
 	char *ir_key;
@@ -44,6 +47,7 @@ struct kv_bucket {
 	bool kb_sealed;
 	bool kb_broken;		/* unreadable header: kept for fsck, never read */
 	bool kb_compacting;	/* the output of a compaction being written (struct kv_compact) */
+	bool kb_recycled;	/* immutable: its file was a dropped bucket's (a spare) */
 	uint32_t kb_readers;	/* reads in flight: a dropped bucket is freed when they are done */
 	uint32_t kb_pins;	/* deleted keys still open with their record here: never dropped */
 	uint32_t kb_unsettled;	/* appended records whose loc no key holds yet (kv_bucket_settle) */
@@ -76,6 +80,21 @@ struct kv_bucket_set {
 	/* A compaction's two staging buffers, kept between outputs (faulting 16 MiB in each
 	   time cost more than the copying): taken and given back by atomic exchange. */
 	_Atomic(char *) bs_stage;
+	/*
+	 * Spares (bs_lock): the files of buckets dropped while a compaction
+	 * pass recycles (kv_bucket_recycle), renamed ID.kvs, open, for the
+	 * pass's next outputs to overwrite. Removing a file makes a filesystem
+	 * mounted with `discard` trim all its blocks, and allocating the next
+	 * output's blocks costs again: an output written over a spare's
+	 * allocated blocks does neither.
+	 */
+	struct spare {
+		int sp_fd;
+		uint64_t sp_id;
+	} bs_spare[SPARES_MAX];
+	uint32_t bs_nspare;
+	bool bs_recycle;
+	_Atomic uint64_t bs_recycled; /* outputs written over a spare */
 };
 
 uint64_t kv_loc_size(const struct kv_loc *loc)
@@ -94,6 +113,12 @@ static uint64_t mono_ns(void)
 static void name_of(uint64_t id, char *buf, size_t len)
 {
 	snprintf(buf, len, "%016" PRIx64 ".kvb", id);
+}
+
+/* A spare's name: not a bucket's, so a start removes it (load_all). */
+static void spare_name(uint64_t id, char *buf, size_t len)
+{
+	snprintf(buf, len, "%016" PRIx64 ".kvs", id);
 }
 
 /* A 4 KiB-aligned buffer; zeroed unless it is only going to be read into. */
@@ -157,7 +182,8 @@ static void bucket_free(struct kv_bucket *b)
 	for (uint64_t i = 0; i < b->kb_nidx; i++)
 		free(b->kb_idx[i].ir_key);
 	free(b->kb_idx);
-	close(b->kb_fd);
+	if (b->kb_fd >= 0)
+		close(b->kb_fd);
 	free(b);
 }
 
@@ -534,11 +560,23 @@ static int read_value(struct kv_bucket_set *bs, struct kv_bucket *b, struct rwin
  * for preallocation. So an output costs one journal commit of the
  * filesystem, not three.
  */
+/* Fills the header of a new bucket of this id. */
+static void header_fill(struct kv_bucket_hdr *h, uint64_t id)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	h->bh_magic = KV_BUCKET_MAGIC;
+	h->bh_version = KV_FORMAT_VERSION;
+	h->bh_id = id;
+	h->bh_created_ns = ts.tv_sec * 1000000000ll + ts.tv_nsec;
+	h->bh_csum = XXH3_64bits(h, sizeof(*h));
+}
+
 static int bucket_create(struct kv_bucket_set *bs, uint64_t prealloc, struct kv_bucket **out)
 {
 	struct kv_bucket_hdr *h;
 	struct kv_bucket *b;
-	struct timespec ts;
 	char name[32];
 	int err;
 
@@ -559,12 +597,7 @@ static int bucket_create(struct kv_bucket_set *bs, uint64_t prealloc, struct kv_
 		err = -errno;
 		goto out_free;
 	}
-	clock_gettime(CLOCK_REALTIME, &ts);
-	h->bh_magic = KV_BUCKET_MAGIC;
-	h->bh_version = KV_FORMAT_VERSION;
-	h->bh_id = b->kb_id;
-	h->bh_created_ns = ts.tv_sec * 1000000000ll + ts.tv_nsec;
-	h->bh_csum = XXH3_64bits(h, sizeof(*h));
+	header_fill(h, b->kb_id);
 	/*
 	 * The header before the preallocation: a crash in between leaves a
 	 * bucket with no records, or a file too short to be one (recovery
@@ -591,6 +624,62 @@ out_free:
 	free(h);
 	free(b);
 	return err;
+}
+
+/*
+ * Makes a compaction output of a spare, if one is kept: the new header and
+ * a zeroed block after it are written while the file still has the
+ * spare's name, then it takes the new bucket's. A crash before the rename
+ * leaves a spare (a start removes it); after, a bucket whose first record
+ * is that zeroed block: no records, removed at start. The old records
+ * further on are overwritten as the output fills, every write followed by
+ * a zeroed block (stage_flush, copy_one), and cut off by the seal.
+ * Returns 0, or -ENOENT (no spare) or another error (the spare removed):
+ * the caller then creates a file.
+ */
+static int recycle_create(struct kv_bucket_set *bs, struct kv_bucket **out)
+{
+	char from[32], to[32];
+	struct kv_bucket_hdr *h;
+	struct kv_bucket *b;
+	struct spare sp;
+	int err;
+
+	pthread_mutex_lock(&bs->bs_lock);
+	if (!bs->bs_nspare) {
+		pthread_mutex_unlock(&bs->bs_lock);
+		return -ENOENT;
+	}
+	sp = bs->bs_spare[--bs->bs_nspare];
+	pthread_mutex_unlock(&bs->bs_lock);
+	spare_name(sp.sp_id, from, sizeof(from));
+	b = calloc(1, sizeof(*b));
+	h = aligned(2 * KV_BLOCK);
+	err = b && h ? 0 : -ENOMEM;
+	if (!err) {
+		pthread_mutex_lock(&bs->bs_lock);
+		b->kb_id = bs->bs_next_id++;
+		pthread_mutex_unlock(&bs->bs_lock);
+		name_of(b->kb_id, to, sizeof(to));
+		header_fill(h, b->kb_id);
+		err = kv_prw_all(sp.sp_fd, true, h, 2 * KV_BLOCK, 0);
+	}
+	if (!err && renameat(bs->bs_dirfd, from, bs->bs_dirfd, to) < 0)
+		err = -errno;
+	free(h);
+	if (err) {
+		close(sp.sp_fd);
+		unlinkat(bs->bs_dirfd, from, 0);
+		free(b);
+		return err;
+	}
+	b->kb_fd = sp.sp_fd;
+	b->kb_version = KV_FORMAT_VERSION;
+	b->kb_end = KV_BLOCK;
+	b->kb_recycled = true;
+	atomic_fetch_add(&bs->bs_recycled, 1);
+	*out = b;
+	return 0;
 }
 
 /* Remembers a record (with its KV_REC_* flags) of the active bucket for its index block. */
@@ -893,6 +982,10 @@ static int load_all(struct kv_bucket_set *bs)
 		char *end;
 		uint64_t id = strtoull(de->d_name, &end, 16);
 
+		if (end == de->d_name + 16 && strcmp(end, ".kvs") == 0) {
+			unlinkat(bs->bs_dirfd, de->d_name, 0); /* a spare left by a stop */
+			continue;
+		}
 		if (end != de->d_name + 16 || strcmp(end, ".kvb") != 0 || id == 0)
 			continue;
 		err = load_bucket(bs, de->d_name, id);
@@ -945,6 +1038,7 @@ out_free:
 
 void kv_bucket_close(struct kv_bucket_set *bs)
 {
+	kv_bucket_recycle(bs, false);
 	pthread_mutex_lock(&bs->bs_append_lock);
 	if (bs->bs_active && bs->bs_active->kb_count)
 		bucket_seal(bs, bs->bs_active);
@@ -1514,14 +1608,41 @@ void kv_bucket_set_live(struct kv_bucket_set *bs, uint64_t id, uint64_t live)
 }
 
 /*
+ * Renames the file of b (dropped, drained) a spare and keeps it open, for
+ * the next output, when there is room (bs_lock not held). Returns whether
+ * it took the file (b's fd is then the spare's, or the file is gone).
+ */
+static bool spare_keep(struct kv_bucket_set *bs, struct kv_bucket *b, const char *name)
+{
+	char sname[32];
+	bool kept;
+
+	spare_name(b->kb_id, sname, sizeof(sname));
+	if (renameat(bs->bs_dirfd, name, bs->bs_dirfd, sname) < 0)
+		return false;
+	pthread_mutex_lock(&bs->bs_lock);
+	kept = bs->bs_recycle && bs->bs_nspare < SPARES_MAX;
+	if (kept) {
+		bs->bs_spare[bs->bs_nspare++] = (struct spare){b->kb_fd, b->kb_id};
+		b->kb_fd = -1;
+	}
+	pthread_mutex_unlock(&bs->bs_lock);
+	if (!kept)
+		unlinkat(bs->bs_dirfd, sname, 0);
+	return true;
+}
+
+/*
  * Takes b out of the table and waits until its reads are done (bs_lock
- * held; released while waiting), then removes its file and frees it with
- * bs_lock dropped: unlinking a large file takes a while, and readers of
- * other buckets need bs_lock meanwhile. Returns with bs_lock held.
+ * held; released while waiting), then removes its file, or keeps it a
+ * spare while a pass recycles, and frees b with bs_lock dropped: unlinking
+ * a large file takes a while, and readers of other buckets need bs_lock
+ * meanwhile. Returns with bs_lock held.
  */
 static void unlink_drained(struct kv_bucket_set *bs, struct kv_bucket *b)
 {
 	char name[32];
+	bool spare;
 	uint32_t i;
 
 	for (i = 0; bs->bs_tab[i] != b; i++)
@@ -1531,11 +1652,37 @@ static void unlink_drained(struct kv_bucket_set *bs, struct kv_bucket *b)
 	bs->bs_used -= b->kb_end;
 	while (b->kb_readers)
 		pthread_cond_wait(&bs->bs_drained, &bs->bs_lock);
+	/* Not an output given up, nor a damaged file; at most twice a bucket's size. */
+	spare = bs->bs_recycle && bs->bs_nspare < SPARES_MAX && !b->kb_compacting &&
+		!b->kb_broken && b->kb_end <= 2 * bs->bs_opts.bo_bucket_size;
 	pthread_mutex_unlock(&bs->bs_lock);
 	name_of(b->kb_id, name, sizeof(name));
-	unlinkat(bs->bs_dirfd, name, 0);
+	if (!spare || !spare_keep(bs, b, name))
+		unlinkat(bs->bs_dirfd, name, 0);
 	bucket_free(b);
 	pthread_mutex_lock(&bs->bs_lock);
+}
+
+void kv_bucket_recycle(struct kv_bucket_set *bs, bool on)
+{
+	struct spare sp[SPARES_MAX];
+	uint32_t n = 0;
+
+	pthread_mutex_lock(&bs->bs_lock);
+	bs->bs_recycle = on;
+	if (!on) {
+		n = bs->bs_nspare;
+		memcpy(sp, bs->bs_spare, n * sizeof(*sp));
+		bs->bs_nspare = 0;
+	}
+	pthread_mutex_unlock(&bs->bs_lock);
+	for (uint32_t i = 0; i < n; i++) {
+		char name[32];
+
+		close(sp[i].sp_fd);
+		spare_name(sp[i].sp_id, name, sizeof(name));
+		unlinkat(bs->bs_dirfd, name, 0);
+	}
 }
 
 int kv_bucket_drop(struct kv_bucket_set *bs, uint64_t id)
@@ -1664,6 +1811,7 @@ void kv_bucket_stats(struct kv_bucket_set *bs, struct kv_bucket_stats *st)
 	st->bst_read = atomic_load(&bs->bs_read);
 	st->bst_csum_errors = atomic_load(&bs->bs_csum_errors);
 	st->bst_truncated = atomic_load(&bs->bs_truncated);
+	st->bst_recycled = atomic_load(&bs->bs_recycled);
 }
 
 void kv_bucket_each(struct kv_bucket_set *bs, void (*fn)(uint64_t id, void *arg), void *arg)
@@ -1726,6 +1874,8 @@ int kv_bucket_scan(struct kv_bucket_set *bs, bool check_values,
  * the next flush, the commit and the abort wait for it.
  */
 #define STAGE (8u << 20)
+/* A stage's buffer: STAGE bytes and the zeroed block that follows them in a recycled output. */
+#define HALF (STAGE + KV_BLOCK)
 
 /*
  * A compaction that yields to foreground I/O, while a foreground read or
@@ -1745,7 +1895,7 @@ int kv_bucket_scan(struct kv_bucket_set *bs, bool check_values,
 struct kv_compact {
 	struct kv_bucket_set *kc_bs;
 	struct kv_bucket *kc_b; /* the output: in the table, kb_compacting, never bs_active */
-	char *kc_mem;		/* 2 * STAGE bytes, 4 KiB aligned: the two stages */
+	char *kc_mem;		/* 2 * HALF bytes, 4 KiB aligned: the two stages */
 	char *kc_buf;		/* the stage being filled: a half of kc_mem */
 	uint64_t kc_fill;	/* bytes staged, to go at kb_end - kc_fill */
 	bool kc_yield;		/* small I/Os while foreground I/O goes on (gc_io) */
@@ -1773,10 +1923,16 @@ static void compact_free(struct kv_compact *c)
 	free(c);
 }
 
-/* Gives an output its size ahead, sparse (kv_compact_begin says why); a failure costs nothing else.
+/*
+ * Gives an output at least its size ahead, sparse (kv_compact_begin says
+ * why); a spare's larger file stays as it is. A failure costs nothing else.
  */
 static void presize(int fd, uint64_t size)
 {
+	struct stat st;
+
+	if (fstat(fd, &st) == 0 && (uint64_t)st.st_size >= size)
+		return;
 	if (ftruncate(fd, (off_t)size) < 0)
 		return;
 }
@@ -1793,11 +1949,13 @@ int kv_compact_begin(struct kv_bucket_set *bs, bool yield, struct kv_compact **o
 	c->kc_yield = yield;
 	c->kc_mem = atomic_exchange(&bs->bs_stage, NULL);
 	if (!c->kc_mem)
-		c->kc_mem = aligned_buf(2 * (size_t)STAGE, false);
+		c->kc_mem = aligned_buf(2 * (size_t)HALF, false);
 	if (!c->kc_mem)
 		goto out_free;
 	c->kc_buf = c->kc_mem;
-	err = bucket_create(bs, 0, &b);
+	err = recycle_create(bs, &b);
+	if (err)
+		err = bucket_create(bs, 0, &b);
 	/*
 	 * The file at its full size at once, sparse: ext4 runs a direct write
 	 * that extends a file synchronously, even through libaio, so a stage
@@ -1895,17 +2053,21 @@ static int gc_rw(const struct kv_compact *c, int fd, bool write, void *buf, uint
  */
 static int stage_flush(struct kv_compact *c, bool sync)
 {
-	uint64_t at = c->kc_b->kb_end - c->kc_fill;
+	uint64_t at = c->kc_b->kb_end - c->kc_fill, len = c->kc_fill;
 	int err = stage_wait(c);
 
 	if (err || !c->kc_fill) {
 		c->kc_fill = 0;
 		return err;
 	}
+	if (c->kc_b->kb_recycled) { /* after the last record, no old one (recycle_create) */
+		memset(c->kc_buf + len, 0, KV_BLOCK);
+		len += KV_BLOCK;
+	}
 	if (sync || gc_io(c) < STAGE) {
-		err = gc_rw(c, c->kc_b->kb_fd, true, c->kc_buf, c->kc_fill, at) ? -EIO : 0;
+		err = gc_rw(c, c->kc_b->kb_fd, true, c->kc_buf, len, at) ? -EIO : 0;
 	} else {
-		c->kc_wr_iov = (struct iovec){.iov_base = c->kc_buf, .iov_len = c->kc_fill};
+		c->kc_wr_iov = (struct iovec){.iov_base = c->kc_buf, .iov_len = len};
 		c->kc_wr_op = (struct kv_aio_op){.kao_fd = c->kc_b->kb_fd,
 						 .kao_write = true,
 						 .kao_off = at,
@@ -1914,7 +2076,7 @@ static int stage_flush(struct kv_compact *c, bool sync)
 		err = kv_aio_start(c->kc_bs->bs_aio, &c->kc_wr_op, 1, &c->kc_wr) ? -EIO : 0;
 		if (err)
 			c->kc_wr = NULL;
-		c->kc_buf = c->kc_buf == c->kc_mem ? c->kc_mem + STAGE : c->kc_mem;
+		c->kc_buf = c->kc_buf == c->kc_mem ? c->kc_mem + HALF : c->kc_mem;
 	}
 	c->kc_fill = 0;
 	return err;
@@ -2048,6 +2210,14 @@ static int copy_one(struct kv_compact *c, const struct kv_loc *from, struct kv_l
 	if (!err)
 		err = copy_large(c, src, from, &head);
 	bucket_release(bs, src);
+	if (!err && b->kb_recycled) { /* after the record, no old one (recycle_create) */
+		void *zero = aligned(KV_BLOCK);
+
+		err = zero ? 0 : -ENOMEM;
+		if (!err && gc_rw(c, b->kb_fd, true, zero, KV_BLOCK, b->kb_end + size))
+			err = -EIO;
+		free(zero);
+	}
 	if (!err)
 		err = take(c, head, from, to, false);
 	free(head);

@@ -104,6 +104,7 @@ struct kv_bucket_stats {
 	uint64_t bst_read;	  /* bytes read since start */
 	uint64_t bst_csum_errors; /* chunks that failed their checksum */
 	uint64_t bst_truncated;	  /* buckets left open (by a crash) cut at their last good record */
+	uint64_t bst_recycled;	  /* compaction outputs written over a dropped bucket's file */
 };
 
 struct kv_bucket_set;
@@ -254,6 +255,15 @@ void kv_bucket_set_live(struct kv_bucket_set *bs, uint64_t id, uint64_t live);
  * salvage) is never removed.
  */
 int kv_bucket_drop(struct kv_bucket_set *bs, uint64_t id);
+
+/*
+ * on: until called with off, the files of buckets dropped are kept (up to
+ * four, renamed ID.kvs, outside the quota's count) for the next compaction
+ * outputs to be written over, which spares a filesystem mounted with
+ * `discard` trimming them and allocating the outputs' blocks again; off:
+ * the spares left are removed. A start removes any a stop left.
+ */
+void kv_bucket_recycle(struct kv_bucket_set *bs, bool on);
 
 /*
  * Pins (pin) or unpins a bucket: a key deleted while open keeps reading

@@ -14,8 +14,9 @@ cache mode", core/gc.h):
   from the kernel's dentry cache as soon as the eviction is seen;
 - concurrency: writers, readers, deleters, renamers and overwriters while
   compaction runs every few ms, checked against a model of what they did;
-- crash safety: KVFS_FAULT=<point> aborts the daemon at each step of a
-  pass; a remount finds survivors exact and deleted keys gone, the next
+- crash safety: KVFS_FAULT=<point>[:n] aborts the daemon at each step of a
+  pass, of its first output and of its second (written over a victim's
+  file); a remount finds survivors exact and deleted keys gone, the next
   pass leaves no orphan and --fsck is clean; kill -9 during rm -rf of
   20,000 keys leaves each key whole or gone.
 
@@ -67,6 +68,12 @@ def syncfs(m):
 def bucket_files(data):
     d = os.path.join(data, "buckets")
     return sorted(n for n in os.listdir(d) if n.endswith(".kvb"))
+
+
+def spare_files(data):
+    """Victims' files kept for a pass's outputs (ID.kvs): none outside a pass."""
+    d = os.path.join(data, "buckets")
+    return sorted(n for n in os.listdir(d) if n.endswith(".kvs"))
 
 
 class GcTestCase(SsdTestCase):
@@ -171,6 +178,9 @@ class ReclaimTest(GcTestCase):
                              "du %d -> %d bytes" % (before, after))
         g = m.stats()["gc"]
         self.assertGreater(g["buckets_compacted"] + g["buckets_dropped"], 0, g)
+        # outputs after the first are written over victims' files
+        self.assertGreater(g["buckets_recycled"], 0, g)
+        self.assertEqual(list(spare_files(self.data)), [])
         self.assertGreater(g["bytes_reclaimed"], 0.6 * before, g)
         self.assertEqual(m.stats()["ssd"]["dead"], 0)
         live = {k: v for k, v in keys.items() if k not in gone}
@@ -531,14 +541,18 @@ class ConcurrencyTest(GcTestCase):
 
 class CrashTest(GcTestCase):
     OPTS = ("--mem-size=32M", "--ssd-size=256M", "--bucket-size=1M", "--gc=off")
+    # ":2": the second output of the pass, written over the file of a victim the
+    # first one freed (half the keys live: two outputs)
     POINTS = ("gc_after_copy", "gc_after_durable", "gc_after_switch", "gc_after_journal",
-              "gc_before_remove", "gc_after_remove")
+              "gc_before_remove", "gc_after_remove", "gc_after_copy:2", "gc_after_durable:2",
+              "gc_after_switch:2", "gc_before_remove:2")
 
     def crash_at(self, point):
-        m = self.mount(opts=list(self.OPTS), data=self.data, name=point,
+        m = self.mount(opts=list(self.OPTS), data=self.data, name=point.replace(":", "-"),
                        env={"KVFS_FAULT": point})
-        keys = self.fill(m, 48, size=64 * KIB, prefix=point + "-")
-        gone = {k for i, k in enumerate(sorted(keys)) if i % 4}
+        every = 2 if point.endswith(":2") else 4
+        keys = self.fill(m, 48, size=64 * KIB, prefix=point.replace(":", "-") + "-")
+        gone = {k for i, k in enumerate(sorted(keys)) if i % every}
         for k in gone:
             os.unlink(m.path(k))
         syncfs(m)
@@ -568,8 +582,9 @@ class CrashTest(GcTestCase):
             run_gc(m)
             s = m.stats()
             self.assertEqual(s["ssd"]["dead"], 0, point)
-            # no orphan: every bucket file holds a live key
+            # no orphan: every bucket file holds a live key; no spare left
             self.assertEqual(len(bucket_files(self.data)), s["ssd"]["buckets"], point)
+            self.assertEqual(list(spare_files(self.data)), [], point)
             m.stop()
             out = self.fsck_clean()
             self.assertNotIn(" 0 records", out, point)

@@ -2267,6 +2267,119 @@ static void test_aread(void **state)
 	close(dfd);
 }
 
+/* A spare's file name (ssd/bucket.c): ID.kvs. */
+static const char *sname(uint64_t id)
+{
+	static char buf[64];
+
+	snprintf(buf, sizeof(buf), "buckets/%016" PRIx64 ".kvs", id);
+	return buf;
+}
+
+static ino_t inode_of(int dirfd, const char *name)
+{
+	struct stat st;
+
+	assert_int_equal(fstatat(dirfd, name, &st, 0), 0);
+	return st.st_ino;
+}
+
+/*
+ * Recycling (kv_bucket_recycle): a bucket dropped while on keeps its file
+ * as a spare, ID.kvs; the next compaction output is written over that very
+ * file and sealed at its own end, nothing of the old records left in it;
+ * off removes the spares left. A crash image — a spare, and an output
+ * just begun over one — reopens to the records that were there and no
+ * old one of the spare's: the block after the new header is zeroed, so
+ * the scan of the output left open stops there.
+ */
+static void test_recycle(void **state)
+{
+	struct fix *f = fix_of(state);
+	int dfd = ddir(f, "d");
+	struct kv_bucket_set *bs = bs_open(f, dfd, BUCKET, 3, CAP);
+	struct rec r[9], *moved[3];
+	struct kv_loc from[3], to[3];
+	struct kv_compact *c;
+	uint64_t b[3], out, len;
+	char *image, name[64];
+	ino_t ino;
+	int errs[3], fd;
+
+	for (unsigned i = 0; i < 9; i++)
+		rec_init(&r[i], 60 + i, 12, 100 * KIB + i * 777);
+	append_ok(bs, r, 9); /* three buckets of three */
+	assert_int_equal(kv_bucket_seal_active(bs), 0);
+	for (unsigned i = 0; i < 3; i++)
+		b[i] = r[3 * i].r_loc.kl_bucket;
+
+	/* b0 dropped while recycling: its file becomes a spare. */
+	kv_bucket_recycle(bs, true);
+	ino = inode_of(dfd, bname(b[0]));
+	assert_int_equal(kv_bucket_drop(bs, b[0]), 0);
+	assert_int_equal(faccessat(dfd, bname(b[0]), F_OK, 0), -1);
+	assert_int_equal(inode_of(dfd, sname(b[0])), ino);
+	assert_int_equal(stats(bs).bst_buckets, 2);
+
+	/* b1's records copied into an output over it. */
+	assert_int_equal(kv_compact_begin(bs, false, &c), 0);
+	out = kv_compact_id(c);
+	assert_int_equal(faccessat(dfd, sname(b[0]), F_OK, 0), -1);
+	assert_int_equal(inode_of(dfd, bname(out)), ino);
+	for (unsigned i = 0; i < 3; i++)
+		from[i] = r[3 + i].r_loc;
+	assert_int_equal(kv_compact_copy_many(c, from, to, errs, 3), 3);
+	assert_int_equal(errs[0] | errs[1] | errs[2], 0);
+	assert_int_equal(kv_compact_commit(c), 0);
+	assert_int_equal(stats(bs).bst_recycled, 1);
+	for (unsigned i = 0; i < 3; i++) {
+		r[3 + i].r_loc = to[i];
+		moved[i] = &r[3 + i];
+		value_ok(bs, &r[3 + i]);
+	}
+	check_sealed(dfd, out, moved, 3); /* and the file ends at its trailer */
+
+	/* Off: the spares left go. */
+	assert_int_equal(kv_bucket_drop(bs, b[1]), 0);
+	assert_int_equal(faccessat(dfd, sname(b[1]), F_OK, 0), 0);
+	kv_bucket_recycle(bs, false);
+	assert_int_equal(faccessat(dfd, sname(b[1]), F_OK, 0), -1);
+	assert_int_equal(kv_bucket_drop(bs, out), 0); /* not recycling: removed */
+	assert_int_equal(faccessat(dfd, bname(out), F_OK, 0), -1);
+	assert_int_equal(faccessat(dfd, sname(out), F_OK, 0), -1);
+
+	/*
+	 * A crash image: an output just begun over b2's file (b2's records,
+	 * sealed, past the new header), and a spare, as the files were when
+	 * the stop came (put back after the abort removed them).
+	 */
+	kv_bucket_recycle(bs, true);
+	assert_int_equal(kv_bucket_drop(bs, b[2]), 0);
+	assert_int_equal(kv_compact_begin(bs, false, &c), 0);
+	out = kv_compact_id(c);
+	image = slurp(dfd, bname(out), &len);
+	assert_true(len > 3 * 100 * KIB);
+	kv_compact_abort(c);
+	kv_bucket_recycle(bs, false);
+	fd = openat(dfd, bname(out), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, image, len), (ssize_t)len);
+	close(fd);
+	snprintf(name, sizeof(name), "%s", sname(b[2]));
+	fd = openat(dfd, name, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, image, len), (ssize_t)len);
+	close(fd);
+	free(image);
+	kv_bucket_close(bs);
+	bs = bs_open(f, dfd, BUCKET, 3, CAP);
+	assert_int_equal(faccessat(dfd, name, F_OK, 0), -1); /* the spare: removed */
+	scan_is(bs, true, NULL, 0); /* the output: no record; b2's old ones not taken */
+	kv_bucket_close(bs);
+	recs_free(r, 9);
+	close(dfd);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fix_setup, fix_teardown)
 
 int main(void)
@@ -2293,6 +2406,7 @@ int main(void)
 	    T(test_v1_compat),
 	    T(test_v1_damaged),
 	    T(test_aread),
+	    T(test_recycle),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
