@@ -302,6 +302,7 @@ bench_gc() {
 			gcs=$(python3 -c "print($gcs + $s1 - $s0)"); gcb=$((gcb + c1 - c0))
 			[ $bs = 4k ] && lat4="$lat4 $l4i $l4g" || lat1="$lat1 $l4i $l4g"
 			rm -rf "$work/mnt/g"
+			echo gc >"$work/mnt/.kvfs/ctl" # the round's outputs, now dead: not the next round's work
 		done
 	done
 	# median [idle p50, idle p99, gc p50, gc p99] of the rounds' "p50 p99 p50 p99"
@@ -328,6 +329,9 @@ print(" ".join("%.0f" % s.median(v[i::4]) for i in range(4)))' "$@"; }
 		b=$(fio_bw "$work/direct" write 1 0 64 16m 1)
 		rates="$rates $k $b"
 		rm -rf "$work/direct"/* "$work/mnt/g"
+		# untimed: drops this round's outputs (all dead now), so that the next
+		# round's pass copies its own garbage and removes nothing else
+		echo gc >"$work/mnt/.kvfs/ctl"
 	done
 	read -r k b < <(python3 -c 'import statistics as s, sys; v=[float(x) for x in sys.argv[1:]]
 r=[v[i]/v[i+1] for i in range(0, len(v), 2)]; i=r.index(s.median(r)); print("%.0f %.0f" % (v[2*i], v[2*i+1]))' $rates)
