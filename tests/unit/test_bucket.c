@@ -329,12 +329,18 @@ static struct kv_bucket_stats stats(struct kv_bucket_set *bs)
 
 /* ---- the files ---- */
 
-static const char *bname(uint64_t id)
+/* The path of bucket id's file (ext "kvb") or of its spare (ext "kvs"), in a static buffer. */
+static const char *bfile(uint64_t id, const char *ext)
 {
 	static char name[64];
 
-	snprintf(name, sizeof(name), "buckets/%016" PRIx64 ".kvb", id);
+	snprintf(name, sizeof(name), "buckets/%016" PRIx64 ".%s", id, ext);
 	return name;
+}
+
+static const char *bname(uint64_t id)
+{
+	return bfile(id, "kvb");
 }
 
 static uint64_t fsize(int dirfd, const char *name)
@@ -2267,13 +2273,10 @@ static void test_aread(void **state)
 	close(dfd);
 }
 
-/* A spare's file name (ssd/bucket.c): ID.kvs. */
+/* A spare's file (ssd/bucket.c): ID.kvs. */
 static const char *sname(uint64_t id)
 {
-	static char buf[64];
-
-	snprintf(buf, sizeof(buf), "buckets/%016" PRIx64 ".kvs", id);
-	return buf;
+	return bfile(id, "kvs");
 }
 
 static ino_t inode_of(int dirfd, const char *name)
