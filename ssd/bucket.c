@@ -27,8 +27,12 @@
 #define EXTENT_MAX (2u << 20)
 
 /* One record of the active bucket, kept to write its index block at seal. */
-/* Spares kept at most: a pass drops about two victims per output at a dead ratio of 0.5. */
-#define SPARES_MAX 4
+/*
+ * Spares kept at most: an output takes one, and a pass drops about two
+ * victims per output at a dead ratio of 0.5, one per output at 0. Each
+ * is disk space outside the quota's count until the pass ends.
+ */
+#define SPARES_MAX 2
 
 struct idx_rec {
 	struct kv_idx_ent ir_ent;

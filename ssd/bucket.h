@@ -258,7 +258,7 @@ int kv_bucket_drop(struct kv_bucket_set *bs, uint64_t id);
 
 /*
  * on: until called with off, the files of buckets dropped are kept (up to
- * four, renamed ID.kvs, outside the quota's count) for the next compaction
+ * two, renamed ID.kvs, outside the quota's count) for the next compaction
  * outputs to be written over, which spares a filesystem mounted with
  * `discard` trimming them and allocating the outputs' blocks again; off:
  * the spares left are removed. A start removes any a stop left.
