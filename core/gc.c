@@ -7,12 +7,15 @@
 #include "core/gc.h"
 
 #include <errno.h>
+#include <linux/capability.h>
 #include <linux/ioprio.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -138,6 +141,7 @@ struct pass {
 	uint64_t p_t0, p_paced; /* pacing: start, bytes copied */
 	uint64_t p_rate;	/* 0: unpaced */
 	bool p_yield;		/* foreground I/O first: small I/Os, later removals */
+	bool p_idle_ok;		/* p_yield, and the thread may leave SCHED_IDLE again (cpu_idle) */
 	uint64_t p_owed;	/* bytes written to outputs since victims were last dropped */
 	int p_err;
 };
@@ -407,14 +411,59 @@ static void pace(struct pass *p, uint64_t bytes)
 /* Records handed to the bucket set at a time (their reads run together). */
 #define BATCH 64
 
+/* Whether this thread may leave SCHED_IDLE for its policy again: CAP_SYS_NICE, or RLIMIT_NICE. */
+static bool may_unidle(void)
+{
+	struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
+	struct __user_cap_data_struct d[2];
+	struct rlimit rl;
+	int nice;
+
+	if (syscall(SYS_capget, &h, d) == 0 &&
+	    (d[CAP_SYS_NICE / 32].effective >> (CAP_SYS_NICE % 32) & 1))
+		return true;
+	errno = 0;
+	nice = getpriority(PRIO_PROCESS, 0); /* this thread's */
+	if (errno || getrlimit(RLIMIT_NICE, &rl))
+		return false;
+	return rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= (rlim_t)(20 - nice);
+}
+
+/*
+ * The CPU while a yielding pass copies (not while it switches keys, syncs
+ * or removes: those take the index and journal locks): SCHED_IDLE, so that
+ * a FUSE worker woken for a read runs at once rather than after the
+ * copier's time slice. Measured on two cores (bench.sh gc, 4 KiB reads
+ * during a pass): the copier's checksums and copies at the normal policy
+ * took the reads' p50 up a fifth and their p99.9 from 0.6 ms to 5 ms; idle,
+ * both stayed at their idle values. Only where the thread may switch back
+ * (p_idle_ok). *saved: the policy to restore; on == false restores it.
+ */
+static void cpu_idle(const struct pass *p, bool on, int *saved, struct sched_param *sp)
+{
+	static const struct sched_param zero;
+
+	if (!p->p_idle_ok)
+		return;
+	if (on) {
+		*saved = sched_getscheduler(0);
+		if ((*saved != SCHED_OTHER && *saved != SCHED_BATCH) || sched_getparam(0, sp) ||
+		    sched_setscheduler(0, SCHED_IDLE, &zero))
+			*saved = -1;
+	} else if (*saved >= 0) {
+		sched_setscheduler(0, *saved, sp);
+	}
+}
+
 /* Copies every record of the victims, finishing outputs as they fill. */
 static int copy_all(struct pass *p)
 {
 	struct kv_gc *gc = p->p_gc;
 	struct kv_compact *out = NULL;
 	size_t first = 0; /* the first record in `out` */
+	struct sched_param sp;
 	size_t i = 0;
-	int err = 0;
+	int err = 0, policy = -1;
 
 	while (i < p->p_nrec) {
 		struct kv_loc from[BATCH], to[BATCH];
@@ -427,7 +476,9 @@ static int copy_all(struct pass *p)
 			from[n] = p->p_rec[i + n].r_from;
 			n++;
 		}
+		cpu_idle(p, true, &policy, &sp);
 		k = kv_compact_copy_many(out, from, to, errs, n);
+		cpu_idle(p, false, &policy, &sp);
 		if (k == 0) { /* the output is full: finish it, start another */
 			err = finish(p, out, first, i);
 			out = NULL;
@@ -630,6 +681,7 @@ static int choose(struct pass *p)
 		p->p_rate = 0; /* above the watermark: unpaced, large I/Os */
 		p->p_yield = false;
 	}
+	p->p_idle_ok = p->p_yield && may_unidle();
 	settle(gc, p, &pol);
 	k = kv_gc_select(info, n, &pol, ids);
 	if (p->p_kind == PASS_PERIODIC && !pol.gp_dying)
