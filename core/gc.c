@@ -321,13 +321,17 @@ static bool drops_wait(struct pass *p, uint64_t ready)
 /*
  * Syncs the journal, then drops every victim ready and not kept; `written`
  * bytes of outputs were just made. Unless `last`, the drops may wait
- * (drops_wait) for a later call; the pass's last call drops them all.
+ * (drops_wait) for a later call, all but as many as the bucket set keeps
+ * as spares for the next outputs (kv_bucket_spare_room): those cost no
+ * trim, and an output with no spare would allocate a new file; the
+ * pass's last call drops them all.
  */
 static int drop_done(struct pass *p, uint64_t written, bool last)
 {
 	struct kv_gc *gc = p->p_gc;
 	struct kv_journal *j = gc->kg_st->ks_journal;
 	uint64_t freed = 0, ready = 0;
+	uint32_t room = UINT32_MAX; /* victims to drop now at most */
 	bool first = true;
 	int err;
 
@@ -335,7 +339,9 @@ static int drop_done(struct pass *p, uint64_t written, bool last)
 	for (uint32_t i = 0; i < p->p_nvic; i++)
 		if (p->p_vic[i].v_ready && !p->p_vic[i].v_keep)
 			ready += p->p_vic[i].v_size;
-	if (!ready || (!last && drops_wait(p, ready)))
+	if (ready && !last && drops_wait(p, ready))
+		room = kv_bucket_spare_room(gc->kg_bs);
+	if (!ready || !room)
 		return 0; /* nothing to drop, or not yet */
 	err = kv_journal_sync(j, kv_journal_last_lsn(j));
 	if (!err)
@@ -348,6 +354,9 @@ static int drop_done(struct pass *p, uint64_t written, bool last)
 
 		if (!v->v_ready || v->v_keep || !v->v_size)
 			continue;
+		if (!room)
+			break;
+		room--;
 		if (first)
 			at_point(gc, KV_GC_BEFORE_REMOVE);
 		first = false;
@@ -360,7 +369,7 @@ static int drop_done(struct pass *p, uint64_t written, bool last)
 	if (!first)
 		at_point(gc, KV_GC_AFTER_REMOVE);
 	atomic_fetch_add(&gc->kg_reclaimed, freed > p->p_owed ? freed - p->p_owed : 0);
-	p->p_owed = 0;
+	p->p_owed = freed > p->p_owed ? 0 : p->p_owed - freed;
 	return 0;
 }
 

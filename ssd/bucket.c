@@ -1667,6 +1667,16 @@ static void unlink_drained(struct kv_bucket_set *bs, struct kv_bucket *b)
 	pthread_mutex_lock(&bs->bs_lock);
 }
 
+uint32_t kv_bucket_spare_room(struct kv_bucket_set *bs)
+{
+	uint32_t n;
+
+	pthread_mutex_lock(&bs->bs_lock);
+	n = bs->bs_recycle ? SPARES_MAX - bs->bs_nspare : 0;
+	pthread_mutex_unlock(&bs->bs_lock);
+	return n;
+}
+
 void kv_bucket_recycle(struct kv_bucket_set *bs, bool on)
 {
 	struct spare sp[SPARES_MAX];

@@ -265,6 +265,9 @@ int kv_bucket_drop(struct kv_bucket_set *bs, uint64_t id);
  */
 void kv_bucket_recycle(struct kv_bucket_set *bs, bool on);
 
+/* How many more dropped buckets' files would be kept as spares now (0: not recycling). */
+uint32_t kv_bucket_spare_room(struct kv_bucket_set *bs);
+
 /*
  * Pins (pin) or unpins a bucket: a key deleted while open keeps reading
  * its record, so the bucket may not be dropped until the last close.
