@@ -296,6 +296,65 @@ static struct kv_batch_inflight *free_slot(struct kv_batch *b)
 }
 
 /*
+ * Waits for bi's copy, publishes a put's value and lets go of what bi
+ * held; the result waits in bi_err for retire_one to report.
+ */
+static void land(struct kv_batch *b, struct kv_batch_inflight *bi)
+{
+	int err;
+
+	if (bi->bi_landed)
+		return;
+	err = bi->bi_wait.bw_wait(bi->bi_wait.bw_arg);
+	if (bi->bi_dir) {
+		if (err)
+			kv_obj_put(bi->bi_obj);
+		else
+			err = publish(b, bi->bi_dir, bi->bi_name, bi->bi_obj, bi->bi_noreplace);
+		kv_inode_put(bi->bi_dir);
+	} else if (bi->bi_obj) {
+		kv_obj_put(bi->bi_obj);
+	} else {
+		kv_read_done(&bi->bi_guard);
+		kv_inode_put(bi->bi_ino);
+	}
+	bi->bi_landed = true;
+	bi->bi_err = err;
+}
+
+static void retire_one(struct kv_batch *b, struct kv_batch_inflight *bi,
+		       void (*done)(void *arg, uint64_t key, int err), void *arg)
+{
+	land(b, bi);
+	bi->bi_busy = false;
+	done(arg, bi->bi_key, bi->bi_err);
+}
+
+/*
+ * Lands the puts of dir/name still in flight, oldest first, before a put
+ * of that name publishes at once (its copy landed in the call, or it was
+ * filled the usual way): a batch's puts of one name publish in the order
+ * they were made, whichever way each was copied.
+ */
+static void land_name(struct kv_batch *b, struct kv_inode *dir, const char *name)
+{
+	for (;;) {
+		struct kv_batch_inflight *old = NULL;
+
+		for (int i = 0; i < KV_BATCH_INFLIGHT; i++) {
+			struct kv_batch_inflight *bi = &b->kb_inflight[i];
+
+			if (bi->bi_busy && !bi->bi_landed && bi->bi_dir == dir &&
+			    !strcmp(bi->bi_name, name) && (!old || bi->bi_key < old->bi_key))
+				old = bi;
+		}
+		if (!old)
+			return;
+		land(b, old);
+	}
+}
+
+/*
  * Starts filling obj from m with km_copy_start when a slot is free and
  * the value is one iov list. Returns 1 when the copy is in flight (the
  * slot then holds obj, a reference on dir and the name, to publish at
@@ -364,8 +423,10 @@ int64_t kv_batch_put(struct kv_batch *b, const char *name, size_t len, unsigned 
 			kv_obj_put(obj);
 	}
 	add_ns(b, KV_STAGE_COPY_IN, t0);
-	if (!err) /* landed already; 1: published when kv_batch_retire sees it land */
+	if (!err) { /* landed already; 1: published when kv_batch_retire sees it land */
+		land_name(b, dir, last);
 		err = publish(b, dir, last, obj, flags & KV_BATCH_NOREPLACE);
+	}
 	if (err >= 0)
 		ki->kki_flags = KV_BK_PRESENT | KV_BK_SEALED | KV_BK_DRAM;
 	kv_inode_put(dir);
@@ -595,28 +656,6 @@ static int get_start(struct kv_batch *b, struct kv_inode *ino, const struct kv_b
 	return 1;
 }
 
-/* Waits for bi's copy, publishes a put's value, lets go of what bi held. */
-static void retire_one(struct kv_batch *b, struct kv_batch_inflight *bi,
-		       void (*done)(void *arg, uint64_t key, int err), void *arg)
-{
-	int err = bi->bi_wait.bw_wait(bi->bi_wait.bw_arg);
-
-	if (bi->bi_dir) {
-		if (err)
-			kv_obj_put(bi->bi_obj);
-		else
-			err = publish(b, bi->bi_dir, bi->bi_name, bi->bi_obj, bi->bi_noreplace);
-		kv_inode_put(bi->bi_dir);
-	} else if (bi->bi_obj) {
-		kv_obj_put(bi->bi_obj);
-	} else {
-		kv_read_done(&bi->bi_guard);
-		kv_inode_put(bi->bi_ino);
-	}
-	bi->bi_busy = false;
-	done(arg, bi->bi_key, err);
-}
-
 void kv_batch_retire(struct kv_batch *b, bool all, void (*done)(void *arg, uint64_t key, int err),
 		     void *arg)
 {
@@ -637,7 +676,7 @@ void kv_batch_retire(struct kv_batch *b, bool all, void (*done)(void *arg, uint6
 			if (!bi->bi_busy)
 				continue;
 			busy++;
-			bytes += bi->bi_bytes;
+			bytes += bi->bi_landed ? 0 : bi->bi_bytes;
 			if (!old || bi->bi_key < old->bi_key)
 				old = bi;
 		}

@@ -125,6 +125,8 @@ struct kv_batch_inflight {
 	struct kv_batch_wait bi_wait;
 	uint64_t bi_key;   /* kb_key when it started */
 	uint64_t bi_bytes; /* the value's */
+	bool bi_landed;	   /* waited for and let go of (land): only its result is left */
+	int bi_err;	   /* with bi_landed: the result to report */
 	bool bi_busy;
 	struct kv_read_guard bi_guard; /* get of a pinned version */
 	struct kv_inode *bi_ino;       /* get of a pinned version */

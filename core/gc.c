@@ -7,7 +7,6 @@
 #include "core/gc.h"
 
 #include <errno.h>
-#include <linux/capability.h>
 #include <linux/ioprio.h>
 #include <pthread.h>
 #include <sched.h>
@@ -15,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -49,6 +47,7 @@ struct kv_gc {
 	struct kv_bucket_set *kg_bs;	/* immutable */
 	const struct kv_gc_ops *kg_ops; /* immutable */
 	int kg_fault;			/* immutable: the KVFS_FAULT point, or -1 */
+	_Atomic bool kg_idle_ok;	/* passes may copy as SCHED_IDLE (idle_probe, cpu_idle) */
 	unsigned kg_fault_left;		/* kg_pass_lock: times it is reached before the abort */
 
 	pthread_mutex_t kg_pass_lock;			/* one pass at a time; before ks_ns_lock */
@@ -141,7 +140,7 @@ struct pass {
 	uint64_t p_t0, p_paced; /* pacing: start, bytes copied */
 	uint64_t p_rate;	/* 0: unpaced */
 	bool p_yield;		/* foreground I/O first: small I/Os, later removals */
-	bool p_idle_ok;		/* p_yield, and the thread may leave SCHED_IDLE again (cpu_idle) */
+	bool p_idle_ok;		/* p_yield, and kg_idle_ok when the pass began (cpu_idle) */
 	uint64_t p_owed;	/* bytes written to outputs since victims were last dropped */
 	int p_err;
 };
@@ -420,22 +419,34 @@ static void pace(struct pass *p, uint64_t bytes)
 /* Records handed to the bucket set at a time (their reads run together). */
 #define BATCH 64
 
-/* Whether this thread may leave SCHED_IDLE for its policy again: CAP_SYS_NICE, or RLIMIT_NICE. */
-static bool may_unidle(void)
+/* idle_probe's thread: whether it could enter SCHED_IDLE and leave it again. */
+static void *idle_probe_main(void *arg)
 {
-	struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
-	struct __user_cap_data_struct d[2];
-	struct rlimit rl;
-	int nice;
+	static const struct sched_param zero;
+	struct sched_param sp;
+	int policy = sched_getscheduler(0);
 
-	if (syscall(SYS_capget, &h, d) == 0 &&
-	    (d[CAP_SYS_NICE / 32].effective >> (CAP_SYS_NICE % 32) & 1))
-		return true;
-	errno = 0;
-	nice = getpriority(PRIO_PROCESS, 0); /* this thread's */
-	if (errno || getrlimit(RLIMIT_NICE, &rl))
+	*(bool *)arg = (policy == SCHED_OTHER || policy == SCHED_BATCH) &&
+		       !sched_getparam(0, &sp) && !sched_setscheduler(0, SCHED_IDLE, &zero) &&
+		       !sched_setscheduler(0, policy, &sp);
+	return NULL;
+}
+
+/*
+ * Whether threads like this one may leave SCHED_IDLE again (CAP_SYS_NICE
+ * in the initial namespace, or RLIMIT_NICE): tried once on a thread of its
+ * own, which may stay idle (it ends), since no prediction from this side
+ * matches the kernel's in every namespace.
+ */
+static bool idle_probe(void)
+{
+	pthread_t t;
+	bool ok = false;
+
+	if (pthread_create(&t, NULL, idle_probe_main, &ok))
 		return false;
-	return rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= (rlim_t)(20 - nice);
+	pthread_join(t, NULL);
+	return ok;
 }
 
 /*
@@ -446,7 +457,9 @@ static bool may_unidle(void)
  * during a pass): the copier's checksums and copies at the normal policy
  * took the reads' p50 up a fifth and their p99.9 from 0.6 ms to 5 ms; idle,
  * both stayed at their idle values. Only where the thread may switch back
- * (p_idle_ok). *saved: the policy to restore; on == false restores it.
+ * (p_idle_ok). While idle it still takes bs_lock and the aio lock, for
+ * moments: on CPUs saturated by other work a reader may wait behind it.
+ * *saved: the policy to restore; on == false restores it.
  */
 static void cpu_idle(const struct pass *p, bool on, int *saved, struct sched_param *sp)
 {
@@ -459,8 +472,12 @@ static void cpu_idle(const struct pass *p, bool on, int *saved, struct sched_par
 		if ((*saved != SCHED_OTHER && *saved != SCHED_BATCH) || sched_getparam(0, sp) ||
 		    sched_setscheduler(0, SCHED_IDLE, &zero))
 			*saved = -1;
-	} else if (*saved >= 0) {
-		sched_setscheduler(0, *saved, sp);
+	} else if (*saved >= 0 && sched_setscheduler(0, *saved, sp)) {
+		/* Refused after all (RLIMIT_NICE lowered since the probe): no more idling. */
+		if (atomic_exchange(&p->p_gc->kg_idle_ok, false))
+			fprintf(stderr,
+				"kvfs: gc: could not leave SCHED_IDLE (%s); not idling again\n",
+				strerror(errno));
 	}
 }
 
@@ -690,7 +707,7 @@ static int choose(struct pass *p)
 		p->p_rate = 0; /* above the watermark: unpaced, large I/Os */
 		p->p_yield = false;
 	}
-	p->p_idle_ok = p->p_yield && may_unidle();
+	p->p_idle_ok = p->p_yield && atomic_load(&gc->kg_idle_ok);
 	settle(gc, p, &pol);
 	k = kv_gc_select(info, n, &pol, ids);
 	if (p->p_kind == PASS_PERIODIC && !pol.gp_dying)
@@ -851,6 +868,7 @@ int kv_gc_create(struct kv_store *st, struct kv_bucket_set *bs, const struct kv_
 	gc->kg_bs = bs;
 	gc->kg_ops = ops;
 	gc->kg_fault = -1;
+	atomic_init(&gc->kg_idle_ok, idle_probe());
 	/* KVFS_FAULT=point[:n]: the n-th time the point is reached (the first by default) */
 	for (int i = 0; fault && i < KV_GC__POINTS; i++) {
 		size_t len = strlen(point_names[i]);

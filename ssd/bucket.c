@@ -1619,13 +1619,20 @@ void kv_bucket_set_live(struct kv_bucket_set *bs, uint64_t id, uint64_t live)
 static bool spare_keep(struct kv_bucket_set *bs, struct kv_bucket *b, const char *name)
 {
 	char sname[32];
-	bool kept;
+	bool kept, synced;
 
 	spare_name(b->kb_id, sname, sizeof(sname));
 	if (renameat(bs->bs_dirfd, name, bs->bs_dirfd, sname) < 0)
 		return false;
+	/*
+	 * The new name durable before recycle_create writes another bucket's
+	 * header into the file: never an ID.kvb whose header is not ID's
+	 * (kept for salvage for good). Nothing else is pending in the
+	 * directory then: a flush, no filesystem commit.
+	 */
+	synced = fsync(bs->bs_dirfd) == 0;
 	pthread_mutex_lock(&bs->bs_lock);
-	kept = bs->bs_recycle && bs->bs_nspare < SPARES_MAX;
+	kept = synced && bs->bs_recycle && bs->bs_nspare < SPARES_MAX;
 	if (kept) {
 		bs->bs_spare[bs->bs_nspare++] = (struct spare){b->kb_fd, b->kb_id};
 		b->kb_fd = -1;
@@ -2220,7 +2227,13 @@ static int copy_one(struct kv_compact *c, const struct kv_loc *from, struct kv_l
 	src = bucket_get(bs, from, 0);
 	if (!src)
 		return -ENOENT;
+	/*
+	 * The stage written first, and landed: its write may end with a
+	 * zeroed block (a recycled output) where the record's head goes.
+	 */
 	err = stage_flush(c, false);
+	if (!err)
+		err = stage_wait(c);
 	if (!err)
 		err = copy_large(c, src, from, &head);
 	bucket_release(bs, src);

@@ -737,6 +737,27 @@ static void test_put_in_flight(void **state)
 	assert_memory_equal(out, v0, LEN);
 	assert_int_equal(f0.fl_started, 1);
 	assert_int_equal(f0.fl_copies, 0);
+
+	/*
+	 * A put of a name still in flight, then one of the same name that
+	 * lands at once: the earlier lands (and publishes) first, so the
+	 * later one wins; the one in flight is reported at retirement.
+	 */
+	r.n = 0;
+	f1 = (struct flight){.fl_dst = v1};
+	b.kb_key = 4;
+	assert_int_equal(kv_batch_put(&b, "now", 3, 0, &m1, &ki), LEN);
+	f0 = (struct flight){.fl_dst = v0, .fl_now = true};
+	b.kb_key = 5;
+	assert_int_equal(kv_batch_put(&b, "now", 3, 0, &m0, &ki), LEN);
+	kv_batch_retire(&b, true, on_retire, &r);
+	assert_int_equal(r.n, 1);
+	assert_int_equal(r.key[0], 4);
+	assert_int_equal(r.err[0], 0);
+	assert_int_equal(get(&b, "now", out, LEN, &ki), LEN);
+	assert_memory_equal(out, v0, LEN);
+	assert_int_equal(f0.fl_started, 1);
+	assert_int_equal(f0.fl_copies, 0);
 	free(v0);
 	free(v1);
 	free(out);
