@@ -564,6 +564,16 @@ static int read_value(struct kv_bucket_set *bs, struct kv_bucket *b, struct rwin
  * for preallocation. So an output costs one journal commit of the
  * filesystem, not three.
  */
+/* Whether h is a whole header of this format: magic, version and checksum. */
+static bool header_ok(const struct kv_bucket_hdr *h)
+{
+	struct kv_bucket_hdr c = *h;
+
+	c.bh_csum = 0;
+	return h->bh_magic == KV_BUCKET_MAGIC && h->bh_version == KV_FORMAT_VERSION &&
+	       XXH3_64bits(&c, sizeof(c)) == h->bh_csum;
+}
+
 /* Fills the header of a new bucket of this id. */
 static void header_fill(struct kv_bucket_hdr *h, uint64_t id)
 {
@@ -635,7 +645,10 @@ out_free:
  * a zeroed block after it are written while the file still has the
  * spare's name, then it takes the new bucket's. A crash before the rename
  * leaves a spare (a start removes it); after, a bucket whose first record
- * is that zeroed block: no records, removed at start. The old records
+ * is that zeroed block: no records, removed at start. Neither rename is
+ * synced (a sync each cost a quarter of the copy rate): a file a stop
+ * catches under a bucket's name with another bucket's header is removed
+ * at start (load_bucket). The old records
  * further on are overwritten as the output fills, every write followed by
  * a zeroed block (stage_flush, copy_one), and cut off by the seal.
  * Returns 0, or -ENOENT (no spare) or another error (the spare removed):
@@ -933,6 +946,22 @@ static int load_bucket(struct kv_bucket_set *bs, const char *name, uint64_t id)
 	err = h ? kv_prw_all(b->kb_fd, false, h, KV_BLOCK, 0) : -ENOMEM;
 	if (err == -ENOMEM)
 		goto out_close;
+	if (!err && h->bh_id != id && header_ok(h)) {
+		/*
+		 * Another bucket's whole header: a spare caught between its two
+		 * names by a stop (recycle_create; the renames are not synced).
+		 * It was dropped, or never committed: nothing refers to it.
+		 */
+		fprintf(stderr,
+			"kvfs: %s holds bucket %" PRIx64
+			"'s header: a recycled file a stop caught; removed\n",
+			name, h->bh_id);
+		close(b->kb_fd);
+		unlinkat(bs->bs_dirfd, name, 0);
+		free(h);
+		free(b);
+		return 0;
+	}
 	b->kb_version = h->bh_version;
 	if (err || h->bh_magic != KV_BUCKET_MAGIC || h->bh_id != id ||
 	    (h->bh_version != 1 && h->bh_version != 2)) {
@@ -1619,20 +1648,13 @@ void kv_bucket_set_live(struct kv_bucket_set *bs, uint64_t id, uint64_t live)
 static bool spare_keep(struct kv_bucket_set *bs, struct kv_bucket *b, const char *name)
 {
 	char sname[32];
-	bool kept, synced;
+	bool kept;
 
 	spare_name(b->kb_id, sname, sizeof(sname));
 	if (renameat(bs->bs_dirfd, name, bs->bs_dirfd, sname) < 0)
 		return false;
-	/*
-	 * The new name durable before recycle_create writes another bucket's
-	 * header into the file: never an ID.kvb whose header is not ID's
-	 * (kept for salvage for good). Nothing else is pending in the
-	 * directory then: a flush, no filesystem commit.
-	 */
-	synced = fsync(bs->bs_dirfd) == 0;
 	pthread_mutex_lock(&bs->bs_lock);
-	kept = synced && bs->bs_recycle && bs->bs_nspare < SPARES_MAX;
+	kept = bs->bs_recycle && bs->bs_nspare < SPARES_MAX;
 	if (kept) {
 		bs->bs_spare[bs->bs_nspare++] = (struct spare){b->kb_fd, b->kb_id};
 		b->kb_fd = -1;

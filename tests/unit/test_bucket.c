@@ -2373,10 +2373,17 @@ static void test_recycle(void **state)
 	assert_true(fd >= 0);
 	assert_int_equal(write(fd, image, len), (ssize_t)len);
 	close(fd);
+	/* and the same file still under the victim's name (its rename lost): another's header */
+	fd = openat(dfd, bname(b[2]), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, image, len), (ssize_t)len);
+	close(fd);
 	free(image);
 	kv_bucket_close(bs);
 	bs = bs_open(f, dfd, BUCKET, 3, CAP);
 	assert_int_equal(faccessat(dfd, name, F_OK, 0), -1); /* the spare: removed */
+	assert_int_equal(faccessat(dfd, bname(b[2]), F_OK, 0), -1); /* another's header: removed */
+	assert_int_equal(stats(bs).bst_buckets, 1);		    /* the output alone */
 	scan_is(bs, true, NULL, 0); /* the output: no record; b2's old ones not taken */
 	kv_bucket_close(bs);
 	recs_free(r, 9);
