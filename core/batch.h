@@ -108,12 +108,6 @@ struct kv_batch_mem {
 };
 
 /*
- * A put or get whose copy is still in flight, until kv_batch_retire. A get
- * keeps the version it copies from (guard and inode) or, read from the
- * SSD into pool staging, that staging (obj); a put keeps the value being
- * filled (obj) and where to publish it (dir, name).
- */
-/*
  * Keys in flight at most per batch, and their bytes (or an eighth of the
  * pool, if less): past those, kv_batch_retire waits for the oldest (a
  * put's value and a staged get's staging are pool memory until then).
@@ -121,6 +115,12 @@ struct kv_batch_mem {
 #define KV_BATCH_INFLIGHT	8
 #define KV_BATCH_INFLIGHT_BYTES (64ull << 20)
 
+/*
+ * A put or get whose copy is still in flight, until kv_batch_retire. A get
+ * keeps the version it copies from (guard and inode) or, read from the
+ * SSD into pool staging, that staging (obj); a put keeps the value being
+ * filled (obj) and where to publish it (dir, name).
+ */
 struct kv_batch_inflight {
 	struct kv_batch_wait bi_wait;
 	uint64_t bi_key;   /* kb_key when it started */
@@ -204,11 +204,11 @@ int64_t kv_batch_get(struct kv_batch *b, const char *name, size_t len, const str
 		     struct kv_key_info *ki);
 
 /*
- * Waits for keys in flight, oldest first — all of them, or (not `all`) as
+ * Waits for keys in flight, oldest first: all of them, or (not `all`) as
  * many as leave a slot free and at most KV_BATCH_INFLIGHT_BYTES (or an
- * eighth of the pool) in flight
- * — publishes each put whose copy landed, and lets go of what they held. done(arg, key, err) is
- * called for each, with err 0, the copy's error or the publication's (the key then failed).
+ * eighth of the pool) in flight. Publishes each put whose copy landed and
+ * lets go of what they held. done(arg, key, err) is called for each, with
+ * err 0, the copy's error or the publication's (the key then failed).
  */
 void kv_batch_retire(struct kv_batch *b, bool all, void (*done)(void *arg, uint64_t key, int err),
 		     void *arg);

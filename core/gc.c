@@ -140,7 +140,9 @@ struct pass {
 	uint64_t p_t0, p_paced; /* pacing: start, bytes copied */
 	uint64_t p_rate;	/* 0: unpaced */
 	bool p_yield;		/* foreground I/O first: small I/Os, later removals */
-	bool p_idle_ok;		/* p_yield, and kg_idle_ok when the pass began (cpu_idle) */
+	bool p_idle_ok;		/* p_yield, kg_idle_ok, and p_policy one SCHED_IDLE may leave */
+	int p_policy;		/* the thread's scheduling policy and its parameters (cpu_idle) */
+	struct sched_param p_sched;
 	uint64_t p_owed;	/* bytes written to outputs since victims were last dropped */
 	int p_err;
 };
@@ -459,21 +461,19 @@ static bool idle_probe(void)
  * both stayed at their idle values. Only where the thread may switch back
  * (p_idle_ok). While idle it still takes bs_lock and the aio lock, for
  * moments: on CPUs saturated by other work a reader may wait behind it.
- * *saved: the policy to restore; on == false restores it.
+ * on == false restores p_policy.
  */
-static void cpu_idle(const struct pass *p, bool on, int *saved, struct sched_param *sp)
+static void cpu_idle(struct pass *p, bool on)
 {
 	static const struct sched_param zero;
 
 	if (!p->p_idle_ok)
 		return;
 	if (on) {
-		*saved = sched_getscheduler(0);
-		if ((*saved != SCHED_OTHER && *saved != SCHED_BATCH) || sched_getparam(0, sp) ||
-		    sched_setscheduler(0, SCHED_IDLE, &zero))
-			*saved = -1;
-	} else if (*saved >= 0 && sched_setscheduler(0, *saved, sp)) {
+		p->p_idle_ok = !sched_setscheduler(0, SCHED_IDLE, &zero);
+	} else if (sched_setscheduler(0, p->p_policy, &p->p_sched)) {
 		/* Refused after all (RLIMIT_NICE lowered since the probe): no more idling. */
+		p->p_idle_ok = false;
 		if (atomic_exchange(&p->p_gc->kg_idle_ok, false))
 			fprintf(stderr,
 				"kvfs: gc: could not leave SCHED_IDLE (%s); not idling again\n",
@@ -487,9 +487,8 @@ static int copy_all(struct pass *p)
 	struct kv_gc *gc = p->p_gc;
 	struct kv_compact *out = NULL;
 	size_t first = 0; /* the first record in `out` */
-	struct sched_param sp;
 	size_t i = 0;
-	int err = 0, policy = -1;
+	int err = 0;
 
 	while (i < p->p_nrec) {
 		struct kv_loc from[BATCH], to[BATCH];
@@ -502,9 +501,9 @@ static int copy_all(struct pass *p)
 			from[n] = p->p_rec[i + n].r_from;
 			n++;
 		}
-		cpu_idle(p, true, &policy, &sp);
+		cpu_idle(p, true);
 		k = kv_compact_copy_many(out, from, to, errs, n);
-		cpu_idle(p, false, &policy, &sp);
+		cpu_idle(p, false);
 		if (k == 0) { /* the output is full: finish it, start another */
 			err = finish(p, out, first, i);
 			out = NULL;
@@ -707,7 +706,10 @@ static int choose(struct pass *p)
 		p->p_rate = 0; /* above the watermark: unpaced, large I/Os */
 		p->p_yield = false;
 	}
-	p->p_idle_ok = p->p_yield && atomic_load(&gc->kg_idle_ok);
+	p->p_policy = sched_getscheduler(0);
+	p->p_idle_ok = p->p_yield && atomic_load(&gc->kg_idle_ok) &&
+		       (p->p_policy == SCHED_OTHER || p->p_policy == SCHED_BATCH) &&
+		       !sched_getparam(0, &p->p_sched);
 	settle(gc, p, &pol);
 	k = kv_gc_select(info, n, &pol, ids);
 	if (p->p_kind == PASS_PERIODIC && !pol.gp_dying)

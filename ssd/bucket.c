@@ -26,7 +26,6 @@
 /* The longest KV_REC_EXTENT record value (ssd/format.h): one 2 MiB extent. */
 #define EXTENT_MAX (2u << 20)
 
-/* One record of the active bucket, kept to write its index block at seal. */
 /*
  * Spares kept at most: an output takes one, and a pass drops about two
  * victims per output at a dead ratio of 0.5, one per output at 0. Each
@@ -34,6 +33,7 @@
  */
 #define SPARES_MAX 2
 
+/* One record of the active bucket, kept to write its index block at seal. */
 struct idx_rec {
 	struct kv_idx_ent ir_ent;
 	char *ir_key;
@@ -552,18 +552,6 @@ static int read_value(struct kv_bucket_set *bs, struct kv_bucket *b, struct rwin
 
 /* --- opening --- */
 
-/*
- * Creates a new bucket file (header written and synced, directory synced).
- * Call without bs_lock: it takes it only for the id, so readers are not
- * held up by the syncs. prealloc 0 makes a compaction output: no
- * preallocation and no sync here (kv_compact_commit syncs the file and the
- * directory). Its file only grows by its own writes, header first, so a
- * crash leaves it empty (recovery removes it) or with its header, never a
- * large file without one (kv_compact_begin makes it a sparse one, its
- * header written); and as its writes fill that sparse file, it has no use
- * for preallocation. So an output costs one journal commit of the
- * filesystem, not three.
- */
 /* Whether h is a whole header of this format: magic, version and checksum. */
 static bool header_ok(const struct kv_bucket_hdr *h)
 {
@@ -587,6 +575,18 @@ static void header_fill(struct kv_bucket_hdr *h, uint64_t id)
 	h->bh_csum = XXH3_64bits(h, sizeof(*h));
 }
 
+/*
+ * Creates a new bucket file (header written and synced, directory synced).
+ * Call without bs_lock: it takes it only for the id, so readers are not
+ * held up by the syncs. prealloc 0 makes a compaction output: no
+ * preallocation and no sync here (kv_compact_commit syncs the file and the
+ * directory). Its file only grows by its own writes, header first, so a
+ * crash leaves it empty (recovery removes it) or with its header, never a
+ * large file without one (kv_compact_begin makes it a sparse one, its
+ * header written); and as its writes fill that sparse file, it has no use
+ * for preallocation. So an output costs one journal commit of the
+ * filesystem, not three.
+ */
 static int bucket_create(struct kv_bucket_set *bs, uint64_t prealloc, struct kv_bucket **out)
 {
 	struct kv_bucket_hdr *h;
@@ -648,9 +648,9 @@ out_free:
  * is that zeroed block: no records, removed at start. Neither rename is
  * synced (a sync each cost a quarter of the copy rate): a file a stop
  * catches under a bucket's name with another bucket's header is removed
- * at start (load_bucket). The old records
- * further on are overwritten as the output fills, every write followed by
- * a zeroed block (stage_flush, copy_one), and cut off by the seal.
+ * at start (load_bucket). The old records further on are overwritten as
+ * the output fills, every write followed by a zeroed block (stage_flush,
+ * copy_one), and cut off by the seal.
  * Returns 0, or -ENOENT (no spare) or another error (the spare removed):
  * the caller then creates a file.
  */
@@ -2250,22 +2250,18 @@ static int copy_one(struct kv_compact *c, const struct kv_loc *from, struct kv_l
 	if (!src)
 		return -ENOENT;
 	/*
-	 * The stage written first, and landed: its write may end with a
-	 * zeroed block (a recycled output) where the record's head goes.
+	 * The stage written first, and landed (a sync flush): its write may
+	 * end with a zeroed block (a recycled output) where the record's head
+	 * goes.
 	 */
-	err = stage_flush(c, false);
-	if (!err)
-		err = stage_wait(c);
+	err = stage_flush(c, true);
 	if (!err)
 		err = copy_large(c, src, from, &head);
 	bucket_release(bs, src);
 	if (!err && b->kb_recycled) { /* after the record, no old one (recycle_create) */
-		void *zero = aligned(KV_BLOCK);
-
-		err = zero ? 0 : -ENOMEM;
-		if (!err && gc_rw(c, b->kb_fd, true, zero, KV_BLOCK, b->kb_end + size))
+		memset(c->kc_buf, 0, KV_BLOCK); /* copy_large is done with the stage */
+		if (gc_rw(c, b->kb_fd, true, c->kc_buf, KV_BLOCK, b->kb_end + size))
 			err = -EIO;
-		free(zero);
 	}
 	if (!err)
 		err = take(c, head, from, to, false);
