@@ -20,7 +20,11 @@
 #
 #   gc       compaction: fio random 4 KiB and 1 MiB reads (p50, p99) with
 #            compaction idle, then while a forced pass runs flat out; the
-#            pass's copy rate next to the disk's direct write bandwidth;
+#            pass's copy rate next to the disk's direct write bandwidth,
+#            once as fio writes (no flush) and once made durable (fio's
+#            end_fsync: a pass syncs its outputs, and a disk with a
+#            volatile cache, virtual ones too, takes writes faster than it
+#            makes them durable);
 #            the write amplification of the 75%-delete scenario; rm -rf of
 #            100,000 keys.
 #
@@ -103,13 +107,14 @@ umount_kvfs() {
 	pid=
 }
 
-# fio_bw DIR RW DIRECT COLD NRFILES FILESIZE JOBS -> MiB/s (all jobs). COLD=1
-# drops the page cache first (and lets fio drop the files' pages), so a read
-# reaches the filesystem; COLD=0 keeps it. One file open per job at a time.
+# fio_bw DIR RW DIRECT COLD NRFILES FILESIZE JOBS [FSYNC] -> MiB/s (all jobs).
+# COLD=1 drops the page cache first (and lets fio drop the files' pages), so
+# a read reaches the filesystem; COLD=0 keeps it. FSYNC=1: the files are
+# synced at the end, within the time. One file open per job at a time.
 fio_bw() {
 	if [ "$4" = 1 ]; then sync; echo 3 >/proc/sys/vm/drop_caches; fi
 	fio --name=bench --invalidate="$4" --fallocate=none --directory="$1" --rw="$2" --bs=1M \
-		--direct="$3" \
+		--direct="$3" --end_fsync="${8:-0}" \
 		--nrfiles="$5" --filesize="$6" --numjobs="$7" --openfiles=1 \
 		--file_service_type=sequential --ioengine=psync --group_reporting \
 		--filename_format='b.$jobnum.$filenum' --output-format=json |
@@ -318,26 +323,35 @@ print(" ".join("%.0f" % s.median(v[i::4]) for i in range(4)))' "$@"; }
 	echo "  (the passes ran $(python3 -c "print('%.2f' % $gcs)") s," \
 		"copying $(python3 -c "print('%.0f' % ($gcb / 2**20 / max($gcs, 1e-9)))") MiB/s beside the reads)"
 	# The copy rate alone: a pass with nothing else running, next to direct writes
-	# of the same bytes in the same round; three rounds, the median ratio.
-	local rates=""
+	# of the same bytes in the same round, without and with a sync at the end;
+	# three rounds, the median ratio of each.
+	local rates="" drates="" all="" d
 	for r in 1 2 3; do
 		make_garbage "$work/mnt/g" 12288 262144 2
 		c0=$(gc_stat bytes_copied); s0=$(gc_stat seconds)
 		echo gc >"$work/mnt/.kvfs/ctl"
 		c1=$(gc_stat bytes_copied); s1=$(gc_stat seconds)
 		k=$(python3 -c "print('%.0f' % (($c1 - $c0) / 2**20 / max($s1 - $s0, 1e-9)))")
+		sync # the trims of files removed before are not the writes' to wait for
 		b=$(fio_bw "$work/direct" write 1 0 64 16m 1)
-		rates="$rates $k $b"
+		rm -rf "$work/direct"/*
+		sync
+		d=$(fio_bw "$work/direct" write 1 0 64 16m 1 1)
+		rates="$rates $k $b" drates="$drates $k $d" all="$all $k/$b/$d"
 		rm -rf "$work/direct"/* "$work/mnt/g"
 		# untimed: drops this round's outputs (all dead now), so that the next
 		# round's pass copies its own garbage and removes nothing else
 		echo gc >"$work/mnt/.kvfs/ctl"
 	done
-	read -r k b < <(python3 -c 'import statistics as s, sys; v=[float(x) for x in sys.argv[1:]]
-r=[v[i]/v[i+1] for i in range(0, len(v), 2)]; i=r.index(s.median(r)); print("%.0f %.0f" % (v[2*i], v[2*i+1]))' $rates)
+	# "GC BASE" of the round whose ratio is the median, of "GC BASE ..." pairs
+	median_round() { python3 -c 'import statistics as s, sys; v=[float(x) for x in sys.argv[1:]]
+r=[v[i]/v[i+1] for i in range(0, len(v), 2)]; i=r.index(s.median(r)); print("%.0f %.0f" % (v[2*i], v[2*i+1]))' "$@"; }
 	printf '%-40s %10s %10s %8s\n' "" "gc MiB/s" "disk MiB/s" ratio
+	read -r k b < <(median_round $rates)
 	row "compaction copy rate vs direct write" "$k" "$b"
-	echo "  (the round with the median ratio; rounds (gc, disk MiB/s):$rates)"
+	read -r k d < <(median_round $drates)
+	row "  vs direct write + fsync at the end" "$k" "$d"
+	echo "  (the rounds with the median ratios; rounds (gc/disk/disk + fsync MiB/s):$all)"
 	rm -rf "$work/direct"
 	echo gc >"$work/mnt/.kvfs/ctl"
 
