@@ -166,6 +166,11 @@ int kv_config_render(const struct kv_config *cfg, char **buf, size_t *len)
 	fprintf(f, "debug = %d\n", cfg->kc_debug);
 	fprintf(f, "trace = %s\n", cfg->kc_trace ? cfg->kc_trace : "off");
 	fprintf(f, "gpu = %s\n", kv_dev_mode_name((enum kv_dev_mode)cfg->kc_gpu));
+#ifdef KVFS_FAULTS
+	fprintf(f, "faults = on\n"); /* KVFS_FAULT crash points compiled in (a test build) */
+#else
+	fprintf(f, "faults = off\n");
+#endif
 	fprintf(f, "rados_pool = %s\n", cfg->kc_rados_pool ? cfg->kc_rados_pool : "");
 	fprintf(f, "rados_conf = %s\n",
 		cfg->kc_rados_conf ? cfg->kc_rados_conf : KV_RADOS_CONF_DEFAULT);

@@ -288,6 +288,9 @@ static void switch_keys(struct pass *p, size_t from, size_t to)
 		pthread_rwlock_unlock(&st->ks_ns_lock);
 		if (moved) {
 			atomic_fetch_add(&gc->kg_rewritten, kv_loc_size(&r->r_to));
+			/* the old copy: counts where its bucket stays (kept, or a pass cut short)
+			 */
+			kv_bucket_dead(gc->kg_bs, &r->r_from);
 		} else {
 			atomic_fetch_add(&gc->kg_skips, 1);
 			kv_bucket_dead(gc->kg_bs, &r->r_to);
@@ -625,7 +628,8 @@ static void evict_lru(struct kv_gc *gc)
 	pthread_rwlock_rdlock(&gc->kg_st->ks_ns_lock);
 	collect_lru(&cs, gc->kg_st->ks_root);
 	pthread_rwlock_unlock(&gc->kg_st->ks_ns_lock);
-	qsort(cs.cs_a, cs.cs_n, sizeof(*cs.cs_a), by_lru);
+	if (cs.cs_n) /* none: cs_a is NULL, which qsort may not get */
+		qsort(cs.cs_a, cs.cs_n, sizeof(*cs.cs_a), by_lru);
 	for (size_t i = 0; i < cs.cs_n; i++) {
 		uint64_t bytes;
 
@@ -871,6 +875,7 @@ int kv_gc_create(struct kv_store *st, struct kv_bucket_set *bs, const struct kv_
 	gc->kg_ops = ops;
 	gc->kg_fault = -1;
 	atomic_init(&gc->kg_idle_ok, idle_probe());
+#ifdef KVFS_FAULTS
 	/* KVFS_FAULT=point[:n]: the n-th time the point is reached (the first by default) */
 	for (int i = 0; fault && i < KV_GC__POINTS; i++) {
 		size_t len = strlen(point_names[i]);
@@ -881,6 +886,11 @@ int kv_gc_create(struct kv_store *st, struct kv_bucket_set *bs, const struct kv_
 			gc->kg_fault_left = fault[len] ? (unsigned)atoi(fault + len + 1) : 1;
 		}
 	}
+#else
+	if (fault)
+		fprintf(stderr, "kvfs: KVFS_FAULT=%s ignored: built without -DKVFS_FAULTS=ON\n",
+			fault);
+#endif
 	pthread_mutex_init(&gc->kg_pass_lock, NULL);
 	pthread_mutex_init(&gc->kg_lock, NULL);
 	pthread_condattr_init(&ca);

@@ -149,7 +149,8 @@ struct kv_gc_ops {
 
 /*
  * The places a pass can be stopped at by KVFS_FAULT=<name>[:<n>] (crash
- * tests: the n-th time it is reached) or a test hook.
+ * tests: the n-th time it is reached; only in a build configured with
+ * -DKVFS_FAULTS=ON) or a test hook.
  */
 enum kv_gc_point {
 	KV_GC_AFTER_COPY,    /* "gc_after_copy": the new bucket written, not yet durable */

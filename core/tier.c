@@ -402,6 +402,8 @@ struct item {
 	uint32_t it_nkeep;	/* spilled or borrowed (ki_spill), or shared (ki_map) */
 	bool it_spilled;	/* part of the version is spilled or borrowed: holes in memory */
 	uint64_t it_bytes;	/* what it counted in the backlog */
+	uint32_t it_at;		/* run_batch: where its puts lie in the batch's array */
+	bool it_done;		/* run_batch: finished (batch_finish) */
 };
 
 static void item_free(struct item *it)
@@ -787,8 +789,13 @@ static void item_finish(struct kv_tier *t, struct item *it)
 	kv_xmap_clear(&map); /* the old map, or nothing (item_map fails whole) */
 }
 
-/* Appends puts[0..n), retrying those the quota refused while compaction makes room. */
-static void append_with_room(struct kv_tier *t, struct kv_bucket_put *puts, unsigned n)
+/*
+ * Appends puts[0..n), retrying those the quota refused while compaction
+ * makes room. Before each request for room, land(arg, puts) (unless NULL)
+ * may record what went in: puts refused have bp_err -ENOSPC there.
+ */
+static void append_with_room(struct kv_tier *t, struct kv_bucket_put *puts, unsigned n,
+			     void (*land)(void *arg, const struct kv_bucket_put *puts), void *arg)
 {
 	struct kv_gc *gc = t->kt_st->ks_gc;
 	struct kv_bucket_put *again = malloc(n * sizeof(*again));
@@ -812,7 +819,11 @@ static void append_with_room(struct kv_tier *t, struct kv_bucket_put *puts, unsi
 				map[k++] = i;
 			}
 		clock_gettime(CLOCK_MONOTONIC, &now);
-		if (!k || !gc || now.tv_sec > until.tv_sec || kv_gc_make_room(gc))
+		if (!k || !gc || now.tv_sec > until.tv_sec)
+			break;
+		if (land)
+			land(arg, puts);
+		if (kv_gc_make_room(gc))
 			break;
 		kv_bucket_append(t->kt_bs, again, k);
 		for (unsigned i = 0; i < k; i++)
@@ -915,7 +926,7 @@ static uint64_t spill(struct kv_tier *t, struct kv_inode *ino, uint64_t want)
 	pthread_rwlock_unlock(&ino->ki_lock);
 	if (!n)
 		goto out;
-	append_with_room(t, puts, n);
+	append_with_room(t, puts, n, NULL, NULL);
 	fills_return(t, puts, n);
 	for (uint32_t i = 0; i < n; i++) {
 		csums[i] = puts[i].bp_csums;
@@ -1143,8 +1154,53 @@ int kv_tier_read_mixed(struct kv_tier *t, const struct kv_inode *ino, const stru
 	return n;
 }
 
+/* Finishes an item of a batch whose puts lie in w: where its records are, or why not. */
+static void batch_finish(struct kv_tier *t, struct item *it, const struct kv_bucket_put *w)
+{
+	if (!it->it_err)
+		memcpy(it->it_puts, w + it->it_at, it->it_nput * sizeof(*w));
+	item_finish(t, it);
+	/* Only now may compaction pick the records' buckets: the key holds them. */
+	for (uint32_t j = 0; !it->it_err && j < it->it_nput; j++)
+		if (it->it_puts[j].bp_loc.kl_bucket)
+			kv_bucket_settle(t->kt_bs, &it->it_puts[j].bp_loc);
+	it->it_done = true;
+}
+
+struct batch {
+	struct kv_tier *b_t;
+	struct item *b_items;
+	unsigned b_n;
+};
+
+/*
+ * append_with_room's land for run_batch: finishes the items none of whose
+ * records the quota refused, before compaction is asked for room. The
+ * versions they replace die as they land, so their records count as
+ * dead: at a quota full of live values being overwritten, the new
+ * versions that fit make the room for the rest (a clean stop with a
+ * pool of overwrites lost every one that did not fit before).
+ */
+static void batch_land(void *arg, const struct kv_bucket_put *w)
+{
+	struct batch *b = arg;
+
+	for (unsigned i = 0; i < b->b_n; i++) {
+		struct item *it = &b->b_items[i];
+		bool refused = false;
+
+		if (it->it_done || it->it_err)
+			continue;
+		for (uint32_t j = 0; j < it->it_nput; j++)
+			refused |= w[it->it_at + j].bp_err == -ENOSPC;
+		if (!refused)
+			batch_finish(b->b_t, it, w);
+	}
+}
+
 static void run_batch(struct kv_tier *t, struct item *items, unsigned n)
 {
+	struct batch b = {.b_t = t, .b_items = items, .b_n = n};
 	struct kv_bucket_put *w;
 	unsigned i, k = 0, total = 0;
 
@@ -1162,23 +1218,15 @@ static void run_batch(struct kv_tier *t, struct item *items, unsigned n)
 		if (it->it_err)
 			continue;
 		memcpy(w + k, it->it_puts, it->it_nput * sizeof(*w));
+		it->it_at = k;
 		k += it->it_nput;
 	}
 	if (k)
-		append_with_room(t, w, k);
-	for (i = 0, k = 0; i < n; i++) {
-		struct item *it = &items[i];
-
-		if (!it->it_err) {
-			memcpy(it->it_puts, w + k, it->it_nput * sizeof(*w));
-			k += it->it_nput;
-		}
-		item_finish(t, it);
-		/* Only now may compaction pick the records' buckets: the key holds them. */
-		for (uint32_t j = 0; !it->it_err && j < it->it_nput; j++)
-			if (it->it_puts[j].bp_loc.kl_bucket)
-				kv_bucket_settle(t->kt_bs, &it->it_puts[j].bp_loc);
-		item_free(it);
+		append_with_room(t, w, k, batch_land, &b);
+	for (i = 0; i < n; i++) {
+		if (!items[i].it_done)
+			batch_finish(t, &items[i], w);
+		item_free(&items[i]);
 	}
 	free(w);
 }

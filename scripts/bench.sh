@@ -73,7 +73,7 @@ for a in "$@"; do
 	esac
 done
 [ ${#parts[@]} -gt 0 ] || parts=(dram ssd ioctl gc meta cow rados)
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DKVFS_CUDA=OFF >/dev/null # as test.sh: no rebuild
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DKVFS_CUDA=OFF -DKVFS_FAULTS=OFF >/dev/null # no crash points
 cmake --build build -j"$(nproc)" --target kvfs kvfs-bench >/dev/null
 
 work=$(mktemp -d "${KVFS_BENCH_DIR:-$root}/.bench.XXXXXX") # on DATA_DIR's filesystem, like ./kvfs-data

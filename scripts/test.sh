@@ -24,20 +24,20 @@ build() { # dir, cmake args...
 }
 
 echo "== Release build (without CUDA): all tests"
-build build -DCMAKE_BUILD_TYPE=Release -DKVFS_CUDA=OFF
+build build -DCMAKE_BUILD_TYPE=Release -DKVFS_CUDA=OFF -DKVFS_FAULTS=ON
 (cd build && ctest --output-on-failure --timeout 600)
 
 echo "== ASan+UBSan build: unit tests, ioctl tests"
-build build-asan -DCMAKE_BUILD_TYPE=Debug -DKVFS_CUDA=OFF -DKVFS_SANITIZE=address,undefined
+build build-asan -DCMAKE_BUILD_TYPE=Debug -DKVFS_CUDA=OFF -DKVFS_FAULTS=ON -DKVFS_SANITIZE=address,undefined
 (cd build-asan && ctest --output-on-failure -L 'unit|asan')
 
 echo "== TSan build: concurrency tests"
-build build-tsan -DCMAKE_BUILD_TYPE=Debug -DKVFS_CUDA=OFF -DKVFS_SANITIZE=thread
+build build-tsan -DCMAKE_BUILD_TYPE=Debug -DKVFS_CUDA=OFF -DKVFS_FAULTS=ON -DKVFS_SANITIZE=thread
 (cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -L concurrency)
 cuda_root=$(kvfs_cuda_root)
 if [ -n "$cuda_root" ]; then
 	echo "== CUDA build ($cuda_root): unit tests, device and ioctl integration tests"
-	build build-cuda -DCMAKE_BUILD_TYPE=Release -DKVFS_CUDA=ON -DCUDAToolkit_ROOT="$cuda_root"
+	build build-cuda -DCMAKE_BUILD_TYPE=Release -DKVFS_CUDA=ON -DKVFS_FAULTS=ON -DCUDAToolkit_ROOT="$cuda_root"
 	(cd build-cuda && ctest --output-on-failure -L unit &&
 		ctest --output-on-failure -R 'integration_test_(gpu|ioctl|client|vllm_connector)$')
 else

@@ -9,9 +9,13 @@ cache mode", core/gc.h):
   sees ENOSPC (the offload waits for compaction instead);
 - explicit-delete mode: ENOSPC at the quota, and after deletes and a pass
   puts succeed again;
+- writers at the quota wait while passes they start copy live records out,
+  and a clean unmount compacts to write what DRAM holds;
 - cache mode (--evict=lru): twice the quota written, no put fails, the
-  newest keys are there, evictions counted, and an evicted name is gone
-  from the kernel's dentry cache as soon as the eviction is seen;
+  newest keys, a key read again and again and a key held open are there,
+  evictions counted, and an evicted name is gone from the kernel's dentry
+  cache as soon as the eviction is seen;
+- .kvfs/ctl refuses other users;
 - concurrency: writers, readers, deleters, renamers and overwriters while
   compaction runs every few ms, checked against a model of what they did;
 - crash safety: KVFS_FAULT=<point>[:n] aborts the daemon at each step of a
@@ -124,6 +128,27 @@ class CtlTest(GcTestCase):
             self.assertEqual(cfg.get(k), v, k)
         self.assertIn("gc", m.stats())
 
+    def test_ctl_refuses_other_users(self):
+        # allow_other lets nobody reach the mount at all; the file's mode
+        # (0200, root's) and the daemon's own check both refuse the write
+        m = self.start("ctl-others", opts=list(self.OPTS) + ["-o", "allow_other"])
+        keys = self.fill(m, 4, size=64 * KIB)
+        os.unlink(m.path("k00000"))
+        syncfs(m)
+        passes = m.stats()["gc"]["passes"]
+        ctl = m.path(".kvfs", "ctl")
+        self.assertEqual(kvfstest.as_user(kvfstest.NOBODY, kvfstest.NOBODY,
+                                          lambda: os.open(ctl, os.O_WRONLY)),
+                         ["err", errno.EACCES])
+        # nobody is not refused the mount itself: it reads a key
+        self.assertEqual(kvfstest.as_user(kvfstest.NOBODY, kvfstest.NOBODY,
+                                          lambda: len(read_file(m.path("k00001")))),
+                         ["ok", keys["k00001"][0]])
+        self.assertEqual(m.stats()["gc"]["passes"], passes)
+        run_gc(m)  # root may
+        self.assertEqual(m.stats()["gc"]["passes"], passes + 1)
+        m.stop()
+
     def test_options_three_spellings(self):
         m = self.start("opts-long", opts=list(self.OPTS) + [
             "--gc=off", "--gc-interval=5ms", "--gc-dead-ratio=0.5", "--gc-high-watermark=0.95",
@@ -176,8 +201,19 @@ class ReclaimTest(GcTestCase):
         after = du(self.data)
         self.assertLessEqual(after, 0.35 * before + BUCKET,
                              "du %d -> %d bytes" % (before, after))
-        g = m.stats()["gc"]
+        s = m.stats()
+        g = s["gc"]
         self.assertGreater(g["buckets_compacted"] + g["buckets_dropped"], 0, g)
+        # nothing changed while it ran: every record copied was switched
+        self.assertEqual(g["revalidation_skips"], 0, g)
+        self.assertEqual(g["bytes_rewritten"], g["bytes_copied"], g)
+        self.assertGreater(g["seconds"], 0, g)
+        self.assertEqual(g["passes"], 1, g)  # --gc=off: the forced one only
+        # a quarter of what was put copied once: bytes to buckets / bytes put
+        w = s["ssd"]["bytes_written"]
+        self.assertAlmostEqual(g["write_amplification"], (w + g["bytes_copied"]) / w, places=3)
+        self.assertGreater(g["write_amplification"], 1.15, g)
+        self.assertLess(g["write_amplification"], 1.35, g)
         # outputs after the first are written over victims' files
         self.assertGreater(g["buckets_recycled"], 0, g)
         self.assertEqual(list(spare_files(self.data)), [])
@@ -297,6 +333,13 @@ class ReclaimTest(GcTestCase):
         self.assertIn(os.path.basename(path), bucket_files(self.data))
         self.assertErrno(errno.EIO, read_direct, m.path(bad))
         self.verify_keys(m, keys, "the undamaged keys")
+        # the kept bucket's records copied out count as dead, as a restart
+        # (which rebuilds the counts from the index) finds them
+        dead = m.stats()["ssd"]["dead"]
+        m.stop()
+        m = self.start("damaged-3")
+        self.assertEqual(m.stats()["ssd"]["dead"], dead)
+        self.verify_keys(m, keys, "the undamaged keys, restarted")
         m.stop()
 
     def test_open_deleted_key_keeps_its_bucket(self):
@@ -356,6 +399,69 @@ class PressureTest(GcTestCase):
         m = self.start("ow4x-again")
         self.verify_keys(m, keys, "after the remount")
         m.stop()
+
+
+    def test_urgent_passes_copy_live_records(self):
+        """Half the quota live, single keys rewritten at random (so every
+        bucket holds live and dead records), 3x the quota in all, and no
+        periodic pass in the run: the writers wait at the quota while
+        passes they start copy live records out of the deadest buckets."""
+        m = self.start("urgent", opts=["--mem-size=16M", "--ssd-size=64M", "--bucket-size=4M",
+                                       "--gc-interval=1h"])
+        live = 64 * MIB // 2 // VALUE
+        keys = {}
+        rnd = random.Random(5)
+        for n in range(3 * 64 * MIB // VALUE):
+            name = "u%03d" % (n if n < live else rnd.randrange(live))
+            data = pattern(name, VALUE, n)
+            write_file(m.path(name), data)
+            keys[name] = (VALUE, digest(data))
+        syncfs(m)
+        s = m.stats()
+        self.assertEqual(kvfstest.errcount(s, "ENOSPC"), 0, s.get("errors"))
+        self.assertEqual(s["tier"]["offload_errors"], 0, s["tier"])
+        g = s["gc"]
+        self.assertGreater(g["room_waits"], 0, g)
+        self.assertGreater(g["bytes_copied"], 0, g)
+        self.assertGreater(g["buckets_compacted"], 0, g)
+        self.verify_keys(m, keys, "after 3x the quota")
+        m.stop(expect_status=0)
+        m = self.start("urgent-again", opts=["--mem-size=16M", "--ssd-size=64M",
+                                             "--bucket-size=4M", "--gc=off"])
+        self.verify_keys(m, keys, "after the remount")
+        m.stop()
+
+    def test_clean_unmount_makes_room(self):
+        """Every key overwritten in DRAM (no offload before the stop), the
+        new values too many to fit beside the old: the stop writes those
+        that fit, whose predecessors die as they land, compacts, writes
+        more, and loses none."""
+        opts = ["--mem-size=48M", "--ssd-size=32M", "--bucket-size=2M", "--gc=off"]
+        m = self.start("unmount", opts=opts)
+        keys = {}
+        for i in range(24):
+            name = "m%02d" % i
+            put(m.path(name), pattern(name, MIB), fsync=True)
+        m.stop()
+        m = self.start("unmount-full", opts=opts + ["--flush-delay=10s"])
+        for i in range(24):
+            name = "m%02d" % i
+            data = pattern(name, MIB, 1)
+            write_file(m.path(name), data)
+            keys[name] = (MIB, digest(data))
+        s = m.stats()
+        # the new values not offloaded yet, the old ones live until they are
+        self.assertEqual(s["ssd"]["bytes_written"], 0, s["ssd"])
+        self.assertEqual(s["ssd"]["dead"], 0, s["ssd"])
+        self.assertGreater(s["ssd"]["used"] + 24 * MIB, s["ssd"]["cap"], s["ssd"])
+        m.stop(expect_status=0)
+        m = self.start("unmount-after", opts=opts)
+        self.assertEqual(self.names(m), set(keys))
+        self.verify_keys(m, keys, "after the stop")
+        s = m.stats()
+        self.assertLessEqual(s["ssd"]["used"], s["ssd"]["cap"] + 2 * MIB, s["ssd"])
+        m.stop()
+        self.fsck_clean()
 
 
 class ExplicitDeleteTest(GcTestCase):
@@ -424,12 +530,20 @@ class CacheModeTest(GcTestCase):
         m = self.start("lru")
         written = []
         present = set()
+        # the oldest key, read (past the page cache) again and again: recently
+        # used; the second, open throughout: never evicted
+        hot, held = "c0000", "c0001"
+        fd = None
         for i in range(2 * 48 * MIB // VALUE):
             name = "c%04d" % i
             data = pattern(name, VALUE)
             write_file(m.path(name), data)
             written.append((name, digest(data)))
             present.add(name)
+            if name == held:
+                fd = os.open(m.path(held), os.O_RDONLY)
+            if i % 8 == 0:
+                self.assertEqual(read_direct(m.path(hot)), pattern(hot, VALUE))
             # the kernel keeps each entry for 1 s (KV_FS_TIMEOUT): keep
             # them all cached, so an eviction has entries to invalidate
             for k in present:
@@ -450,6 +564,12 @@ class CacheModeTest(GcTestCase):
         self.verify_keys(m, {k: (VALUE, d) for k, d in written if k in names}, "kept keys")
         self.assertEqual(len(written) - len(names), s["gc"]["evicted_keys"])
         self.assertLessEqual(s["ssd"]["used"], s["ssd"]["cap"] + 2 * MIB)
+        # keys written after them were evicted, they were not
+        self.assertNotIn("c0002", names)
+        self.assertIn(hot, names)
+        self.assertIn(held, names)
+        self.assertEqual(os.pread(fd, VALUE + 1, 0), pattern(held, VALUE))
+        os.close(fd)
         m.stop()
 
 
@@ -550,6 +670,9 @@ class CrashTest(GcTestCase):
     def crash_at(self, point):
         m = self.mount(opts=list(self.OPTS), data=self.data, name=point.replace(":", "-"),
                        env={"KVFS_FAULT": point})
+        if m.config().get("faults") != "on":
+            m.stop()
+            self.skipTest("kvfs built without -DKVFS_FAULTS=ON: no crash points")
         every = 2 if point.endswith(":2") else 4
         keys = self.fill(m, 48, size=64 * KIB, prefix=point.replace(":", "-") + "-")
         gone = {k for i, k in enumerate(sorted(keys)) if i % every}
@@ -610,6 +733,7 @@ class CrashTest(GcTestCase):
                                            "--bucket-size=16M"])
         names = self.names(m)
         self.assertTrue(names <= set(keys))
+        self.assertGreater(len(names), 0, "rm -rf ended before the kill: nothing was tested")
         self.verify_keys(m, {k: keys[k] for k in names}, "after kill -9 in rm -rf")
         if os.path.isdir(d):
             self.assertEqual(len(os.listdir(d)), len(names))
