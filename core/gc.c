@@ -62,7 +62,8 @@ struct kv_gc {
 	bool kg_started;
 
 	_Atomic uint64_t kg_passes, kg_compacted, kg_dropped, kg_reclaimed, kg_rewritten, kg_copied,
-	    kg_skips, kg_csum_failures, kg_ns, kg_evicted_keys, kg_evicted_bytes, kg_room_waits;
+	    kg_skips, kg_csum_failures, kg_ns, kg_evicted_keys, kg_evicted_bytes, kg_room_waits,
+	    kg_recycled;
 };
 
 /* --- victim selection --- */
@@ -288,8 +289,7 @@ static void switch_keys(struct pass *p, size_t from, size_t to)
 		pthread_rwlock_unlock(&st->ks_ns_lock);
 		if (moved) {
 			atomic_fetch_add(&gc->kg_rewritten, kv_loc_size(&r->r_to));
-			/* the old copy: counts where its bucket stays (kept, or a pass cut short)
-			 */
+			/* the old copy: counts where its bucket stays (kept, a pass cut short) */
 			kv_bucket_dead(gc->kg_bs, &r->r_from);
 		} else {
 			atomic_fetch_add(&gc->kg_skips, 1);
@@ -498,8 +498,13 @@ static int copy_all(struct pass *p)
 		int errs[BATCH], k;
 		unsigned n = 0;
 
-		if (!out && (err = kv_compact_begin(gc->kg_bs, p->p_yield, &out)))
-			break;
+		if (!out) {
+			err = kv_compact_begin(gc->kg_bs, p->p_yield, &out);
+			if (err)
+				break;
+			if (kv_compact_recycled(out))
+				atomic_fetch_add(&gc->kg_recycled, 1);
+		}
 		while (n < BATCH && i + n < p->p_nrec) {
 			from[n] = p->p_rec[i + n].r_from;
 			n++;
@@ -930,9 +935,6 @@ void kv_gc_destroy(struct kv_gc *gc)
 
 void kv_gc_stats(struct kv_gc *gc, struct kv_gc_stats *o)
 {
-	struct kv_bucket_stats b;
-
-	kv_bucket_stats(gc->kg_bs, &b);
 	*o = (struct kv_gc_stats){
 	    .gs_passes = atomic_load(&gc->kg_passes),
 	    .gs_compacted = atomic_load(&gc->kg_compacted),
@@ -946,7 +948,7 @@ void kv_gc_stats(struct kv_gc *gc, struct kv_gc_stats *o)
 	    .gs_evicted_keys = atomic_load(&gc->kg_evicted_keys),
 	    .gs_evicted_bytes = atomic_load(&gc->kg_evicted_bytes),
 	    .gs_room_waits = atomic_load(&gc->kg_room_waits),
-	    .gs_recycled = b.bst_recycled,
+	    .gs_recycled = atomic_load(&gc->kg_recycled),
 	};
 }
 

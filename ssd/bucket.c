@@ -98,7 +98,6 @@ struct kv_bucket_set {
 	} bs_spare[SPARES_MAX];
 	uint32_t bs_nspare;
 	bool bs_recycle;
-	_Atomic uint64_t bs_recycled; /* outputs written over a spare */
 };
 
 uint64_t kv_loc_size(const struct kv_loc *loc)
@@ -694,7 +693,6 @@ static int recycle_create(struct kv_bucket_set *bs, struct kv_bucket **out)
 	b->kb_version = KV_FORMAT_VERSION;
 	b->kb_end = KV_BLOCK;
 	b->kb_recycled = true;
-	atomic_fetch_add(&bs->bs_recycled, 1);
 	*out = b;
 	return 0;
 }
@@ -1854,7 +1852,6 @@ void kv_bucket_stats(struct kv_bucket_set *bs, struct kv_bucket_stats *st)
 	st->bst_read = atomic_load(&bs->bs_read);
 	st->bst_csum_errors = atomic_load(&bs->bs_csum_errors);
 	st->bst_truncated = atomic_load(&bs->bs_truncated);
-	st->bst_recycled = atomic_load(&bs->bs_recycled);
 }
 
 void kv_bucket_each(struct kv_bucket_set *bs, void (*fn)(uint64_t id, void *arg), void *arg)
@@ -2358,6 +2355,11 @@ int kv_compact_copy_many(struct kv_compact *c, const struct kv_loc *from, struct
 uint64_t kv_compact_id(const struct kv_compact *c)
 {
 	return c->kc_b->kb_id;
+}
+
+bool kv_compact_recycled(const struct kv_compact *c)
+{
+	return c->kc_b->kb_recycled;
 }
 
 uint64_t kv_compact_records(const struct kv_compact *c)

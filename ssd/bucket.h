@@ -104,7 +104,6 @@ struct kv_bucket_stats {
 	uint64_t bst_read;	  /* bytes read since start */
 	uint64_t bst_csum_errors; /* chunks that failed their checksum */
 	uint64_t bst_truncated;	  /* buckets left open (by a crash) cut at their last good record */
-	uint64_t bst_recycled;	  /* compaction outputs written over a dropped bucket's file */
 };
 
 struct kv_bucket_set;
@@ -331,6 +330,8 @@ int kv_compact_copy_many(struct kv_compact *c, const struct kv_loc *from, struct
 /* The output's bucket id and how many records it holds. */
 uint64_t kv_compact_id(const struct kv_compact *c);
 uint64_t kv_compact_records(const struct kv_compact *c);
+/* Whether the output is written over a dropped bucket's file (kv_bucket_recycle). */
+bool kv_compact_recycled(const struct kv_compact *c);
 int kv_compact_commit(struct kv_compact *c);
 void kv_compact_abort(struct kv_compact *c);
 
