@@ -20,8 +20,8 @@
 
 /* iovecs handed to km_copy at a time. */
 #define BATCH_IOV 64
-/* Bytes of an SSD-only value read at a time: no value needs a buffer its whole size. */
-#define GET_CHUNK (8u << 20)
+/* Times a get reads a value again that changed between two of its pieces, before -EBUSY. */
+#define GET_TRIES 3
 /* Passes over a directory that keeps being refilled before rm -rf gives up. */
 #define RMTREE_TRIES 4
 
@@ -282,8 +282,19 @@ static int publish(struct kv_batch *b, struct kv_inode *dir, const char *name, s
 
 	add_ns(b, KV_STAGE_INDEX, t0);
 	if (err == 1 && b->kb_changed)
-		b->kb_changed(b->kb_arg, dir, name);
+		b->kb_changed(b->kb_arg, dir, name, NULL);
 	return err < 0 ? err : 0;
+}
+
+/* Removes dir/name, a non-directory the caller holds (ino), and says so. */
+static int unlink_one(struct kv_batch *b, struct kv_inode *dir, const char *name,
+		      struct kv_inode *ino)
+{
+	int err = kv_store_unlink(b->kb_st, dir, name);
+
+	if (!err && b->kb_changed)
+		b->kb_changed(b->kb_arg, dir, name, ino);
+	return err;
 }
 
 /* A free slot for a copy in flight, or NULL. */
@@ -462,48 +473,6 @@ static int get_direct(struct kv_batch *b, struct kv_inode *ino, const struct kv_
 	return err;
 }
 
-/*
- * A sealed value only on the SSD and larger than GET_CHUNK, read and copied
- * GET_CHUNK bytes at a time. One version throughout: the sequence number
- * is the same before the first piece and after the last, and a new version
- * always gets a higher one (or none while it is being written). -EAGAIN
- * when any of that does not hold (the caller reads the value in one piece).
- */
-static int get_chunked(struct kv_batch *b, struct kv_inode *ino, const struct kv_batch_mem *m,
-		       struct kv_key_info *ki)
-{
-	struct iovec iov[BATCH_IOV];
-	struct kv_read_guard guard;
-	struct kv_attr a;
-	uint64_t seq, off, bytes = 0, t0;
-	int n, err = 0;
-
-	if (ki->kki_size <= GET_CHUNK || ki->kki_size != m->km_len ||
-	    (ki->kki_flags & (KV_BK_SEALED | KV_BK_DRAM | KV_BK_SSD)) != (KV_BK_SEALED | KV_BK_SSD))
-		return -EAGAIN;
-	kv_store_getattr(b->kb_st, ino, &a);
-	seq = a.ka_seq;
-	if (!seq || a.ka_size != m->km_len)
-		return -EAGAIN;
-	for (off = 0; !err && off < m->km_len; off += bytes) {
-		t0 = kv_now_ns();
-		n = kv_store_read(b->kb_st, ino, off, GET_CHUNK, iov, BATCH_IOV, &bytes, &guard);
-		if (n < 0)
-			return n;
-		add_ns(b, guard.krg_buf[0] ? KV_STAGE_SSD_READ : KV_STAGE_INDEX, t0);
-		if (guard.krg_locked || bytes == 0) {
-			err = -EAGAIN;
-		} else {
-			t0 = kv_now_ns();
-			err = m->km_copy(m->km_arg, false, off, iov, n);
-			add_ns(b, KV_STAGE_COPY_OUT, t0);
-		}
-		kv_read_done(&guard);
-	}
-	kv_store_getattr(b->kb_st, ino, &a);
-	return err ? err : a.ka_seq == seq ? 0 : -EAGAIN;
-}
-
 static int get_start(struct kv_batch *b, struct kv_inode *ino, const struct kv_batch_mem *m,
 		     const struct iovec *iov, int n, struct kv_read_guard *guard);
 
@@ -564,14 +533,76 @@ static int get_staged(struct kv_batch *b, struct kv_inode *ino, const struct kv_
 	return 1;
 }
 
-int64_t kv_batch_get(struct kv_batch *b, const char *name, size_t len, const struct kv_batch_mem *m,
-		     struct kv_key_info *ki)
+/*
+ * Reads the value with kv_store_read, piece by piece (an SSD read covers
+ * KV_READ_EXTENTS extents at most, so no value needs a buffer its whole
+ * size), and copies each piece into m. The first piece names the version
+ * (struct kv_read_guard): its whole size is checked against the memory
+ * before anything is copied, and every later piece must be of the same
+ * version (a new version always gets a higher sequence number).
+ * Returns 1 when the copy is in flight (get_start: the slot holds ino's
+ * reference), 0 when it is done, -EAGAIN when the value changed between
+ * two pieces (read it again), or -EBUSY (being written), -EMSGSIZE (the
+ * memory is not the value's size, *ki says the size), -errno.
+ */
+static int get_read(struct kv_batch *b, struct kv_inode *ino, const struct kv_batch_mem *m,
+		    struct kv_key_info *ki)
 {
 	struct iovec iov[BATCH_IOV];
 	struct kv_read_guard guard;
+	uint64_t t0, off = 0, bytes, size = 0, seq = 0;
+	int n, err = 0;
+
+	do {
+		t0 = kv_now_ns();
+		n = kv_store_read(b->kb_st, ino, off, UINT64_MAX, iov, BATCH_IOV, &bytes, &guard);
+		if (n < 0)
+			return n;
+		add_ns(b, guard.krg_buf[0] ? KV_STAGE_SSD_READ : KV_STAGE_INDEX, t0);
+		if (off == 0) {
+			size = guard.krg_size;
+			seq = guard.krg_seq;
+			ki->kki_size = size;
+			ki->kki_flags &= ~(unsigned)(KV_BK_DRAM | KV_BK_SSD);
+			ki->kki_flags |=
+			    guard.krg_buf[0] || guard.krg_ra[0] ? KV_BK_SSD : KV_BK_DRAM;
+			if (guard.krg_locked)
+				err = -EBUSY;
+			else if (size != m->km_len)
+				err = -EMSGSIZE;
+		} else if (guard.krg_locked || guard.krg_seq != seq) {
+			err = -EAGAIN;
+		}
+		if (!err && bytes == 0 && off < size)
+			err = -EAGAIN; /* shorter than its version says: changed meanwhile */
+		t0 = kv_now_ns();
+		if (!err && off == 0 && bytes == size) {
+			int r = get_start(b, ino, m, iov, n, &guard);
+
+			if (r == 1) {
+				add_ns(b, KV_STAGE_COPY_OUT, t0);
+				return 1; /* the copy and the version are now kb_inflight's */
+			}
+			if (r != -EAGAIN) { /* copied already, or failed */
+				add_ns(b, KV_STAGE_COPY_OUT, t0);
+				kv_read_done(&guard);
+				return r;
+			}
+		}
+		if (!err)
+			err = m->km_copy(m->km_arg, false, off, iov, n);
+		add_ns(b, KV_STAGE_COPY_OUT, t0);
+		kv_read_done(&guard);
+		off += bytes;
+	} while (!err && off < size);
+	return err;
+}
+
+int64_t kv_batch_get(struct kv_batch *b, const char *name, size_t len, const struct kv_batch_mem *m,
+		     struct kv_key_info *ki)
+{
 	struct kv_inode *ino;
-	uint64_t t0, off, bytes, size;
-	int n, err;
+	int err;
 
 	err = find(b, name, len, R_OK, ki, &ino);
 	if (err)
@@ -579,53 +610,17 @@ int64_t kv_batch_get(struct kv_batch *b, const char *name, size_t len, const str
 	err = get_direct(b, ino, m, ki);
 	if (err == -EAGAIN)
 		err = get_staged(b, ino, m, ki);
-	if (err == -EAGAIN)
-		err = get_chunked(b, ino, m, ki);
-	if (err != -EAGAIN) {
+	if (err != -EAGAIN) { /* 1: the staging copy is in flight, holding no reference */
 		kv_inode_put(ino);
 		return err < 0 ? err : (int64_t)m->km_len;
 	}
-	err = 0;
-	t0 = kv_now_ns();
-	n = kv_store_read(b->kb_st, ino, 0, UINT64_MAX, iov, BATCH_IOV, &bytes, &guard);
-	if (n < 0) {
+	for (int i = 0; err == -EAGAIN && i < GET_TRIES; i++)
+		err = get_read(b, ino, m, ki);
+	if (err == -EAGAIN)
+		err = -EBUSY; /* rewritten under every try */
+	if (err != 1)	      /* 1: the reference is the copy in flight's */
 		kv_inode_put(ino);
-		return n;
-	}
-	add_ns(b, guard.krg_buf[0] ? KV_STAGE_SSD_READ : KV_STAGE_INDEX, t0);
-	/* The version pinned now decides: the DRAM object's size, or the SSD read's. */
-	size = guard.krg_obj ? guard.krg_obj->ko_size : bytes;
-	ki->kki_size = size;
-	ki->kki_flags &= ~(unsigned)(KV_BK_DRAM | KV_BK_SSD);
-	ki->kki_flags |= guard.krg_buf[0] ? KV_BK_SSD : KV_BK_DRAM;
-	if (guard.krg_locked)
-		err = -EBUSY;
-	else if (size != m->km_len)
-		err = -EMSGSIZE;
-	t0 = kv_now_ns();
-	if (!err && bytes == size) {
-		int r = get_start(b, ino, m, iov, n, &guard);
-
-		if (r == 1) {
-			add_ns(b, KV_STAGE_COPY_OUT, t0);
-			return (int64_t)size; /* the copy and the version are now kb_inflight's */
-		}
-		if (r != -EAGAIN) { /* copied already, or failed */
-			add_ns(b, KV_STAGE_COPY_OUT, t0);
-			kv_read_done(&guard);
-			kv_inode_put(ino);
-			return r ? r : (int64_t)size;
-		}
-	}
-	for (off = 0; !err && off < size; off += bytes) {
-		if (off)
-			n = kv_obj_iov(guard.krg_obj, off, size - off, iov, BATCH_IOV, &bytes);
-		err = m->km_copy(m->km_arg, false, off, iov, n);
-	}
-	add_ns(b, KV_STAGE_COPY_OUT, t0);
-	kv_read_done(&guard);
-	kv_inode_put(ino);
-	return err ? err : (int64_t)size;
+	return err < 0 ? err : (int64_t)m->km_len;
 }
 
 /*
@@ -707,9 +702,9 @@ static int64_t rm_tree(struct kv_batch *b, struct kv_inode *dir, const struct kv
 		return err;
 	err = kv_may_take(&b->kb_cred, da, &a);
 	if (err || !kv_inode_is_dir(c)) {
-		kv_inode_put(c);
 		if (!err)
-			err = kv_store_unlink(st, dir, name);
+			err = unlink_one(b, dir, name, c);
+		kv_inode_put(c);
 		return err ? err : S_ISREG(a.ka_mode);
 	}
 	for (int pass = 0; pass < RMTREE_TRIES && !denied; pass++) {
@@ -727,6 +722,8 @@ static int64_t rm_tree(struct kv_batch *b, struct kv_inode *dir, const struct kv
 		}
 		kv_dir_snap_free(&snap);
 		err = denied ? denied : kv_store_rmdir(st, dir, name);
+		if (!err && b->kb_changed)
+			b->kb_changed(b->kb_arg, dir, name, c);
 		if (err != -ENOTEMPTY)
 			break;
 	}
@@ -750,10 +747,11 @@ int64_t kv_batch_remove(struct kv_batch *b, const char *name, size_t len, bool r
 	err = b->kb_shared ? kv_shared_lookup(b->kb_shared, dir, last) : 0;
 	if (!err)
 		err = kv_store_lookup(b->kb_st, dir, last, &ino, &a);
-	if (!err) {
-		kv_inode_put(ino);
-		err = kv_may(&b->kb_cred, &pa, W_OK);
+	if (err) {
+		kv_inode_put(dir);
+		return err;
 	}
+	err = kv_may(&b->kb_cred, &pa, W_OK);
 	if (!err)
 		err = kv_may_take(&b->kb_cred, &pa, &a);
 	if (!err && S_ISDIR(a.ka_mode) && !recursive)
@@ -762,12 +760,11 @@ int64_t kv_batch_remove(struct kv_batch *b, const char *name, size_t len, bool r
 	if (!err && S_ISDIR(a.ka_mode)) {
 		r = rm_tree(b, dir, &pa, last);
 	} else if (!err) {
-		err = kv_store_unlink(b->kb_st, dir, last);
+		err = unlink_one(b, dir, last, ino);
 		r = err ? err : S_ISREG(a.ka_mode); /* a symlink, FIFO or socket: no key */
 	}
 	add_ns(b, KV_STAGE_INDEX, t0);
-	if (r >= 0 && b->kb_changed)
-		b->kb_changed(b->kb_arg, dir, last);
+	kv_inode_put(ino);
 	kv_inode_put(dir);
 	return r;
 }

@@ -146,8 +146,13 @@ struct kv_batch {
 	struct kv_cred kb_cred;		 /* who asks: checked, and owner of what a put creates */
 	uint64_t kb_ns[KV_STAGE__COUNT]; /* accumulated per stage, in ns */
 	uint64_t kb_direct;		 /* gets read from the SSD straight into client memory */
-	/* A name in dir was replaced or removed (drop cached entries); may be NULL. */
-	void (*kb_changed)(void *arg, struct kv_inode *dir, const char *name);
+	/*
+	 * A name in dir was replaced (gone NULL) or removed (gone: the inode it
+	 * named, still referenced during the call): drop cached entries. May
+	 * be NULL. A removed tree reports every name in it, children first.
+	 */
+	void (*kb_changed)(void *arg, struct kv_inode *dir, const char *name,
+			   struct kv_inode *gone);
 	void *kb_arg;
 	/*
 	 * Puts and gets with km_copy_start: the caller's index of the key

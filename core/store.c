@@ -1836,6 +1836,8 @@ static int read_value(struct kv_store *st, struct kv_inode *ino, uint64_t off, u
 	kv_obj_get(obj);
 	atomic_store_explicit(&ino->ki_referenced, true, memory_order_relaxed);
 	guard->krg_obj = obj;
+	guard->krg_size = obj->ko_size;
+	guard->krg_seq = obj->ko_seq;
 	if (obj->ko_sealed && !kv_spill_n(ino) && !obj->ko_partial) {
 		pthread_rwlock_unlock(&ino->ki_lock);
 		n = kv_obj_iov(obj, off, len, iov, maxiov, bytes);

@@ -142,14 +142,17 @@ struct kv_dir_snap {
 /*
  * Held by a reader between kv_store_read and the end of its reply: a
  * reference to the version read and, when that version is still open, the
- * inode's ki_lock shared.
+ * inode's ki_lock shared. krg_size and krg_seq name the version read, the
+ * whole of it, however few of its bytes one read covers.
  */
 #define KV_READ_EXTENTS 5 /* extents one read from the SSD covers: 8 MiB at any offset */
 struct kv_ra_buf;
 struct kv_read_guard {
-	struct kv_obj *krg_obj;		     /* the DRAM version read, or NULL */
-	struct kv_inode *krg_locked;	     /* NULL when the version was sealed */
-	void *krg_buf[KV_READ_EXTENTS];	     /* bytes read from the SSD, one buffer per extent */
+	struct kv_obj *krg_obj;		/* the DRAM version read, or NULL */
+	struct kv_inode *krg_locked;	/* NULL when the version was sealed */
+	uint64_t krg_size;		/* the version's size */
+	uint64_t krg_seq;		/* its sequence number: 0 while open */
+	void *krg_buf[KV_READ_EXTENTS]; /* bytes read from the SSD, one buffer per extent */
 	struct kv_ra_buf *krg_ra[KV_READ_EXTENTS]; /* or read ahead: a reference to the buffer
 						      (core/readahead.h); both NULL in slot 0:
 						      nothing came from the SSD */

@@ -1714,6 +1714,8 @@ int kv_tier_read(struct kv_tier *t, struct kv_inode *ino, uint64_t off, uint64_t
 		return kv_store_read(st, ino, off, len, iov, maxiov, bytes, guard);
 	if (err)
 		return err;
+	guard->krg_size = w.w_size;
+	guard->krg_seq = w.w_seq;
 	if (off >= w.w_size)
 		return 0;
 	/*

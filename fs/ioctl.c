@@ -352,7 +352,8 @@ static int64_t one_key(struct ioc *io, struct kv_batch *b, enum kv_ioc_kind kind
 	struct key_mem km;
 	struct kv_batch_mem m = {.km_copy = mem_copy, .km_direct = mem_direct, .km_arg = &km};
 
-	/* A put's or get's copy may outlive this call (kv_batch_retire): spans are read at issue. */
+	/* A put's or get's copy may outlive this call (kv_batch_retire): spans are read at issue.
+	 */
 	if (kind == KV_IOC_PUT || kind == KV_IOC_GET)
 		m.km_copy_start = mem_copy_start;
 	uint64_t t0 = kv_now_ns();
@@ -395,28 +396,39 @@ static int64_t one_key(struct ioc *io, struct kv_batch *b, enum kv_ioc_kind kind
  * Names a batch put or removed. The kernel may hold their old entries for
  * KV_FS_TIMEOUT: they are dropped once the batch is over and holds no lock
  * (an invalidation waits for the directory's lock in the kernel, whose
- * holder may wait for a reply from this daemon).
+ * holder may wait for a reply from this daemon). A removed name is
+ * reported as deleted, with the node it named (fuse_lowlevel_notify_delete):
+ * the kernel then lets that node go at its last close, and forgets it,
+ * instead of keeping it cached under a name that is gone until the mount
+ * ends (when a forget no longer reaches the daemon). A removed tree comes
+ * children first, so each directory is empty in the kernel's cache by the
+ * time it is deleted there.
  */
 struct changed {
 	struct kv_fs *ch_fs;
 	struct change {
 		fuse_ino_t c_parent;
+		fuse_ino_t c_gone; /* the node removed, 0: the name was replaced */
 		char *c_name;
 	} * ch_a;
 	uint32_t ch_n, ch_max;
 };
 
-static void invalidate(struct kv_fs *fs, fuse_ino_t parent, const char *name)
+static void invalidate(struct kv_fs *fs, fuse_ino_t parent, fuse_ino_t gone, const char *name)
 {
-	if (fs->kf_se)
+	if (!fs->kf_se)
+		return;
+	if (gone)
+		fuse_lowlevel_notify_delete(fs->kf_se, parent, gone, name, strlen(name));
+	else
 		fuse_lowlevel_notify_inval_entry(fs->kf_se, parent, name, strlen(name));
 }
 
-static void name_changed(void *arg, struct kv_inode *dir, const char *name)
+static void name_changed(void *arg, struct kv_inode *dir, const char *name, struct kv_inode *gone)
 {
 	struct changed *ch = arg;
-	fuse_ino_t parent = kv_fs_nodeid(ch->ch_fs, dir);
-	char *copy;
+	struct change c = {.c_parent = kv_fs_nodeid(ch->ch_fs, dir),
+			   .c_gone = gone ? kv_fs_nodeid(ch->ch_fs, gone) : 0};
 
 	if (ch->ch_n == ch->ch_max) {
 		uint32_t n = ch->ch_max ? 2 * ch->ch_max : 16;
@@ -427,16 +439,16 @@ static void name_changed(void *arg, struct kv_inode *dir, const char *name)
 			ch->ch_max = n;
 		}
 	}
-	copy = ch->ch_n < ch->ch_max ? strdup(name) : NULL;
-	if (!copy) /* out of memory: now, then */
-		return invalidate(ch->ch_fs, parent, name);
-	ch->ch_a[ch->ch_n++] = (struct change){parent, copy};
+	c.c_name = ch->ch_n < ch->ch_max ? strdup(name) : NULL;
+	if (!c.c_name) /* out of memory: now, then */
+		return invalidate(ch->ch_fs, c.c_parent, c.c_gone, name);
+	ch->ch_a[ch->ch_n++] = c;
 }
 
 static void changed_flush(struct changed *ch)
 {
 	for (uint32_t i = 0; i < ch->ch_n; i++) {
-		invalidate(ch->ch_fs, ch->ch_a[i].c_parent, ch->ch_a[i].c_name);
+		invalidate(ch->ch_fs, ch->ch_a[i].c_parent, ch->ch_a[i].c_gone, ch->ch_a[i].c_name);
 		free(ch->ch_a[i].c_name);
 	}
 	free(ch->ch_a);

@@ -9,9 +9,10 @@
  * File handles: a regular file's fh is only a unique odd tag (the node id
  * names the inode, whose open count core/ keeps); a directory's fh is a
  * struct dir_handle holding a snapshot of its entries, taken at opendir and
- * retaken when a reader seeks back to 0; a control file's fh is its
- * rendered contents. Whatever it is, fs/ioctl.c ties the regions registered
- * through an open file to its fh, and each release lets go of them.
+ * retaken when a reader seeks back to 0; a readable control file's fh is
+ * its rendered contents, the command file's a tag of its own. Whatever it
+ * is, fs/ioctl.c ties the regions registered through an open file to its
+ * fh (unique while that file is open), and each release lets go of them.
  *
  * Page cache: regular files are opened with keep_cache, since every change
  * to a file reaches the store through this same kernel, which keeps its
@@ -497,8 +498,17 @@ static void kv_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 	fuse_reply_err(req, 0);
 }
 
-/* Tags of regular files' open handles, for fs/ioctl.c: odd, so never a handle's address. */
-static _Atomic uint64_t next_tag;
+/*
+ * Tags of open handles that have no memory of their own (regular files,
+ * the command file), for fs/ioctl.c: unique, and odd, so never a handle's
+ * address.
+ */
+static uint64_t new_tag(void)
+{
+	static _Atomic uint64_t next_tag;
+
+	return atomic_fetch_add_explicit(&next_tag, 1, memory_order_relaxed) * 2 + 1;
+}
 
 /*
  * Regular files' open flags. FLUSH (sent when close(2) is called) is asked
@@ -507,7 +517,7 @@ static _Atomic uint64_t next_tag;
  */
 static void set_open_flags(struct kv_fs *fs, struct fuse_file_info *fi)
 {
-	fi->fh = atomic_fetch_add_explicit(&next_tag, 1, memory_order_relaxed) * 2 + 1;
+	fi->fh = new_tag();
 	fi->keep_cache = 1;
 	fi->noflush = !(fs->kf_shared && kv_shared_sync_on(fs->kf_shared) &&
 			(fi->flags & O_ACCMODE) != O_RDONLY);
@@ -546,11 +556,11 @@ static void ctl_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, 
 	struct ctl_handle *h;
 	int err;
 
-	if (ino == KV_CTL_CMD) { /* write-only commands: no handle */
+	if (ino == KV_CTL_CMD) { /* write-only commands: no handle, a tag */
 		err = kv_ctl_cmd_open(fs_of(req), fuse_req_ctx(req)->uid, fi->flags);
 		if (err)
 			return reply_err(req, KV_OP_OPEN, t0, err);
-		fi->fh = 0;
+		fi->fh = new_tag();
 		fi->direct_io = 1;
 		done(req, KV_OP_OPEN, t0, 0, 0);
 		fuse_reply_open(req, fi);
@@ -683,10 +693,8 @@ static void kv_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	struct kv_fs *fs = fs_of(req);
 
 	if (kv_ctl_is(ino)) {
-		struct ctl_handle *h = (struct ctl_handle *)(uintptr_t)fi->fh;
-
-		if (h)
-			ctl_free(fs, h);
+		if (ino != KV_CTL_CMD) /* the command file's fh is a tag */
+			ctl_free(fs, (struct ctl_handle *)(uintptr_t)fi->fh);
 	} else {
 		kv_store_release(fs->kf_store, kv_fs_inode(fs, ino), fi->flags);
 	}
