@@ -16,22 +16,35 @@ the raw-ioctl program tests/ioctl/ioctl_e2e.c (built next to kvfs):
   with their fd, their process, or a client killed mid-batch;
 - bad input: 100,000 random and adversarial ioctls get only documented
   errors, the daemon stays up, guard bytes and canary keys are untouched,
-  and the error counters match.
+  and the error counters match;
+- exact oracles (tests/ioctl/fuzz.c): the fuzzer models every key it wrote
+  and predicts every key of every batch that runs (a successful get is
+  compared byte for byte); oracle rounds inject one fault per key, each of
+  which must fail with its own errno while the rest succeed; values over
+  five SSD extents are got into memory of the wrong size; regions on a
+  directory fd and on .kvfs/ctl opened write-only outlive other
+  descriptors' closes, in this process and a child; the fuzz runs on one
+  data directory mounted three times, each unmount clean (exit 0, which
+  under ASan includes LeakSanitizer), and each mount first reads every
+  modelled key back from the SSD.
 """
 
 import fcntl
 import json
 import os
+import shutil
 import signal
 import struct
 import subprocess
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kvfstest  # noqa: E402
 
 KINDS = ("lookup", "put", "get", "remove")
 FUZZ_IOCTLS = int(os.environ.get("KVFS_FUZZ_IOCTLS", "100000"))
+FUZZ_SEED = int(os.environ.get("KVFS_FUZZ_SEED", "7"))
 
 # struct kvfs_ioc_batch, as include/kvfs/kvfs_ioctl.h draws it
 BATCH_SIZE = 16376
@@ -263,19 +276,94 @@ class IsolationTest(IoctlCase):
         self.assertEqual(kvfstest.read_file(self.m.path("after")), b"still here")
 
 
+def sanitized(path):
+    """True when the binary was built with AddressSanitizer."""
+    with open(path, "rb") as f:
+        return b"__asan_init" in f.read()
+
+
 class FuzzTest(IoctlCase):
-    def test_fuzz(self):
-        os.mkdir(self.m.path("fuzz"))
-        before = self.counters()
-        kv = run_e2e("fuzz", self.m.path("fuzz"), FUZZ_IOCTLS, 7, timeout=500)
-        self.assertEqual(kv["ioctls"], self.counters()["ioctls"] - before["ioctls"])
-        self.assertGreaterEqual(kv["ioctls"], FUZZ_IOCTLS)
-        self.assertCountersMoved(before, kv)
-        self.assertGreater(kv["ioctl_errors"], 0)
-        self.wait_released()
-        st = self.m.stats()
+    """FUZZ_IOCTLS ioctls over one data directory mounted three times: half
+    on the first mount, half on the second (which first reads every key the
+    first one left, from the SSD), none on the third (which reads them all
+    back again). The model of the keys goes from mount to mount in a file.
+    Each unmount must end the daemon with status 0: under ASan that is also
+    LeakSanitizer finding nothing (detect_leaks=1 whatever the environment
+    says)."""
+
+    BIG_OVER_5_EXTENTS = 4  # fuzz.c big_sizes over 10 MiB
+
+    def setUp(self):  # no self.m: the mounts share a data directory
+        self.root = tempfile.mkdtemp(prefix="kvfs-it-fuzz-", dir="/tmp")
+        os.chmod(self.root, 0o755)
+        self.addCleanup(shutil.rmtree, self.root, True)
+        self.data = os.path.join(self.root, "data")
+        self.model = os.path.join(self.root, "fuzz.model")
+        self.env = None
+        if sanitized(kvfstest.KVFS):
+            opts = [o for o in os.environ.get("ASAN_OPTIONS", "").split(":")
+                    if o and not o.startswith("detect_leaks=")]
+            self.env = {"ASAN_OPTIONS": ":".join(opts + ["detect_leaks=1"])}
+
+    def phase(self, phase, n, seed):
+        m = self.mount(list(self.MOUNT_OPTS), env=self.env, name="fuzz-" + phase,
+                       root=self.root, data=self.data)
+        if self.env:
+            with open("/proc/%d/environ" % m.proc.pid, "rb") as f:
+                env = f.read().split(b"\0")
+            opts = [e for e in env if e.startswith(b"ASAN_OPTIONS=")]
+            self.assertTrue(opts and opts[0].endswith(b"detect_leaks=1"), opts)  # LSan on
+        if phase == "first":
+            os.mkdir(m.path("fuzz"))
+        before = self.counters(m)
+        try:
+            kv = run_e2e("fuzz", m.path("fuzz"), n, seed, self.model, phase, timeout=400)
+        except AssertionError as e:
+            raise AssertionError("%s\n(phase %s, seed %d: KVFS_FUZZ_SEED=%d reruns it)"
+                                 % (e, phase, seed, FUZZ_SEED)) from None
+        self.assertEqual(kv["seed"], seed)
+        self.assertEqual(kv["ioctls"], self.counters(m)["ioctls"] - before["ioctls"])
+        self.assertGreaterEqual(kv["ioctls"], n)
+        self.assertCountersMoved(before, kv, m)
+        self.wait_released(m)
+        st = m.stats()
         self.assertEqual(sum(st["ioctl"]["key_errors"].values()),
                          sum(kv["failed_" + k] for k in KINDS))
+        self.assertEqual(kv["final_verified"], kv["modelled_keys"])
+        self.assertEqual(kv["unseen"], 0)  # every key's bytes known to the model
+        m.stop()  # a clean unmount: exit 0, no leak
+        return kv
+
+    def assertReadBack(self, kv, before):
+        """Every key the previous mount left was read back, from the SSD;
+        the big ones into memory of the wrong size first."""
+        self.assertEqual(kv["modelled_in"], before["modelled_keys"])
+        self.assertEqual(kv["verified"] + kv["verified_empty"], before["modelled_keys"])
+        self.assertEqual(kv["verified_ssd"], kv["verified"])
+        self.assertEqual(kv["big_wrong_size_ssd"], kv["big_wrong_size_in"])
+        self.assertGreaterEqual(kv["big_wrong_size_in"], 4 * self.BIG_OVER_5_EXTENTS)
+
+    def test_fuzz(self):
+        half = FUZZ_IOCTLS // 2
+        kv = self.phase("first", half, FUZZ_SEED)
+        self.assertGreater(kv["ioctl_errors"], 0)
+        self.assertEqual(kv["big_keys"], self.BIG_OVER_5_EXTENTS)
+        self.assertEqual(kv["rounds"], (half + 499) // 1000)  # one per 1000 ioctls
+        self.assertGreaterEqual(kv["fault_keys"], 5 * kv["rounds"])
+        if kv["rounds"] >= 20:  # KVFS_FUZZ_IOCTLS may ask for a short run
+            self.assertEqual(kv["fault_kinds"], kv["fault_kinds_all"])  # each one injected
+            self.assertGreater(kv["checked_gets"], 1000)
+            self.assertGreater(kv["rmtrees"], 0)
+        self.assertEqual(kv["regchecks"], 1)
+        self.assertEqual(kv["enospc"], 0)
+        if not kvfstest.has_ssd_tier():
+            return  # a remount keeps nothing
+        kv2 = self.phase("next", FUZZ_IOCTLS - half, FUZZ_SEED + 1)
+        self.assertReadBack(kv2, kv)
+        self.assertEqual(kv2["regchecks"], 1)
+        kv3 = self.phase("verify", 0, FUZZ_SEED + 2)
+        self.assertReadBack(kv3, kv2)
+        self.assertEqual(kv3["modelled_keys"], kv2["modelled_keys"])
 
 
 if __name__ == "__main__":

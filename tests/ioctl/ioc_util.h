@@ -69,6 +69,30 @@ static inline int ioc(int fd, unsigned long cmd, void *arg)
 	return err;
 }
 
+/* The tally as numbers, to hand from a child process to its parent. */
+#define TALLY_N 14
+static inline void tally_read(uint64_t v[TALLY_N])
+{
+	v[0] = tally.ioctls;
+	v[1] = tally.ioctl_errors;
+	for (int k = 0; k < 4; k++) {
+		v[2 + k] = tally.calls[k];
+		v[6 + k] = tally.keys[k];
+		v[10 + k] = tally.failed[k];
+	}
+}
+
+static inline void tally_add(const uint64_t v[TALLY_N])
+{
+	tally.ioctls += v[0];
+	tally.ioctl_errors += v[1];
+	for (int k = 0; k < 4; k++) {
+		tally.calls[k] += v[2 + k];
+		tally.keys[k] += v[6 + k];
+		tally.failed[k] += v[10 + k];
+	}
+}
+
 static inline void tally_print(void)
 {
 	static const char *const kinds[] = {"lookup", "put", "get", "remove"};
@@ -165,12 +189,11 @@ static inline void bt_init(struct bt_build *b, struct kvfs_ioc_batch *bt, uint32
 	b->heap = cap * sizeof(struct kvfs_ioc_key);
 }
 
-/* Adds a key; returns its index, or -1 when it does not fit. */
-static inline int bt_add(struct bt_build *b, const char *name, uint32_t layout, uint64_t block,
-			 const struct kvfs_ioc_iov *iov, uint16_t niov)
+/* Adds a key named by len bytes (NULs too); returns its index, or -1 when it does not fit. */
+static inline int bt_addn(struct bt_build *b, const char *name, size_t len, uint32_t layout,
+			  uint64_t block, const struct kvfs_ioc_iov *iov, uint16_t niov)
 {
 	struct kvfs_ioc_batch *bt = b->bt;
-	size_t len = strlen(name);
 	uint32_t iov_off = (b->heap + 7) & ~7u;
 	struct kvfs_ioc_key k = {0};
 
@@ -190,6 +213,13 @@ static inline int bt_add(struct bt_build *b, const char *name, uint32_t layout, 
 	k.ik_block = block;
 	memcpy(bt->bt_data + bt->bt_nkeys * sizeof(k), &k, sizeof(k));
 	return (int)bt->bt_nkeys++;
+}
+
+/* Adds a key; returns its index, or -1 when it does not fit. */
+static inline int bt_add(struct bt_build *b, const char *name, uint32_t layout, uint64_t block,
+			 const struct kvfs_ioc_iov *iov, uint16_t niov)
+{
+	return bt_addn(b, name, strlen(name), layout, block, iov, niov);
 }
 
 static inline struct kvfs_ioc_key bt_key(const struct kvfs_ioc_batch *bt, uint32_t i)

@@ -8,8 +8,10 @@
  *   ioctl_e2e isolation DIR  a second process naming the first's regions
  *   ioctl_e2e hold DIR       registers regions, prints "ready", then puts
  *                            forever (killed by the test mid-batch)
- *   ioctl_e2e fuzz DIR N SEED
- *                            N random and adversarial ioctls (tests/ioctl/fuzz.c)
+ *   ioctl_e2e fuzz DIR N SEED [MODEL first|next|verify]
+ *                            N random and adversarial ioctls checked against a
+ *                            model of the keys, carried in MODEL from one mount
+ *                            of the same data to the next (tests/ioctl/fuzz.c)
  *
  * DIR is a directory inside a kvfs mount. Exit status 0 when every check
  * held; a failed check prints where and exits 1. Lines "key=value" on
@@ -30,7 +32,7 @@
 #define NBLK   512
 #define PERBAT 100
 
-int fuzz_main(const char *dir, long n, unsigned long seed);
+int fuzz_main(const char *dir, long n, unsigned long seed, const char *model, const char *phase);
 
 struct tally tally;
 
@@ -1131,7 +1133,9 @@ int main(int argc, char **argv)
 	if (argc >= 3 && !strcmp(argv[1], "hold"))
 		return hold_main(argv[2]);
 	if (argc >= 5 && !strcmp(argv[1], "fuzz"))
-		return fuzz_main(argv[2], strtol(argv[3], NULL, 10), strtoul(argv[4], NULL, 10));
-	fprintf(stderr, "usage: ioctl_e2e e2e|atomic|isolation|hold|devregs|fuzz DIR [N SEED]\n");
+		return fuzz_main(argv[2], strtol(argv[3], NULL, 10), strtoul(argv[4], NULL, 10),
+				 argc >= 7 ? argv[5] : NULL, argc >= 7 ? argv[6] : NULL);
+	fprintf(stderr, "usage: ioctl_e2e e2e|atomic|isolation|hold|devregs|fuzz DIR "
+			"[N SEED [MODEL first|next|verify]]\n");
 	return 2;
 }
