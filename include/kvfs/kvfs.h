@@ -272,8 +272,8 @@ int64_t kvfs_lookup_prefix(struct kvfs *kv, const char *const *names, size_t n, 
  * (invisible until complete, then it replaces the old value as rename()
  * would). `flags`: KVFS_PUT_FLAG_*. st[i].ks_result is the bytes stored, or
  * -ENOSPC, -EEXIST (NOREPLACE), -ENOENT (a missing parent directory
- * without MKDIR), or a per-key error. Returns 0 when the batch ran, or
- * -errno (see the top).
+ * without MKDIR), -EFBIG (more than 16 TiB, the largest value), or a
+ * per-key error. Returns 0 when the batch ran, or -errno (see the top).
  */
 int kvfs_put(struct kvfs *kv, const struct kvfs_key *keys, size_t n, unsigned flags, uint64_t trace,
 	     struct kvfs_status *st, struct kvfs_summary *sum);
@@ -296,9 +296,10 @@ int kvfs_put_event(struct kvfs *kv, const struct kvfs_key *keys, size_t n, unsig
  * Copies each key's current value into its memory, whose total length must
  * equal the value's size. Every byte of a key comes from one version.
  * st[i].ks_result is the bytes copied, or -ENOENT, -EBUSY, -EMSGSIZE (the
- * size differs: st[i].ks_size holds it), -EIO, or a per-key error; the
- * memory of a failed key may have been partly written. Returns 0 when the
- * batch ran, or -errno (see the top).
+ * size differs: st[i].ks_size holds the value's whole size, and the memory
+ * is untouched: the size is checked before any byte is copied), -EIO, or a
+ * per-key error; the memory of a key that failed otherwise may have been
+ * partly written. Returns 0 when the batch ran, or -errno (see the top).
  */
 int kvfs_get(struct kvfs *kv, const struct kvfs_key *keys, size_t n, uint64_t trace,
 	     struct kvfs_status *st, struct kvfs_summary *sum);

@@ -38,7 +38,10 @@
  * -errno), so one bad key never fails the batch. Whole-command errors:
  *   ENOTTY           not a kvfs command (unknown number, or another size)
  *   EINVAL           ih_size is not the struct's size; a nonzero pad field;
- *                    an unknown flag or kind; a count out of range
+ *                    an unknown flag or kind; a count out of range; a
+ *                    zero rg_length; HOST_SHM: a name that is not "/" and
+ *                    one component (nor "/." or "/.."), or an object that
+ *                    is not a regular file
  *   EPROTO           ih_version is not KVFS_IOC_ABI_VERSION (query
  *                    KVFS_IOC_VERSION, which accepts any version)
  *   E2BIG            a batch whose key array does not fit bt_data
@@ -51,9 +54,18 @@
  *   EOPNOTSUPP       a region kind this daemon does not serve now (CUDA
  *                    without the CUDA backend in force)
  *   ENODEV           a device region whose UUID names no device of the daemon's
- *   EMFILE           the process has KVFS_MAX_REGIONS regions (or layouts)
+ *   EMFILE           the process has KVFS_MAX_REGIONS regions (or layouts);
+ *                    also EMFILE or ENFILE when the daemon has no file
+ *                    descriptor left for the region (shm_open, pidfd_open)
  *   ENOSPC           the daemon's table of regions (or layouts) is full
  *   ENOENT, EACCES   HOST_SHM: no such object, or the daemon may not open it
+ *   ELOOP            HOST_SHM: the name is a symbolic link in /dev/shm
+ *                    (shm_open follows none, whatever it points to)
+ *   ENXIO            HOST_SHM: the name is a socket
+ *   ENAMETOOLONG     HOST_SHM: rg_shm_name holds no NUL in its
+ *                    KVFS_SHM_NAME_MAX bytes
+ *   ENOMEM           the daemon could not allocate what the call needs
+ *                    (also the mapping of a HOST_SHM range)
  *   ESRCH            the calling process could not be identified (it is in
  *                    another pid namespace, or gone)
  * Per-key errors (ik_result) are listed at each batch command.
@@ -65,8 +77,11 @@
  * *process* (its thread-group id): any thread of it may use the id, any other
  * process naming it gets EPERM. A region is released by
  * KVFS_IOC_REGION_UNREGISTER, when the fd it was registered on is closed
- * (the last close of that open file), or when the process exits, whatever
- * comes first; the daemon keeps no memory of a vanished client. Kinds:
+ * (the last close of that open file: every open(2) of a file of the mount,
+ * .kvfs/ctl's included, is an open file of its own, and another's close
+ * leaves the region alone), or when the process exits, whatever comes
+ * first; the daemon keeps no memory of a vanished client. A region id used
+ * after that fails with EBADF. Kinds:
  *
  *   KVFS_REGION_HOST_SHM   a POSIX shared-memory object (shm_open name,
  *                          "/name"): the daemon maps [rg_offset, rg_offset +
@@ -157,14 +172,17 @@
  * ik_block = block index; ik_niov = 0) or by an explicit list of ik_niov
  * struct kvfs_ioc_iov (ik_layout = 0), concatenated in order. A key's
  * per-key errors: EINVAL (name or iov outside bt_data, a misaligned iov
- * list, an empty name or component, ".", "..", a leading, trailing or
- * double "/", a NUL byte, ".kvfs" at the mount's root), ENAMETOOLONG (a
+ * list, an iov of length 0 or with a nonzero pad, an empty name or
+ * component, ".", "..", a leading, trailing or double "/", a NUL byte,
+ * ".kvfs" at the mount's root; for a lookup or a get, a name that is a
+ * symlink, FIFO or socket: a name, not a key), ENAMETOOLONG (a
  * component over KVFS_NAME_MAX, a name over KVFS_PATH_MAX), EBADF (unknown
  * layout or region), EPERM (another process's), EFAULT (a block past the
  * layout's block count, a range outside its region or overflowing), ENOENT
  * or ENOTDIR (a missing or non-directory parent; a missing key), EISDIR
  * (the name is a directory), EIO (the bytes could not be read or written:
  * an SSD error, or a HOST_PROC range the process has since unmapped),
+ * ENOMEM (the daemon could not allocate what the key needs),
  * EACCES or EPERM (the caller may not: names are checked as the system
  * calls on the same paths would check them, on every mount: search
  * permission on the fd's directory and every directory of the name, read
@@ -191,13 +209,19 @@
  *   value as rename() over it would (open fds keep the old bytes). The
  *   parent directories must exist unless KVFS_PUT_MKDIR. ik_result: the
  *   bytes stored, or -ENOSPC, -EEXIST (KVFS_PUT_NOREPLACE and the key
- *   exists), or a per-key error above.
+ *   exists), -EFBIG (more than 16 TiB, the largest value; nothing is
+ *   copied), or a per-key error above.
  * KVFS_IOC_GET: copies each key's current sealed value into its memory; the
- *   value's size must equal the memory's total length. Every byte comes from
- *   one version, also when a put replaces the key meanwhile. ik_result: the
- *   bytes copied, or -ENOENT, -EBUSY (still being written), -EMSGSIZE (the
- *   size differs; ik_size holds it), or a per-key error above. Values on the
- *   SSD tier are read from there. ik_flags tells the tier it came from.
+ *   value's size must equal the memory's total length. That is checked
+ *   against the whole value before any byte is copied, wherever the value
+ *   lies (DRAM, the SSD, partly both): -EMSGSIZE leaves the memory
+ *   untouched, and ik_size holds the value's whole size. Every byte comes
+ *   from one version, also when a put replaces the key meanwhile.
+ *   ik_result: the bytes copied, or -ENOENT, -EBUSY (still being written,
+ *   or replaced again during each of the daemon's reads of it: the memory
+ *   may then hold part of a version), -EMSGSIZE, or a per-key error above.
+ *   Values on the SSD tier are read from there. ik_flags tells the tier it
+ *   came from.
  *   Device copies of consecutive keys may overlap one another (the next
  *   key is looked up and read while the previous one's copy runs), so
  *   keys of one get whose memory overlaps land in no defined order; all
