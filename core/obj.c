@@ -54,6 +54,7 @@ static void xblk_put(struct kv_pool *pool, struct kv_xblk *b)
 {
 	if (atomic_fetch_sub_explicit(&b->xb_ref, 1, memory_order_acq_rel) != 1)
 		return;
+	kv_pool_owed_release(pool, atomic_load(&b->xb_owed));
 	xblk_shrink(pool, b, 0);
 	free(b->xb_seg);
 	free(b);
@@ -300,6 +301,7 @@ void kv_obj_put(struct kv_obj *obj)
 {
 	if (atomic_fetch_sub_explicit(&obj->ko_ref, 1, memory_order_acq_rel) != 1)
 		return;
+	kv_pool_owed_release(obj->ko_pool, atomic_load(&obj->ko_owed));
 	obj_shrink_cap(obj, 0);
 	free(obj->ko_x);
 	free(obj);
@@ -634,6 +636,66 @@ int kv_obj_clone(struct kv_obj *src, uint64_t len, struct kv_obj **out)
 out_put:
 	kv_obj_put(obj);
 	return err;
+}
+
+/* What extent k owes once its bytes end at `size` (the value's size then). */
+static uint64_t owe_of(uint64_t k, uint64_t size, uint64_t over)
+{
+	uint64_t base = k << KV_EXTENT_SHIFT;
+	uint64_t len = size - base < KV_EXTENT ? size - base : KV_EXTENT;
+
+	return (len + KV_PAGE_SIZE - 1) / KV_PAGE_SIZE * KV_PAGE_SIZE + over;
+}
+
+uint64_t kv_obj_owe_need(const struct kv_obj *obj, uint64_t off, uint64_t end, uint64_t over)
+{
+	uint64_t size = end > obj->ko_size ? end : obj->ko_size;
+	uint64_t need = atomic_load(&obj->ko_owed) ? 0 : over;
+
+	for (uint64_t k = off >> KV_EXTENT_SHIFT; off < end && k << KV_EXTENT_SHIFT < end; k++) {
+		const struct kv_xblk *b = ext_at(obj, k);
+		uint64_t want = owe_of(k, size, over), have = 0;
+
+		if (b && atomic_load_explicit(&b->xb_ref, memory_order_acquire) == 1)
+			have = atomic_load(&b->xb_owed); /* its own block: changed in place */
+		need += want > have ? want - have : 0;
+	}
+	return need;
+}
+
+void kv_obj_owe_set(struct kv_obj *obj, uint64_t off, uint64_t end, uint64_t over)
+{
+	if (!atomic_load(&obj->ko_owed))
+		atomic_store(&obj->ko_owed, over);
+	for (uint64_t k = off >> KV_EXTENT_SHIFT; off < end && k << KV_EXTENT_SHIFT < end; k++) {
+		struct kv_xblk *b = ext_at(obj, k);
+		uint64_t want = owe_of(k, obj->ko_size, over);
+
+		if (b && atomic_load(&b->xb_owed) < want)
+			atomic_store(&b->xb_owed, want);
+	}
+}
+
+uint64_t kv_obj_owed_take(struct kv_obj *obj, uint64_t k)
+{
+	struct kv_xblk *b = k == KV_OBJ_OWED_OWN ? NULL : ext_at(obj, k);
+
+	if (k == KV_OBJ_OWED_OWN)
+		return atomic_exchange(&obj->ko_owed, 0);
+
+	return b ? atomic_exchange(&b->xb_owed, 0) : 0;
+}
+
+void kv_obj_owed_give(struct kv_obj *obj, uint64_t k, uint64_t bytes)
+{
+	struct kv_xblk *b = k == KV_OBJ_OWED_OWN ? NULL : ext_at(obj, k);
+
+	if (k == KV_OBJ_OWED_OWN)
+		atomic_fetch_add(&obj->ko_owed, bytes);
+	else if (b)
+		atomic_fetch_add(&b->xb_owed, bytes);
+	else
+		kv_pool_owed_release(obj->ko_pool, bytes);
 }
 
 int kv_obj_iov(const struct kv_obj *obj, uint64_t off, uint64_t len, struct iovec *iov, int maxiov,

@@ -75,6 +75,8 @@ struct kv_xblk {
 	_Atomic uint32_t xb_ref;
 	_Atomic uint64_t xb_rec;     /* birth sequence number of an EXTENT record holding exactly
 					these bytes (kv_obj_extent_rec), or 0: none known */
+	_Atomic uint64_t xb_owed;    /* SSD quota promised to a record of these bytes, not yet
+					placed (kv_obj_owe); given back when the block is freed */
 	uint32_t xb_cap;	     /* bytes of memory: the sum of the segments, <= KV_EXTENT */
 	uint32_t xb_nseg, xb_maxseg; /* segments in use / slots */
 	struct kv_seg *xb_seg;	     /* in offset order within the extent */
@@ -93,7 +95,34 @@ struct kv_obj {
 	uint32_t ko_maxx;	 /* slots in ko_x */
 	struct kv_xblk **ko_x;	 /* extent k's memory at ko_x[k], NULL: a hole */
 	struct kv_pool *ko_pool; /* immutable */
+	_Atomic uint64_t ko_owed; /* SSD quota promised to its record that holds no extent's
+				     bytes (an empty value's, or the manifest): kv_obj_owe_need */
 };
+
+/*
+ * SSD quota owed to bytes not yet on the SSD (issue 25: nothing is
+ * acknowledged that cannot be kept). A store with an SSD tier promises
+ * each extent's record its room in the bucket set before a write or a put
+ * changes the extent, and the promise travels with the extent's block: a
+ * block with xb_owed holds that much quota, whichever version holds the
+ * block when it is written. kv_obj_owe_need says what writing [off, end)
+ * adds (per extent touched: its bytes after the change, rounded up to a
+ * page, plus `over` for the record's head and bucket overhead, less what
+ * the block that changes has already, if the object owns it alone); after
+ * the change, kv_obj_owe_set gives each extent's block that much (and the
+ * object `over` for its record without extent bytes, ko_owed, once). The
+ * offload takes a block's promise for its record (kv_obj_owed_take) and
+ * gives back what it did not place (kv_obj_owed_give). A block freed
+ * with quota still owed gives it back through the pool's hook
+ * (kv_pool_set_owed_hook). The owner's lock serialises the first two; the
+ * last two are atomic.
+ */
+uint64_t kv_obj_owe_need(const struct kv_obj *obj, uint64_t off, uint64_t end, uint64_t over);
+void kv_obj_owe_set(struct kv_obj *obj, uint64_t off, uint64_t end, uint64_t over);
+uint64_t kv_obj_owed_take(struct kv_obj *obj, uint64_t k);
+void kv_obj_owed_give(struct kv_obj *obj, uint64_t k, uint64_t bytes);
+/* k == KV_OBJ_OWED_OWN names the object's own promise (ko_owed). */
+#define KV_OBJ_OWED_OWN UINT64_MAX
 
 /* Creates an empty open object with one reference. Returns 0 or -ENOMEM. */
 int kv_obj_new(struct kv_pool *pool, struct kv_obj **out);

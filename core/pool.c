@@ -105,6 +105,9 @@ struct kv_pool {
 	pthread_t kp_filler;	/* faults the pool in, see pool_fill */
 	bool kp_filler_started; /* set by kv_pool_fill, read by kv_pool_destroy (one thread) */
 	_Atomic bool kp_stop;	/* asks the filler to end early */
+	/* kv_pool_set_owed_hook: set while no block owes quota (tier start and end) */
+	void (*kp_owed_fn)(void *arg, uint64_t bytes);
+	void *kp_owed_arg;
 };
 
 /* Reports a caller bug that would corrupt the free lists, and aborts. */
@@ -660,4 +663,16 @@ int kv_pool_contains(const struct kv_pool *pool, const void *addr, size_t len)
 	uintptr_t a = (uintptr_t)addr, base = (uintptr_t)pool->kp_base;
 
 	return a >= base && len <= pool->kp_size && a - base <= pool->kp_size - len;
+}
+
+void kv_pool_set_owed_hook(struct kv_pool *pool, void (*fn)(void *arg, uint64_t bytes), void *arg)
+{
+	pool->kp_owed_arg = arg;
+	pool->kp_owed_fn = fn;
+}
+
+void kv_pool_owed_release(struct kv_pool *pool, uint64_t bytes)
+{
+	if (bytes && pool->kp_owed_fn)
+		pool->kp_owed_fn(pool->kp_owed_arg, bytes);
 }

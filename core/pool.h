@@ -90,6 +90,16 @@ void kv_pool_free_reserved(struct kv_pool *pool, void *addr, size_t len);
 uint64_t kv_pool_reserved(const struct kv_pool *pool);
 
 /*
+ * SSD quota owed to blocks' bytes (core/obj.h, kv_obj_owe_need): the tier
+ * sets fn once it can take quota back (NULL: none to take back, as before
+ * the tier starts and after it ends), and kv_pool_owed_release hands fn
+ * what a freed block still owed. fn is called from any thread, with any of
+ * the store's locks held: it takes only the bucket set's own lock.
+ */
+void kv_pool_set_owed_hook(struct kv_pool *pool, void (*fn)(void *arg, uint64_t bytes), void *arg);
+void kv_pool_owed_release(struct kv_pool *pool, uint64_t bytes);
+
+/*
  * Returns pages to the pool. [addr, addr + len) must be page aligned and lie
  * wholly inside memory this pool handed out and has not taken back; it may
  * be a whole block, a tail of one, or span several blocks that were handed

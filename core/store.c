@@ -187,6 +187,43 @@ static int promise(struct kv_store *st, uint64_t n)
 	return kv_pool_reserve(st->ks_pool, n * KV_EXTENT, false) ? -EDQUOT : 0;
 }
 
+/* What a record owes beyond its bytes: the longest key's head, its index entry, a bucket's seal. */
+#define OWE_OVER (KV_RESV_BYTES - KV_EXTENT)
+
+/*
+ * Promises the SSD quota that changing [off, end) of obj adds (core/obj.h,
+ * "SSD quota owed"); the caller gives it to obj's blocks with
+ * kv_obj_owe_set once the change is made, or back with kv_bucket_unreserve
+ * if it fails. An overwrite (ino, ki_lock held exclusive) may count on the
+ * bytes of the durable version it replaces, which die once it is placed:
+ * so overwrites go on at a full quota, the buckets passing it by at most
+ * what compaction then reclaims. Returns the bytes promised, or -EDQUOT.
+ */
+static int64_t owe(struct kv_store *st, struct kv_inode *ino, struct kv_obj *obj, uint64_t off,
+		   uint64_t end)
+{
+	struct kv_bucket_set *bs = st->ks_tier ? kv_tier_buckets(st->ks_tier) : NULL;
+	uint64_t need = bs ? kv_obj_owe_need(obj, off, end, OWE_OVER) : 0, size, credit;
+
+	if (!need || kv_bucket_reserve(bs, need, false) == 0)
+		return (int64_t)need;
+	if (!ino || !ino->ki_map.xm_seq)
+		return -EDQUOT;
+	if (ino->ki_credit_seq != ino->ki_map.xm_seq) {
+		ino->ki_credit_seq = ino->ki_map.xm_seq;
+		ino->ki_credit = 0;
+	}
+	/* What the durable version's records would have owed: about what they take. */
+	size = ino->ki_map.xm_size;
+	credit = (size + KV_PAGE_SIZE - 1) / KV_PAGE_SIZE * KV_PAGE_SIZE +
+		 ((size + KV_EXTENT - 1) / KV_EXTENT + 1) * OWE_OVER;
+	if (credit < ino->ki_credit || need > credit - ino->ki_credit)
+		return -EDQUOT;
+	ino->ki_credit += need;
+	kv_bucket_reserve(bs, need, true);
+	return (int64_t)need;
+}
+
 /* Takes back the promise of n reserved extents (none to take back once the tier is gone). */
 static void unpromise(struct kv_store *st, uint64_t n)
 {
@@ -1033,6 +1070,7 @@ static int set_size(struct kv_inode *ino, uint64_t size)
 {
 	uint64_t old = cur_size(ino), resv = kv_resv_count(ino->ki_resv);
 	struct kv_obj *obj;
+	int64_t owed;
 	int err;
 
 	/*
@@ -1049,14 +1087,21 @@ static int set_size(struct kv_inode *ino, uint64_t size)
 	err = writable(ino, size, &obj);
 	if (err)
 		return err;
+	owed = owe(ino->ki_store, ino, obj, size, size); /* a new version's record */
+	err = owed < 0 ? (int)owed : 0;
 	/* The extent of the smaller end, and all past it. */
-	err = unspill(ino, obj, (size < old ? size : old) & ~(KV_EXTENT - 1), UINT64_MAX, size);
+	if (!err)
+		err = unspill(ino, obj, (size < old ? size : old) & ~(KV_EXTENT - 1), UINT64_MAX,
+			      size);
 	if (!err)
 		err = kv_obj_truncate(obj, size);
 	if (err) {
+		if (owed > 0)
+			kv_bucket_unreserve(kv_tier_buckets(ino->ki_store->ks_tier), (uint64_t)owed);
 		abandon(ino, obj);
 		return err;
 	}
+	kv_obj_owe_set(obj, size, size, OWE_OVER);
 	install(ino, obj, old);
 	return 0;
 }
@@ -1074,7 +1119,9 @@ static bool retry_for_room(struct kv_store *st, struct kv_inode *ino, int *errp,
 	uint64_t pool = kv_pool_size(st->ks_pool), seq = 0;
 	int err = *errp;
 
-	if (err == -EDQUOT) { /* no room on the SSD, not the pool's: nothing to wait for */
+	if (err == -EDQUOT) { /* no room on the SSD: the offload or compaction may give some */
+		if (st->ks_tier && kv_tier_quota_room(st->ks_tier) == 0)
+			return true;
 		*errp = -ENOSPC;
 		return false;
 	}
@@ -1179,6 +1226,19 @@ static int new_node(struct kv_store *st, struct kv_inode *dir, const char *name,
 			inode_free(ino);
 			return -ENOMEM;
 		}
+	}
+	if (S_ISREG(mode)) { /* the SSD quota of its empty value's record */
+		int64_t owed;
+
+		do {
+			owed = owe(st, NULL, ino->ki_obj, 0, 0);
+			err = owed < 0 ? (int)owed : 0;
+		} while (retry_for_room(st, NULL, &err, 0));
+		if (err) {
+			inode_free(ino);
+			return err;
+		}
+		kv_obj_owe_set(ino->ki_obj, 0, 0, OWE_OVER);
 	}
 	if (opened) {
 		ino->ki_nopen = 1;
@@ -1705,6 +1765,15 @@ int kv_store_value_new(struct kv_store *st, uint64_t len, struct kv_obj **out)
 	do
 		err = kv_obj_alloc(obj, len);
 	while (retry_for_room(st, NULL, &err, len));
+	if (!err) { /* its whole SSD quota, before anything is acknowledged */
+		do {
+			int64_t owed = owe(st, NULL, obj, 0, len);
+
+			err = owed < 0 ? (int)owed : 0;
+		} while (retry_for_room(st, NULL, &err, len));
+		if (!err)
+			kv_obj_owe_set(obj, 0, len, OWE_OVER);
+	}
 	if (err) {
 		kv_obj_put(obj);
 		return err;
@@ -1941,8 +2010,9 @@ static void unfill(struct kv_inode *ino, const uint64_t *k, unsigned n, uint64_t
 
 static int write_locked(struct kv_inode *ino, uint64_t off, const void *buf, size_t len)
 {
-	uint64_t old = cur_size(ino), filled[FILL_MAX];
+	uint64_t old = cur_size(ino), filled[FILL_MAX], from;
 	struct kv_obj *obj;
+	int64_t owed;
 	unsigned nfill = 0;
 	int err;
 
@@ -1958,8 +2028,17 @@ static int write_locked(struct kv_inode *ino, uint64_t off, const void *buf, siz
 		if (!err)
 			nfill = fill_reserved(ino, obj, off, off + len, filled);
 	}
+	/* The SSD quota of what it changes: the extent of the old end too, if it writes past it. */
+	from = off > old ? old & ~(KV_EXTENT - 1) : off;
+	owed = err ? 0 : owe(ino->ki_store, ino, obj, from, off + len);
+	if (owed < 0)
+		err = (int)owed;
 	if (!err)
 		err = kv_obj_write(obj, off, buf, len);
+	if (!err)
+		kv_obj_owe_set(obj, from, off + len, OWE_OVER);
+	else if (owed > 0)
+		kv_bucket_unreserve(kv_tier_buckets(ino->ki_store->ks_tier), (uint64_t)owed);
 	if (err)
 		unfill(ino, filled, nfill, obj == ino->ki_obj ? old : 0);
 	if (err && obj == ino->ki_obj && obj->ko_size != old)

@@ -80,6 +80,10 @@ struct kv_inode {
 	bool ki_pinned;	      /* deleted while open: ki_map's buckets are pinned until the last close */
 	bool ki_resv_dirty;   /* its reservations changed, not its durable version: journal them
 				 (resv_journal in core/store.c) */
+	uint64_t ki_credit_seq, ki_credit; /* SSD quota promised to newer versions on the
+					      strength of ki_map's bytes (which die once they
+					      are durable) while ki_map.xm_seq was ki_credit_seq
+					      (core/store.c, owe) */
 	_Atomic uint64_t ki_used; /* last read or write (CLOCK_MONOTONIC_COARSE ns): cache mode */
 
 	/* kt_lock */
@@ -199,6 +203,16 @@ void kv_tier_clean(struct kv_tier *t, struct kv_inode *ino);
  * (retry), -ENOSPC when nothing can be.
  */
 int kv_tier_make_room(struct kv_tier *t, uint64_t bytes);
+/*
+ * The SSD quota refused a promise (core/obj.h, "SSD quota owed"): when
+ * values wait to be written, waits (up to the back-pressure bound) for
+ * the offloader to finish a batch, since a value's promise is more than
+ * its records take and placing them gives the rest back; else runs an
+ * urgent compaction pass (dead space, or with --evict=lru old keys, give
+ * room back). Call without any ki_lock. Returns 0 when room may have come
+ * (retry), -ENOSPC when none did.
+ */
+int kv_tier_quota_room(struct kv_tier *t);
 /*
  * ino's open version is longer than one extent (ki_lock held): puts it on
  * the spill list, so the offloader may send its complete extents to the

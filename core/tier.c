@@ -326,6 +326,29 @@ int kv_tier_make_room(struct kv_tier *t, uint64_t bytes)
 	}
 }
 
+int kv_tier_quota_room(struct kv_tier *t)
+{
+	struct timespec until;
+	uint64_t gen;
+	int rc = 0;
+
+	pthread_mutex_lock(&t->kt_lock);
+	if (!t->kt_qhead && !t->kt_busy) {
+		pthread_mutex_unlock(&t->kt_lock);
+		return t->kt_st->ks_gc && kv_gc_make_room(t->kt_st->ks_gc) == 0 ? 0 : -ENOSPC;
+	}
+	deadline_in(&until, t->kt_st->ks_cfg->kc_backpressure_ns);
+	t->kt_waiters++;
+	pthread_cond_signal(&t->kt_wake);
+	gen = t->kt_batches;
+	while (t->kt_batches == gen && !t->kt_stop && rc == 0)
+		rc = pthread_cond_timedwait(&t->kt_done, &t->kt_lock, &until);
+	t->kt_waiters--;
+	rc = t->kt_batches != gen ? 0 : -ENOSPC;
+	pthread_mutex_unlock(&t->kt_lock);
+	return rc;
+}
+
 void kv_tier_spillable(struct kv_tier *t, struct kv_inode *ino)
 {
 	if (atomic_load_explicit(&ino->ki_spillable, memory_order_relaxed))
@@ -528,26 +551,39 @@ static int item_keep(struct item *it, const struct kv_inode *ino, const struct k
 }
 
 /*
- * Puts of reserved extents fill their reservations (ki_lock held
- * exclusive): each such extent leaves ino's set and its put takes the quota
- * promised (bp_fill), so its record cannot be refused for room that
- * others took. What a put does not use is given back (fills_return).
+ * Puts take the quota promised to what they write, so their records
+ * cannot be refused for room that others took (bp_fill): the quota the
+ * extent's block owes (kv_obj_owe_need: every write and put promises it
+ * before it is acknowledged), and a reserved extent's reservation (ki_resv,
+ * ki_lock held exclusive), which leaves ino's set. What a put does not
+ * place goes back to the block (fills_return), which gives it back to the
+ * bucket set when it is freed.
  */
-static void fills_take(struct kv_inode *ino, struct kv_bucket_put *puts, uint32_t n)
+/* Whose promise a put takes: its extent's block, or the object's (a record of no extent's bytes). */
+static uint64_t owed_of(const struct kv_bucket_put *p)
 {
-	for (uint32_t i = 0; i < n; i++)
-		if (puts[i].bp_flags != KV_REC_MANIFEST && puts[i].bp_len && /* bytes of it */
-		    kv_resv_has(ino->ki_resv, puts[i].bp_index) &&
-		    kv_resv_cut(&ino->ki_resv, puts[i].bp_index, puts[i].bp_index + 1) == 1)
-			puts[i].bp_fill = KV_RESV_BYTES;
+	return p->bp_flags == KV_REC_MANIFEST || !p->bp_len ? KV_OBJ_OWED_OWN : p->bp_index;
 }
 
-/* Gives back the reservations puts[0..n) did not use (not placed). */
-static void fills_return(struct kv_tier *t, struct kv_bucket_put *puts, uint32_t n)
+static void fills_take(struct kv_inode *ino, struct kv_obj *obj, struct kv_bucket_put *puts,
+		       uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		puts[i].bp_fill = kv_obj_owed_take(obj, owed_of(&puts[i]));
+		if (puts[i].bp_flags == KV_REC_MANIFEST || !puts[i].bp_len) /* no bytes of it */
+			continue;
+		if (ino->ki_obj == obj && kv_resv_has(ino->ki_resv, puts[i].bp_index) &&
+		    kv_resv_cut(&ino->ki_resv, puts[i].bp_index, puts[i].bp_index + 1) == 1)
+			puts[i].bp_fill += KV_RESV_BYTES;
+	}
+}
+
+/* Gives the quota puts[0..n) took and did not place back to obj's blocks. */
+static void fills_return(struct kv_obj *obj, struct kv_bucket_put *puts, uint32_t n)
 {
 	for (uint32_t i = 0; i < n; i++) {
 		if (puts[i].bp_fill)
-			kv_bucket_unreserve(t->kt_bs, puts[i].bp_fill);
+			kv_obj_owed_give(obj, owed_of(&puts[i]), puts[i].bp_fill);
 		puts[i].bp_fill = 0;
 	}
 }
@@ -643,8 +679,7 @@ static void item_prepare(struct kv_store *st, struct item *it)
 	}
 	it->it_nput = nput;
 	pthread_rwlock_wrlock(&ino->ki_lock);
-	if (ino->ki_obj == obj) /* a newer version's reservations are its own */
-		fills_take(ino, it->it_puts, nput);
+	fills_take(ino, obj, it->it_puts, nput); /* a newer version's reservations are its own */
 	pthread_rwlock_unlock(&ino->ki_lock);
 }
 
@@ -738,9 +773,11 @@ static void item_finish(struct kv_tier *t, struct item *it)
 
 	if (!it->it_obj)
 		return;
-	fills_return(t, it->it_puts, it->it_nput);
+	fills_return(it->it_obj, it->it_puts, it->it_nput);
 	for (uint32_t i = 0; !err && i < it->it_nput; i++)
 		err = it->it_puts[i].bp_err;
+	if (!err) /* written: what it promised and no record took is free again */
+		kv_pool_owed_release(st->ks_pool, kv_obj_owed_take(it->it_obj, KV_OBJ_OWED_OWN));
 	pthread_rwlock_rdlock(&st->ks_ns_lock);
 	pthread_rwlock_wrlock(&ino->ki_lock);
 	if (!err && ino->ki_parent && it->it_obj->ko_seq > ino->ki_map.xm_seq)
@@ -922,12 +959,12 @@ static uint64_t spill(struct kv_tier *t, struct kv_inode *ino, uint64_t want)
 		used += (uint32_t)c;
 		n++;
 	}
-	fills_take(ino, puts, n);
+	fills_take(ino, obj, puts, n);
 	pthread_rwlock_unlock(&ino->ki_lock);
 	if (!n)
 		goto out;
 	append_with_room(t, puts, n, NULL, NULL);
-	fills_return(t, puts, n);
+	fills_return(obj, puts, n);
 	for (uint32_t i = 0; i < n; i++) {
 		csums[i] = puts[i].bp_csums;
 		if (!csums[i] && !puts[i].bp_err)
@@ -1802,6 +1839,12 @@ int kv_tier_read_direct(struct kv_tier *t, struct kv_inode *ino, const struct io
 
 /* --- life --- */
 
+/* The pool's hook (kv_pool_set_owed_hook): quota a freed block still owed. */
+static void owed_back(void *arg, uint64_t bytes)
+{
+	kv_bucket_unreserve(arg, bytes);
+}
+
 int kv_tier_create(struct kv_store *st, int datadir_fd, struct kv_tier **out)
 {
 	const struct kv_config *cfg = st->ks_cfg;
@@ -1832,6 +1875,7 @@ int kv_tier_create(struct kv_store *st, int datadir_fd, struct kv_tier **out)
 	err = kv_ra_create(&t->kt_ra, t->kt_bs, cfg->kc_readahead);
 	if (err)
 		goto out_buckets;
+	kv_pool_set_owed_hook(st->ks_pool, owed_back, t->kt_bs);
 	*out = t;
 	return 0;
 
@@ -1873,6 +1917,7 @@ void kv_tier_flush_stop(struct kv_tier *t)
 void kv_tier_destroy(struct kv_tier *t)
 {
 	kv_tier_flush_stop(t);
+	kv_pool_set_owed_hook(t->kt_st->ks_pool, NULL, NULL); /* the buckets go: nothing owed */
 	kv_ra_destroy(t->kt_ra);
 	kv_bucket_close(t->kt_bs);
 	kv_aio_destroy(t->kt_aio);

@@ -1281,11 +1281,18 @@ static bool within_quota(struct kv_bucket_set *bs, uint64_t size, uint32_t key_l
 		need = (a ? ROUND_UP(a->kb_idx_bytes) + KV_BLOCK : 0) + KV_BLOCK + size +
 		       ROUND_UP(idx_bytes(key_len)) + KV_BLOCK;
 	}
-	/* What others reserved is not ours to take; what this record fills is. */
+	/*
+	 * What others reserved is not ours to take; what this record fills is,
+	 * and a record promised all it needs is placed whatever else the
+	 * buckets hold (an overwrite's promise may count on the bytes of the
+	 * version it replaces, which die once it is placed).
+	 */
 	if (*fill > bs->bs_reserved)
 		*fill = bs->bs_reserved; /* cannot happen: a fill is a reservation's */
 	cap -= bs->bs_reserved - *fill < cap ? bs->bs_reserved - *fill : cap;
-	ok = bs->bs_used <= cap && need <= cap - bs->bs_used;
+	ok = *fill >= size + ROUND_UP(idx_bytes(key_len)) + 2 * KV_BLOCK || /* the active
+		bucket's seal: kv_bucket_reserve left room for it */
+	     (bs->bs_used <= cap && need <= cap - bs->bs_used);
 	bs->bs_pending = ok ? need : 0;
 	pthread_mutex_unlock(&bs->bs_lock);
 	return ok;
