@@ -656,6 +656,8 @@ uint64_t kv_obj_owe_need(const struct kv_obj *obj, uint64_t off, uint64_t end, u
 		const struct kv_xblk *b = ext_at(obj, k);
 		uint64_t want = owe_of(k, size, over), have = 0;
 
+		if (!b && (k + 1) << KV_EXTENT_SHIFT <= off)
+			continue; /* before the bytes written, a hole stays one */
 		if (b && atomic_load_explicit(&b->xb_ref, memory_order_acquire) == 1)
 			have = atomic_load(&b->xb_owed); /* its own block: changed in place */
 		need += want > have ? want - have : 0;
