@@ -647,35 +647,65 @@ static uint64_t owe_of(uint64_t k, uint64_t size, uint64_t over)
 	return (len + KV_PAGE_SIZE - 1) / KV_PAGE_SIZE * KV_PAGE_SIZE + over;
 }
 
-uint64_t kv_obj_owe_need(const struct kv_obj *obj, uint64_t off, uint64_t end, uint64_t over)
+/*
+ * The extent whose tail a size change from old to size rewrites (zeros
+ * past the old end, or the cut): UINT64_MAX when none, or when it is a
+ * hole (it stays one) or one of [off, end)'s.
+ */
+static uint64_t owe_edge(const struct kv_obj *obj, uint64_t old, uint64_t size, uint64_t off,
+			 uint64_t end)
 {
-	uint64_t size = end > obj->ko_size ? end : obj->ko_size;
-	uint64_t need = atomic_load(&obj->ko_owed) ? 0 : over;
+	uint64_t m = old < size ? old : size, k = m >> KV_EXTENT_SHIFT;
 
-	for (uint64_t k = off >> KV_EXTENT_SHIFT; off < end && k << KV_EXTENT_SHIFT < end; k++) {
-		const struct kv_xblk *b = ext_at(obj, k);
-		uint64_t want = owe_of(k, size, over), have = 0;
+	if (old == size || !(m & (KV_EXTENT - 1)) || !ext_at(obj, k) ||
+	    (off < end && k >= off >> KV_EXTENT_SHIFT && k << KV_EXTENT_SHIFT < end))
+		return UINT64_MAX;
+	return k;
+}
 
-		if (!b && (k + 1) << KV_EXTENT_SHIFT <= off)
-			continue; /* before the bytes written, a hole stays one */
-		if (b && atomic_load_explicit(&b->xb_ref, memory_order_acquire) == 1)
-			have = atomic_load(&b->xb_owed); /* its own block: changed in place */
-		need += want > have ? want - have : 0;
-	}
+/* What extent k's block adds to owe `want`: its own promise counts, a shared block's not. */
+static uint64_t owe_add(const struct kv_xblk *b, uint64_t want)
+{
+	uint64_t have = 0;
+
+	if (b && atomic_load_explicit(&b->xb_ref, memory_order_acquire) == 1)
+		have = atomic_load(&b->xb_owed); /* its own block: changed in place */
+	return want > have ? want - have : 0;
+}
+
+uint64_t kv_obj_owe_need(const struct kv_obj *obj, uint64_t old, uint64_t size, uint64_t off,
+			 uint64_t end, uint64_t over, bool own)
+{
+	uint64_t need = own && !atomic_load(&obj->ko_owed) ? over : 0;
+	uint64_t edge = owe_edge(obj, old, size, off, end);
+
+	for (uint64_t k = off >> KV_EXTENT_SHIFT; off < end && k << KV_EXTENT_SHIFT < end; k++)
+		need += owe_add(ext_at(obj, k), owe_of(k, size, over));
+	if (edge != UINT64_MAX)
+		need += owe_add(ext_at(obj, edge), owe_of(edge, size, over));
 	return need;
 }
 
-void kv_obj_owe_set(struct kv_obj *obj, uint64_t off, uint64_t end, uint64_t over)
+/* Gives extent k's block (present after the change) its promise. */
+static void owe_give(struct kv_obj *obj, uint64_t k, uint64_t want)
 {
-	if (!atomic_load(&obj->ko_owed))
-		atomic_store(&obj->ko_owed, over);
-	for (uint64_t k = off >> KV_EXTENT_SHIFT; off < end && k << KV_EXTENT_SHIFT < end; k++) {
-		struct kv_xblk *b = ext_at(obj, k);
-		uint64_t want = owe_of(k, obj->ko_size, over);
+	struct kv_xblk *b = ext_at(obj, k);
 
-		if (b && atomic_load(&b->xb_owed) < want)
-			atomic_store(&b->xb_owed, want);
-	}
+	if (b && atomic_load(&b->xb_owed) < want)
+		atomic_store(&b->xb_owed, want);
+}
+
+void kv_obj_owe_set(struct kv_obj *obj, uint64_t old, uint64_t off, uint64_t end, uint64_t over,
+		    bool own)
+{
+	uint64_t edge = owe_edge(obj, old, obj->ko_size, off, end);
+
+	if (own && !atomic_load(&obj->ko_owed))
+		atomic_store(&obj->ko_owed, over);
+	for (uint64_t k = off >> KV_EXTENT_SHIFT; off < end && k << KV_EXTENT_SHIFT < end; k++)
+		owe_give(obj, k, owe_of(k, obj->ko_size, over));
+	if (edge != UINT64_MAX)
+		owe_give(obj, edge, owe_of(edge, obj->ko_size, over));
 }
 
 uint64_t kv_obj_owed_take(struct kv_obj *obj, uint64_t k)

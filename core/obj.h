@@ -105,20 +105,27 @@ struct kv_obj {
  * each extent's record its room in the bucket set before a write or a put
  * changes the extent, and the promise travels with the extent's block: a
  * block with xb_owed holds that much quota, whichever version holds the
- * block when it is written. kv_obj_owe_need says what writing [off, end)
- * adds (per extent touched: its bytes after the change, rounded up to a
+ * block when it is written. kv_obj_owe_need says what a change adds that
+ * writes [off, end) and takes the size from old to size: per extent it
+ * changes (those of [off, end), and the one whose tail the size change
+ * rewrites, unless a hole) its bytes after the change rounded up to a
  * page, plus `over` for the record's head and bucket overhead, less what
- * the block that changes has already, if the object owns it alone); after
- * the change, kv_obj_owe_set gives each extent's block that much (and the
- * object `over` for its record without extent bytes, ko_owed, once). The
- * offload takes a block's promise for its record (kv_obj_owed_take) and
- * gives back what it did not place (kv_obj_owed_give). A block freed
- * with quota still owed gives it back through the pool's hook
- * (kv_pool_set_owed_hook). The owner's lock serialises the first two; the
- * last two are atomic.
+ * its block has already if the object owns that block alone; and `over`
+ * once, with own, for the object's record without extent bytes
+ * (ko_owed). Every extent of [off, end) is taken to hold data after the
+ * change (a change that makes holes names only the extents it keeps).
+ * After the
+ * change (obj->ko_size now the new size), kv_obj_owe_set gives them that
+ * much. The offload takes a block's promise for its record
+ * (kv_obj_owed_take) and gives back what it did not place
+ * (kv_obj_owed_give). A block freed with quota still owed gives it back
+ * through the pool's hook (kv_pool_set_owed_hook). The owner's lock
+ * serialises the first two; the last two are atomic.
  */
-uint64_t kv_obj_owe_need(const struct kv_obj *obj, uint64_t off, uint64_t end, uint64_t over);
-void kv_obj_owe_set(struct kv_obj *obj, uint64_t off, uint64_t end, uint64_t over);
+uint64_t kv_obj_owe_need(const struct kv_obj *obj, uint64_t old, uint64_t size, uint64_t off,
+			 uint64_t end, uint64_t over, bool own);
+void kv_obj_owe_set(struct kv_obj *obj, uint64_t old, uint64_t off, uint64_t end, uint64_t over,
+		    bool own);
 uint64_t kv_obj_owed_take(struct kv_obj *obj, uint64_t k);
 void kv_obj_owed_give(struct kv_obj *obj, uint64_t k, uint64_t bytes);
 /* k == KV_OBJ_OWED_OWN names the object's own promise (ko_owed). */

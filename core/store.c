@@ -191,20 +191,37 @@ static int promise(struct kv_store *st, uint64_t n)
 #define OWE_OVER (KV_RESV_BYTES - KV_EXTENT)
 
 /*
- * Promises the SSD quota that changing [off, end) of obj adds (core/obj.h,
- * "SSD quota owed"); the caller gives it to obj's blocks with
- * kv_obj_owe_set once the change is made, or back with kv_bucket_unreserve
- * if it fails. An overwrite (ino, ki_lock held exclusive) may count on the
+ * A change to a version, as the SSD quota sees it (core/obj.h, "SSD quota
+ * owed"): it takes the size from oc_old to oc_size and leaves new bytes in
+ * the extents of up to two ranges (a punch keeps two partial extents).
+ */
+struct owe_range {
+	uint64_t or_off, or_end;
+};
+
+struct owe_change {
+	uint64_t oc_old, oc_size;
+	unsigned oc_n;
+	struct owe_range oc_r[2];
+};
+
+/*
+ * Promises the SSD quota that change c of obj adds; once it is made, the
+ * caller gives that to obj (owe_set), or, if it fails, back to the bucket
+ * set (unowe). An overwrite (ino, ki_lock held exclusive) may count on the
  * bytes of the durable version it replaces, which die once it is placed:
  * so overwrites go on at a full quota, the buckets passing it by at most
  * what compaction then reclaims. Returns the bytes promised, or -EDQUOT.
  */
-static int64_t owe(struct kv_store *st, struct kv_inode *ino, struct kv_obj *obj, uint64_t off,
-		   uint64_t end)
+static int64_t owe(struct kv_store *st, struct kv_inode *ino, struct kv_obj *obj,
+		   const struct owe_change *c)
 {
 	struct kv_bucket_set *bs = st->ks_tier ? kv_tier_buckets(st->ks_tier) : NULL;
-	uint64_t need = bs ? kv_obj_owe_need(obj, off, end, OWE_OVER) : 0, size, credit;
+	uint64_t need = 0, size, credit;
 
+	for (unsigned i = 0; bs && i < c->oc_n; i++)
+		need += kv_obj_owe_need(obj, c->oc_old, c->oc_size, c->oc_r[i].or_off,
+					c->oc_r[i].or_end, OWE_OVER, i == 0);
 	if (!need || kv_bucket_reserve(bs, need, false) == 0)
 		return (int64_t)need;
 	if (!ino || !ino->ki_map.xm_seq)
@@ -222,6 +239,31 @@ static int64_t owe(struct kv_store *st, struct kv_inode *ino, struct kv_obj *obj
 	ino->ki_credit += need;
 	kv_bucket_reserve(bs, need, true);
 	return (int64_t)need;
+}
+
+/* Gives obj the quota owe promised for change c, now made. */
+static void owe_set(struct kv_store *st, struct kv_obj *obj, const struct owe_change *c)
+{
+	for (unsigned i = 0; st->ks_tier && i < c->oc_n; i++)
+		kv_obj_owe_set(obj, c->oc_old, c->oc_r[i].or_off, c->oc_r[i].or_end, OWE_OVER,
+			       i == 0);
+}
+
+/* Gives back what owe promised for a change that failed. */
+static void unowe(struct kv_store *st, int64_t owed)
+{
+	if (owed > 0)
+		kv_bucket_unreserve(kv_tier_buckets(st->ks_tier), (uint64_t)owed);
+}
+
+/* The change of obj that writes [off, end) and leaves the size at size. */
+static struct owe_change owe_of_write(const struct kv_obj *obj, uint64_t off, uint64_t end,
+				      uint64_t size)
+{
+	return (struct owe_change){.oc_old = obj->ko_size,
+				   .oc_size = size,
+				   .oc_n = 1,
+				   .oc_r = {{off, end}}};
 }
 
 /* Takes back the promise of n reserved extents (none to take back once the tier is gone). */
@@ -1069,6 +1111,7 @@ static int unspill(struct kv_inode *ino, struct kv_obj *obj, uint64_t from, uint
 static int set_size(struct kv_inode *ino, uint64_t size)
 {
 	uint64_t old = cur_size(ino), resv = kv_resv_count(ino->ki_resv);
+	struct owe_change ch;
 	struct kv_obj *obj;
 	int64_t owed;
 	int err;
@@ -1087,7 +1130,9 @@ static int set_size(struct kv_inode *ino, uint64_t size)
 	err = writable(ino, size, &obj);
 	if (err)
 		return err;
-	owed = owe(ino->ki_store, ino, obj, size, size); /* a new version's record */
+	/* A new version: its record, and the extent the new end cuts or fills. */
+	ch = (struct owe_change){.oc_old = old, .oc_size = size, .oc_n = 1, .oc_r = {{size, size}}};
+	owed = owe(ino->ki_store, ino, obj, &ch);
 	err = owed < 0 ? (int)owed : 0;
 	/* The extent of the smaller end, and all past it. */
 	if (!err)
@@ -1096,12 +1141,11 @@ static int set_size(struct kv_inode *ino, uint64_t size)
 	if (!err)
 		err = kv_obj_truncate(obj, size);
 	if (err) {
-		if (owed > 0)
-			kv_bucket_unreserve(kv_tier_buckets(ino->ki_store->ks_tier), (uint64_t)owed);
+		unowe(ino->ki_store, owed);
 		abandon(ino, obj);
 		return err;
 	}
-	kv_obj_owe_set(obj, size, size, OWE_OVER);
+	owe_set(ino->ki_store, obj, &ch);
 	install(ino, obj, old);
 	return 0;
 }
@@ -1230,15 +1274,17 @@ static int new_node(struct kv_store *st, struct kv_inode *dir, const char *name,
 	if (S_ISREG(mode)) { /* the SSD quota of its empty value's record */
 		int64_t owed;
 
+		struct owe_change ch = owe_of_write(ino->ki_obj, 0, 0, 0);
+
 		do {
-			owed = owe(st, NULL, ino->ki_obj, 0, 0);
+			owed = owe(st, NULL, ino->ki_obj, &ch);
 			err = owed < 0 ? (int)owed : 0;
 		} while (retry_for_room(st, NULL, &err, 0));
 		if (err) {
 			inode_free(ino);
 			return err;
 		}
-		kv_obj_owe_set(ino->ki_obj, 0, 0, OWE_OVER);
+		owe_set(st, ino->ki_obj, &ch);
 	}
 	if (opened) {
 		ino->ki_nopen = 1;
@@ -1766,13 +1812,15 @@ int kv_store_value_new(struct kv_store *st, uint64_t len, struct kv_obj **out)
 		err = kv_obj_alloc(obj, len);
 	while (retry_for_room(st, NULL, &err, len));
 	if (!err) { /* its whole SSD quota, before anything is acknowledged */
+		struct owe_change ch = owe_of_write(obj, 0, len, len);
+
 		do {
-			int64_t owed = owe(st, NULL, obj, 0, len);
+			int64_t owed = owe(st, NULL, obj, &ch);
 
 			err = owed < 0 ? (int)owed : 0;
 		} while (retry_for_room(st, NULL, &err, len));
 		if (!err)
-			kv_obj_owe_set(obj, 0, len, OWE_OVER);
+			owe_set(st, obj, &ch);
 	}
 	if (err) {
 		kv_obj_put(obj);
@@ -2010,7 +2058,8 @@ static void unfill(struct kv_inode *ino, const uint64_t *k, unsigned n, uint64_t
 
 static int write_locked(struct kv_inode *ino, uint64_t off, const void *buf, size_t len)
 {
-	uint64_t old = cur_size(ino), filled[FILL_MAX], from;
+	uint64_t old = cur_size(ino), filled[FILL_MAX];
+	struct owe_change ch;
 	struct kv_obj *obj;
 	int64_t owed;
 	unsigned nfill = 0;
@@ -2028,17 +2077,17 @@ static int write_locked(struct kv_inode *ino, uint64_t off, const void *buf, siz
 		if (!err)
 			nfill = fill_reserved(ino, obj, off, off + len, filled);
 	}
-	/* The SSD quota of what it changes: the extent of the old end too, if it writes past it. */
-	from = off > old ? old & ~(KV_EXTENT - 1) : off;
-	owed = err ? 0 : owe(ino->ki_store, ino, obj, from, off + len);
+	/* The SSD quota of what it changes (the extent of the old end too, if it writes past it). */
+	ch = owe_of_write(obj, off, off + len, off + len > obj->ko_size ? off + len : obj->ko_size);
+	owed = err ? 0 : owe(ino->ki_store, ino, obj, &ch);
 	if (owed < 0)
 		err = (int)owed;
 	if (!err)
 		err = kv_obj_write(obj, off, buf, len);
 	if (!err)
-		kv_obj_owe_set(obj, from, off + len, OWE_OVER);
-	else if (owed > 0)
-		kv_bucket_unreserve(kv_tier_buckets(ino->ki_store->ks_tier), (uint64_t)owed);
+		owe_set(ino->ki_store, obj, &ch);
+	else
+		unowe(ino->ki_store, owed);
 	if (err)
 		unfill(ino, filled, nfill, obj == ino->ki_obj ? old : 0);
 	if (err && obj == ino->ki_obj && obj->ko_size != old)
@@ -2074,8 +2123,10 @@ int kv_store_write(struct kv_store *st, struct kv_inode *ino, uint64_t off, cons
  */
 static int punch_locked(struct kv_inode *ino, uint64_t off, uint64_t end)
 {
-	uint64_t old = cur_size(ino), resv = kv_resv_count(ino->ki_resv);
+	uint64_t old = cur_size(ino), resv = kv_resv_count(ino->ki_resv), last;
+	struct owe_change ch;
 	struct kv_obj *obj;
+	int64_t owed;
 	int err = 0;
 
 	err = resv_drop(ino, (off + KV_EXTENT - 1) >> KV_EXTENT_SHIFT, end >> KV_EXTENT_SHIFT);
@@ -2089,8 +2140,23 @@ static int punch_locked(struct kv_inode *ino, uint64_t off, uint64_t end)
 	if (err)
 		return err;
 	err = unspill(ino, obj, off, end, UINT64_MAX);
+	/* A new version: its record, and the extents it cuts into but keeps. */
+	ch = (struct owe_change){.oc_old = old, .oc_size = old, .oc_n = 1, .oc_r = {{off, off}}};
+	last = end < old ? end : old;
+	if (off & (KV_EXTENT - 1) && kv_obj_has_data(obj, off >> KV_EXTENT_SHIFT))
+		ch.oc_r[0].or_end = off + 1;
+	if (last & (KV_EXTENT - 1) && (last - 1) >> KV_EXTENT_SHIFT != off >> KV_EXTENT_SHIFT &&
+	    kv_obj_has_data(obj, (last - 1) >> KV_EXTENT_SHIFT))
+		ch.oc_r[ch.oc_n++] = (struct owe_range){last - 1, last};
+	owed = err ? 0 : owe(ino->ki_store, ino, obj, &ch);
+	if (owed < 0)
+		err = (int)owed;
 	if (!err)
 		err = kv_obj_punch(obj, off, end - off);
+	if (!err)
+		owe_set(ino->ki_store, obj, &ch);
+	else
+		unowe(ino->ki_store, owed);
 	return conclude(ino, obj, old, err);
 }
 
@@ -2105,7 +2171,9 @@ static int fallocate_locked(struct kv_inode *ino, int mode, uint64_t off, uint64
 {
 	uint64_t old = cur_size(ino), resv = kv_resv_count(ino->ki_resv);
 	uint64_t size = (mode & FALLOC_FL_KEEP_SIZE) || end <= old ? old : end;
+	struct owe_change ch;
 	struct kv_obj *obj;
+	int64_t owed;
 	int err;
 
 	if (mode & FALLOC_FL_PUNCH_HOLE)
@@ -2121,8 +2189,17 @@ static int fallocate_locked(struct kv_inode *ino, int mode, uint64_t off, uint64
 	if (err)
 		return err;
 	err = unspill(ino, obj, old & ~(KV_EXTENT - 1), UINT64_MAX, UINT64_MAX);
+	/* A new version: its record, and the extent of the old end it fills. */
+	ch = (struct owe_change){.oc_old = old, .oc_size = size, .oc_n = 1, .oc_r = {{size, size}}};
+	owed = err ? 0 : owe(ino->ki_store, ino, obj, &ch);
+	if (owed < 0)
+		err = (int)owed;
 	if (!err)
 		err = kv_obj_reserve(obj, size, false);
+	if (!err)
+		owe_set(ino->ki_store, obj, &ch);
+	else
+		unowe(ino->ki_store, owed);
 	return conclude(ino, obj, old, err);
 }
 
