@@ -425,7 +425,7 @@ int64_t kv_batch_put(struct kv_batch *b, const char *name, size_t len, unsigned 
 	if (err)
 		return err;
 	t0 = kv_now_ns();
-	err = kv_store_value_new(b->kb_st, m->km_len, &obj);
+	err = kv_store_value_new(b->kb_st, m->km_len, dir, last, &obj);
 	if (!err) {
 		err = put_start(b, obj, m, dir, last, flags & KV_BATCH_NOREPLACE);
 		if (err == -EAGAIN)
@@ -508,7 +508,7 @@ static int get_staged(struct kv_batch *b, struct kv_inode *ino, const struct kv_
 	if (!bi || ki->kki_size != m->km_len || m->km_len % KV_PAGE_SIZE ||
 	    (ki->kki_flags & (KV_BK_SEALED | KV_BK_DRAM | KV_BK_SSD)) !=
 		(KV_BK_SEALED | KV_BK_SSD) ||
-	    kv_store_value_new(b->kb_st, m->km_len, &stage))
+	    kv_store_stage_new(b->kb_st, m->km_len, &stage))
 		return -EAGAIN;
 	n = kv_obj_iov(stage, 0, m->km_len, iov, BATCH_IOV, &bytes);
 	err = bytes == m->km_len && page_aligned(iov, n) ? 0 : -EAGAIN;

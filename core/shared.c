@@ -2456,7 +2456,7 @@ static int fetch_whole(struct kv_shared *sh, struct kv_rados *r, struct kv_inode
 	struct kv_cred cred = cred_of(e);
 	void *bounce[IO_BATCH] = {0};
 	struct kv_obj *obj = NULL;
-	int err = kv_store_value_new(st, e->re_size, &obj);
+	int err = kv_store_value_new(st, e->re_size, dir, name, &obj);
 
 	for (uint64_t first = 0; !err && first < e->re_nobj; first += IO_BATCH) {
 		unsigned n = batch_of(e, first);
@@ -2703,7 +2703,7 @@ static void prefetch_in(struct kv_shared *sh, struct kv_rados *r, struct kv_inod
 			m = 0;
 			bytes = 0;
 		}
-		if (kv_store_value_new(st, d->de_e->re_size, &obj))
+		if (kv_store_value_new(st, d->de_e->re_size, NULL, NULL, &obj))
 			break; /* the pool is full: the lookups wait for room, one by one */
 		kv_obj_iov(obj, 0, d->de_e->re_size, &iov, 1, &got);
 		if (got != d->de_e->re_size) { /* not one piece */

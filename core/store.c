@@ -1798,7 +1798,7 @@ int kv_store_rename(struct kv_store *st, struct kv_inode *odir, const char *onam
 
 /* --- whole values (ioctl puts) --- */
 
-int kv_store_value_new(struct kv_store *st, uint64_t len, struct kv_obj **out)
+int kv_store_stage_new(struct kv_store *st, uint64_t len, struct kv_obj **out)
 {
 	struct kv_obj *obj;
 	int err;
@@ -1811,21 +1811,53 @@ int kv_store_value_new(struct kv_store *st, uint64_t len, struct kv_obj **out)
 	do
 		err = kv_obj_alloc(obj, len);
 	while (retry_for_room(st, NULL, &err, len));
-	if (!err) { /* its whole SSD quota, before anything is acknowledged */
-		struct owe_change ch = owe_of_write(obj, 0, len, len);
-
-		do {
-			int64_t owed = owe(st, NULL, obj, &ch);
-
-			err = owed < 0 ? (int)owed : 0;
-		} while (retry_for_room(st, NULL, &err, len));
-		if (!err)
-			owe_set(st, obj, &ch);
-	}
 	if (err) {
 		kv_obj_put(obj);
 		return err;
 	}
+	*out = obj;
+	return 0;
+}
+
+/* owe for change c of obj, a value to replace dir/name: on its durable bytes when it must. */
+static int64_t owe_replacing(struct kv_store *st, struct kv_inode *dir, const char *name,
+			     struct kv_obj *obj, const struct owe_change *c)
+{
+	int64_t owed = owe(st, NULL, obj, c);
+	struct kv_inode *old;
+	struct kv_attr a;
+
+	if (owed != -EDQUOT || !dir || kv_store_lookup(st, dir, name, &old, &a))
+		return owed;
+	if (S_ISREG(old->ki_type)) {
+		pthread_rwlock_wrlock(&old->ki_lock);
+		owed = owe(st, old, obj, c);
+		pthread_rwlock_unlock(&old->ki_lock);
+	}
+	kv_inode_put(old);
+	return owed;
+}
+
+int kv_store_value_new(struct kv_store *st, uint64_t len, struct kv_inode *dir, const char *name,
+		       struct kv_obj **out)
+{
+	struct owe_change ch;
+	struct kv_obj *obj;
+	int err = kv_store_stage_new(st, len, &obj);
+
+	if (err)
+		return err;
+	ch = owe_of_write(obj, 0, len, len);
+	do { /* its whole SSD quota, before anything is acknowledged */
+		int64_t owed = owe_replacing(st, dir, name, obj, &ch);
+
+		err = owed < 0 ? (int)owed : 0;
+	} while (retry_for_room(st, NULL, &err, len));
+	if (err) {
+		kv_obj_put(obj);
+		return err;
+	}
+	owe_set(st, obj, &ch);
 	*out = obj;
 	return 0;
 }

@@ -359,10 +359,21 @@ int kv_store_fsync(struct kv_store *st, struct kv_inode *ino);
 /*
  * Makes an open, unnamed value of len bytes for kv_store_publish, its
  * bytes not yet written: the caller fills all of them (kv_obj_iov) first.
- * Waits for room as a write does. Returns 0, -ENOSPC, -ENOMEM, or -EFBIG
- * past KV_MAX_VALUE.
+ * Its room in the pool and on the SSD (README "SSD full") is taken now,
+ * waiting for room as a write does. dir and name (dir may be NULL) say
+ * where it is meant to go: at a full quota it may count on the durable
+ * bytes of the key it replaces there, as an overwrite does. Returns 0,
+ * -ENOSPC, -ENOMEM, or -EFBIG past KV_MAX_VALUE.
  */
-int kv_store_value_new(struct kv_store *st, uint64_t len, struct kv_obj **out);
+int kv_store_value_new(struct kv_store *st, uint64_t len, struct kv_inode *dir, const char *name,
+		       struct kv_obj **out);
+
+/*
+ * Pool memory for len bytes in transit (a get's staging), in the shape of
+ * a value (kv_obj_iov) but never stored: nothing is promised on the SSD.
+ * Waits for room in the pool as a write does. Returns as kv_store_value_new.
+ */
+int kv_store_stage_new(struct kv_store *st, uint64_t len, struct kv_obj **out);
 
 /*
  * Stores obj (from kv_store_value_new, filled) as the value of a new

@@ -838,6 +838,7 @@ static void append_with_room(struct kv_tier *t, struct kv_bucket_put *puts, unsi
 	struct kv_bucket_put *again = malloc(n * sizeof(*again));
 	unsigned *map = malloc(n * sizeof(*map));
 	struct timespec until, now;
+	bool last = false;
 
 	kv_bucket_append(t->kt_bs, puts, n);
 	deadline_in(&until, t->kt_st->ks_cfg->kc_backpressure_ns);
@@ -856,15 +857,23 @@ static void append_with_room(struct kv_tier *t, struct kv_bucket_put *puts, unsi
 				map[k++] = i;
 			}
 		clock_gettime(CLOCK_MONOTONIC, &now);
-		if (!k || !gc || now.tv_sec > until.tv_sec)
+		if (!k || last)
 			break;
 		if (land)
 			land(arg, puts);
-		if (kv_gc_make_room(gc))
-			break;
+		/*
+		 * When compaction gives nothing back, the puts promised their room
+		 * are placed past the quota (bp_over): it was counted on the
+		 * versions they replace, which die once they land.
+		 */
+		last = !gc || now.tv_sec > until.tv_sec || kv_gc_make_room(gc);
+		for (unsigned i = 0; last && i < k; i++)
+			again[i].bp_over = true;
 		kv_bucket_append(t->kt_bs, again, k);
-		for (unsigned i = 0; i < k; i++)
+		for (unsigned i = 0; i < k; i++) {
+			again[i].bp_over = false;
 			puts[map[i]] = again[i];
+		}
 	}
 	free(again);
 	free(map);

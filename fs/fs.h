@@ -33,10 +33,11 @@ struct kv_fs {
 	struct fuse_session *kf_se;	    /* for entry invalidations; NULL before mounting */
 	int kf_trace_fd;		    /* --trace=FILE, opened O_APPEND; -1 when off */
 	int kf_ready_fd; /* without -f: the pipe the waiting parent reads (fs/main.c); -1 */
-	/* kf_ctl_lock guards kf_ctl_open: the open handles of .kvfs/stats and config, freed at
-	 * their release or, for those the kernel never released, at the end (fs/ops.c). */
-	pthread_mutex_t kf_ctl_lock;
-	struct ctl_handle *kf_ctl_open;
+	/* kf_open_lock guards kf_open: the open handles with memory of their own (directories'
+	 * snapshots, .kvfs/stats and config's renderings), freed at their release or, for those
+	 * the kernel never released, at the end (fs/ops.c). */
+	pthread_mutex_t kf_open_lock;
+	struct fs_handle *kf_open;
 	/* cache mode's evicted names, told to the kernel (fs/notify.c); NULL when not mounted */
 	struct kv_fs_notify *kf_notify;
 	/* the shared tier on RADOS (core/shared.h); NULL when off. Immutable while mounted */
@@ -58,8 +59,11 @@ static inline struct kv_inode *kv_fs_inode(struct kv_fs *fs, fuse_ino_t ino)
 				   : (struct kv_inode *)(uintptr_t)ino;
 }
 
-/* Frees the control-file handles still open when the session ended. */
-void kv_fs_ctl_close_all(struct kv_fs *fs);
+/*
+ * Frees the handles still open when the session ended: a close just before
+ * an unmount may have its release dropped by the kernel.
+ */
+void kv_fs_close_all(struct kv_fs *fs);
 
 /* The operations table; userdata is the struct kv_fs. */
 extern const struct fuse_lowlevel_ops kv_fs_ops;

@@ -283,7 +283,7 @@ out_session:
 		fprintf(stderr, "kvfs: an entry invalidation is stuck in the kernel: left there\n");
 	else
 		fuse_session_destroy(se);
-	kv_fs_ctl_close_all(fs);
+	kv_fs_close_all(fs);
 	return ret;
 }
 
@@ -327,7 +327,7 @@ int main(int argc, char **argv)
 	struct kv_fs fs = {.kf_cfg = &cfg,
 			   .kf_trace_fd = -1,
 			   .kf_ready_fd = -1,
-			   .kf_ctl_lock = PTHREAD_MUTEX_INITIALIZER};
+			   .kf_open_lock = PTHREAD_MUTEX_INITIALIZER};
 	char *fuse_opts = NULL, err[512];
 	char *abs_mnt;
 	uint64_t lost;

@@ -8,7 +8,7 @@
  *
  * File handles: a regular file's fh is only a unique odd tag (the node id
  * names the inode, whose open count core/ keeps); a directory's fh is a
- * struct dir_handle holding a snapshot of its entries, taken at opendir and
+ * struct fs_handle holding a snapshot of its entries, taken at opendir and
  * retaken when a reader seeks back to 0; a readable control file's fh is
  * its rendered contents, the command file's a tag of its own. Whatever it
  * is, fs/ioctl.c ties the regions registered through an open file to its
@@ -36,46 +36,63 @@
 #define SEQ_XATTR  "user.kvfs.seq"
 #define TIER_XATTR "user.kvfs.tier"
 
-struct dir_handle {
-	struct kv_dir_snap dh_snap;
-	bool dh_valid;
+/*
+ * A handle with memory of its own (fi->fh is its address), on fs->kf_open
+ * from its open to its release: a directory's snapshot of its entries, or
+ * an open .kvfs/stats or config's rendering.
+ */
+struct fs_handle {
+	struct fs_handle *h_prev, *h_next; /* kf_open_lock */
+	bool h_dir;
+	union {
+		struct {
+			struct kv_dir_snap dh_snap;
+			bool dh_valid;
+		}; /* h_dir */
+		struct {
+			char *ch_buf;
+			size_t ch_len;
+		};
+	};
 };
 
-/* An open .kvfs/stats or config: the rendering it reads, on fs->kf_ctl_open. */
-struct ctl_handle {
-	char *ch_buf;
-	size_t ch_len;
-	struct ctl_handle *ch_prev, *ch_next; /* kf_ctl_lock */
-};
-
-static void ctl_link(struct kv_fs *fs, struct ctl_handle *h)
+static struct fs_handle *handle_new(struct kv_fs *fs, bool dir)
 {
-	pthread_mutex_lock(&fs->kf_ctl_lock);
-	h->ch_next = fs->kf_ctl_open;
-	if (h->ch_next)
-		h->ch_next->ch_prev = h;
-	fs->kf_ctl_open = h;
-	pthread_mutex_unlock(&fs->kf_ctl_lock);
+	struct fs_handle *h = calloc(1, sizeof(*h));
+
+	if (!h)
+		return NULL;
+	h->h_dir = dir;
+	pthread_mutex_lock(&fs->kf_open_lock);
+	h->h_next = fs->kf_open;
+	if (h->h_next)
+		h->h_next->h_prev = h;
+	fs->kf_open = h;
+	pthread_mutex_unlock(&fs->kf_open_lock);
+	return h;
 }
 
-static void ctl_free(struct kv_fs *fs, struct ctl_handle *h)
+static void handle_free(struct kv_fs *fs, struct fs_handle *h)
 {
-	pthread_mutex_lock(&fs->kf_ctl_lock);
-	if (h->ch_prev)
-		h->ch_prev->ch_next = h->ch_next;
+	pthread_mutex_lock(&fs->kf_open_lock);
+	if (h->h_prev)
+		h->h_prev->h_next = h->h_next;
 	else
-		fs->kf_ctl_open = h->ch_next;
-	if (h->ch_next)
-		h->ch_next->ch_prev = h->ch_prev;
-	pthread_mutex_unlock(&fs->kf_ctl_lock);
-	free(h->ch_buf);
+		fs->kf_open = h->h_next;
+	if (h->h_next)
+		h->h_next->h_prev = h->h_prev;
+	pthread_mutex_unlock(&fs->kf_open_lock);
+	if (h->h_dir)
+		kv_dir_snap_free(&h->dh_snap);
+	else
+		free(h->ch_buf);
 	free(h);
 }
 
-void kv_fs_ctl_close_all(struct kv_fs *fs)
+void kv_fs_close_all(struct kv_fs *fs)
 {
-	while (fs->kf_ctl_open)
-		ctl_free(fs, fs->kf_ctl_open);
+	while (fs->kf_open)
+		handle_free(fs, fs->kf_open);
 }
 
 static struct kv_fs *fs_of(fuse_req_t req)
@@ -553,7 +570,7 @@ static void kv_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 
 static void ctl_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, uint64_t t0)
 {
-	struct ctl_handle *h;
+	struct fs_handle *h;
 	int err;
 
 	if (ino == KV_CTL_CMD) { /* write-only commands: no handle, a tag */
@@ -568,21 +585,20 @@ static void ctl_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, 
 	}
 	if ((fi->flags & O_ACCMODE) != O_RDONLY)
 		return reply_err(req, KV_OP_OPEN, t0, -EACCES);
-	h = calloc(1, sizeof(*h));
+	h = handle_new(fs_of(req), false);
 	if (!h)
 		return reply_err(req, KV_OP_OPEN, t0, -ENOMEM);
 	err = kv_ctl_render(fs_of(req), ino, &h->ch_buf, &h->ch_len);
 	if (err) {
-		free(h);
+		handle_free(fs_of(req), h);
 		return reply_err(req, KV_OP_OPEN, t0, err);
 	}
 	fi->fh = (uintptr_t)h;
 	fi->direct_io = 1;
 	fi->noflush = 1;
 	done(req, KV_OP_OPEN, t0, 0, 0);
-	ctl_link(fs_of(req), h);
 	if (fuse_reply_open(req, fi))
-		ctl_free(fs_of(req), h);
+		handle_free(fs_of(req), h);
 }
 
 static void kv_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -608,7 +624,7 @@ static void kv_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 static void ctl_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_info *fi, uint64_t t0)
 {
-	struct ctl_handle *h = (struct ctl_handle *)(uintptr_t)fi->fh;
+	struct fs_handle *h = (struct fs_handle *)(uintptr_t)fi->fh;
 	size_t start = (size_t)off < h->ch_len ? (size_t)off : h->ch_len;
 	size_t n = h->ch_len - start < size ? h->ch_len - start : size;
 	/*
@@ -694,7 +710,7 @@ static void kv_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 
 	if (kv_ctl_is(ino)) {
 		if (ino != KV_CTL_CMD) /* the command file's fh is a tag */
-			ctl_free(fs, (struct ctl_handle *)(uintptr_t)fi->fh);
+			handle_free(fs, (struct fs_handle *)(uintptr_t)fi->fh);
 	} else {
 		kv_store_release(fs->kf_store, kv_fs_inode(fs, ino), fi->flags);
 	}
@@ -733,17 +749,17 @@ static void kv_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 {
 	uint64_t t0 = kv_now_ns();
 	int err = kv_fs_perm(req, ino, R_OK);
-	struct dir_handle *h;
+	struct fs_handle *h;
 
 	if (err)
 		return reply_err(req, KV_OP_OPENDIR, t0, err);
-	h = calloc(1, sizeof(*h));
+	h = handle_new(fs_of(req), true);
 	if (!h)
 		return reply_err(req, KV_OP_OPENDIR, t0, -ENOMEM);
 	fi->fh = (uintptr_t)h;
 	done(req, KV_OP_OPENDIR, t0, 0, 0);
 	if (fuse_reply_open(req, fi))
-		free(h);
+		handle_free(fs_of(req), h);
 }
 
 /* Number of entries before the snapshot: ".", ".." and, at the root, ".kvfs". */
@@ -757,7 +773,7 @@ static unsigned dir_fixed(fuse_ino_t ino)
  * looks the name up (taking a kernel reference); returns 0 and sets *skip
  * when the name has gone meanwhile. Returns the bytes the entry needs.
  */
-static size_t add_entry(fuse_req_t req, fuse_ino_t dino, struct dir_handle *h, unsigned i,
+static size_t add_entry(fuse_req_t req, fuse_ino_t dino, struct fs_handle *h, unsigned i,
 			bool plus, char *buf, size_t rem, bool *skip)
 {
 	struct kv_fs *fs = fs_of(req);
@@ -806,7 +822,7 @@ static size_t add_entry(fuse_req_t req, fuse_ino_t dino, struct dir_handle *h, u
 	return need;
 }
 
-static unsigned dir_count(fuse_ino_t ino, const struct dir_handle *h)
+static unsigned dir_count(fuse_ino_t ino, const struct fs_handle *h)
 {
 	if (ino == KV_CTL_DIR)
 		return 2 + (KV_CTL__END - KV_CTL_STATS); /* ".", "..", the control files */
@@ -818,7 +834,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 {
 	uint64_t t0 = kv_now_ns();
 	struct kv_fs *fs = fs_of(req);
-	struct dir_handle *h = (struct dir_handle *)(uintptr_t)fi->fh;
+	struct fs_handle *h = (struct fs_handle *)(uintptr_t)fi->fh;
 	size_t used = 0;
 	char *buf;
 	int err;
@@ -864,11 +880,8 @@ static void kv_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
 
 static void kv_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct dir_handle *h = (struct dir_handle *)(uintptr_t)fi->fh;
-
 	kv_fs_ioctl_release(fs_of(req), fi->fh);
-	kv_dir_snap_free(&h->dh_snap);
-	free(h);
+	handle_free(fs_of(req), (struct fs_handle *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
 }
 

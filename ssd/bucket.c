@@ -1268,7 +1268,8 @@ static uint64_t idx_bytes(uint32_t key_len)
  * the old one's seal and the new one's header. So the buckets stay within
  * bo_cap once sealed, not just while open.
  */
-static bool within_quota(struct kv_bucket_set *bs, uint64_t size, uint32_t key_len, uint64_t *fill)
+static bool within_quota(struct kv_bucket_set *bs, uint64_t size, uint32_t key_len, uint64_t *fill,
+			 bool over)
 {
 	const struct kv_bucket *a = bs->bs_active;
 	uint64_t need, cap = bs->bs_opts.bo_cap;
@@ -1282,17 +1283,16 @@ static bool within_quota(struct kv_bucket_set *bs, uint64_t size, uint32_t key_l
 		       ROUND_UP(idx_bytes(key_len)) + KV_BLOCK;
 	}
 	/*
-	 * What others reserved is not ours to take; what this record fills is,
-	 * and a record promised all it needs is placed whatever else the
-	 * buckets hold (an overwrite's promise may count on the bytes of the
-	 * version it replaces, which die once it is placed).
+	 * What others reserved is not ours to take; what this record fills is.
+	 * With `over`, a record promised all it needs (the active bucket's seal
+	 * aside: kv_bucket_reserve leaves room for it) is placed whatever else
+	 * the buckets hold.
 	 */
 	if (*fill > bs->bs_reserved)
 		*fill = bs->bs_reserved; /* cannot happen: a fill is a reservation's */
 	cap -= bs->bs_reserved - *fill < cap ? bs->bs_reserved - *fill : cap;
-	ok = *fill >= size + ROUND_UP(idx_bytes(key_len)) + 2 * KV_BLOCK || /* the active
-		bucket's seal: kv_bucket_reserve left room for it */
-	     (bs->bs_used <= cap && need <= cap - bs->bs_used);
+	ok = (bs->bs_used <= cap && need <= cap - bs->bs_used) ||
+	     (over && *fill >= size + ROUND_UP(idx_bytes(key_len)) + 2 * KV_BLOCK);
 	bs->bs_pending = ok ? need : 0;
 	pthread_mutex_unlock(&bs->bs_lock);
 	return ok;
@@ -1352,7 +1352,7 @@ int kv_bucket_append(struct kv_bucket_set *bs, struct kv_bucket_put *puts, unsig
 			p->bp_err = -EINVAL;
 			continue;
 		}
-		if (!within_quota(bs, size, p->bp_key_len, &p->bp_fill)) {
+		if (!within_quota(bs, size, p->bp_key_len, &p->bp_fill, p->bp_over)) {
 			p->bp_err = -ENOSPC;
 			continue;
 		}

@@ -80,6 +80,9 @@ struct kv_bucket_put {
 	uint64_t bp_fill;     /* in: quota reserved for this record (kv_bucket_reserve) that it
 				 may take; out: 0 once placed (the reservation is used up),
 				 unchanged when not placed (the caller still holds it) */
+	bool bp_over;	      /* in: place it past the quota when bp_fill covers it (the last
+				 resort of a promised record whose room compaction cannot give:
+				 an overwrite counting on the version it replaces) */
 	struct kv_loc bp_loc; /* out, when bp_err == 0 */
 	int bp_err;	      /* out: 0, -ENOSPC (quota), or an I/O error */
 };

@@ -93,20 +93,7 @@ def lookup(fd, names, trace_id):
     return hdr[5], hdr[6], res
 
 
-def stats(m):
-    """MNT/.kvfs/stats read with os.read: Python's open() would ask isatty(),
-    an ioctl (TCGETS) that the daemon counts like any other."""
-    fd = os.open(m.path(".kvfs", "stats"), os.O_RDONLY)
-    try:
-        chunks = []
-        while True:
-            b = os.read(fd, 1 << 16)
-            if not b:
-                break
-            chunks.append(b)
-    finally:
-        os.close(fd)
-    return json.loads(b"".join(chunks))
+stats = kvfstest.stats_by_read
 
 
 class IoctlCase(kvfstest.KvfsTestCase):

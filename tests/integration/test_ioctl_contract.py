@@ -50,7 +50,6 @@ import ctypes
 import errno
 import fcntl
 import itertools
-import json
 import mmap
 import os
 import shutil
@@ -216,20 +215,7 @@ def daemon_env():
     return {"ASAN_OPTIONS": ":".join(opts + ["detect_leaks=1"])}
 
 
-def ioctl_stats(m):
-    """MNT/.kvfs/stats read with os.read (Python's open() would send an
-    ioctl of its own, TCGETS)."""
-    fd = os.open(m.path(".kvfs", "stats"), os.O_RDONLY)
-    try:
-        chunks = []
-        while True:
-            b = os.read(fd, 1 << 16)
-            if not b:
-                break
-            chunks.append(b)
-    finally:
-        os.close(fd)
-    return json.loads(b"".join(chunks))
+ioctl_stats = kvfstest.stats_by_read
 
 
 class ContractCase(kvfstest.KvfsTestCase):

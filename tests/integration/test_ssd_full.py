@@ -10,6 +10,7 @@ and a remount where every acknowledged key reads back whole:
 - 150 cp of a 1 MiB file: some fail with ENOSPC, none of the others lost;
   an overwrite of a kept file still works at the full quota;
 - ioctl puts of 1 MiB keys (libkvfs): per-key ENOSPC, none acknowledged lost;
+  an overwrite by put still works;
 - two writer threads at once;
 - --evict=lru: every cp succeeds, old keys are evicted, the newest kept.
 """
@@ -102,8 +103,13 @@ class SsdFullTest(kvfstest.KvfsTestCase):
                     else:
                         self.assertEqual(res, -errno.ENOSPC, name)
                         refused += 1
-        self.assertGreater(len(kept), 40)
-        self.assertGreater(refused, 60)
+            self.assertGreater(len(kept), 40)
+            self.assertGreater(refused, 60)
+            # an overwrite by put works at the full quota
+            first = sorted(kept)[0]
+            again = pattern("again", MB)
+            self.assertEqual(list(c.put_buffers([(first, again)]).results), [MB])
+            kept[first] = again
         names = self.remount_and_check(kept)
         self.assertEqual(names, set(kept))  # a refused put left nothing behind
 
