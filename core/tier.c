@@ -24,11 +24,16 @@
  * queued, being written or able to spill there is nothing to wait for,
  * and when a spill round freed nothing neither: ENOSPC at once.
  *
- * The SSD quota. A put the buckets refuse (-ENOSPC) is retried while
- * compaction gives space back (kv_gc_make_room runs an urgent pass in the
- * offloader's thread), for at most the back-pressure bound: with dead
- * space on the SSD the offload waits instead of failing; with none
- * (explicit-delete mode at the quota) it fails at once.
+ * The SSD quota. Every change promised its records' room before it was
+ * acknowledged (core/obj.h, "SSD quota owed"; a change the quota refuses
+ * waits in kv_tier_quota_room for a batch or a pass, else fails), and its
+ * puts place them with that room (fills_take). A put the buckets still
+ * refuse (-ENOSPC: the dead bytes a promise did not count are not yet
+ * reclaimed) is retried while compaction gives space back
+ * (kv_gc_make_room runs an urgent pass in the offloader's thread), for at
+ * most the back-pressure bound; when none comes back, a promised put is
+ * placed past the quota (bp_over), its room counted on the version it
+ * replaces.
  *
  * Locks: kt_lock guards the queue, kt_stop, kt_busy, kt_batches and the
  * spill list (kt_shead, ki_snext, ki_spillable; while the offloader holds
@@ -550,21 +555,21 @@ static int item_keep(struct item *it, const struct kv_inode *ino, const struct k
 	return 0;
 }
 
-/*
- * Puts take the quota promised to what they write, so their records
- * cannot be refused for room that others took (bp_fill): the quota the
- * extent's block owes (kv_obj_owe_need: every write and put promises it
- * before it is acknowledged), and a reserved extent's reservation (ki_resv,
- * ki_lock held exclusive), which leaves ino's set. What a put does not
- * place goes back to the block (fills_return), which gives it back to the
- * bucket set when it is freed.
- */
 /* Whose promise a put takes: its extent's block, or the object's (a record of no extent's bytes). */
 static uint64_t owed_of(const struct kv_bucket_put *p)
 {
 	return p->bp_flags == KV_REC_MANIFEST || !p->bp_len ? KV_OBJ_OWED_OWN : p->bp_index;
 }
 
+/*
+ * Puts take the quota promised to what they write, so their records
+ * cannot be refused for room that others took (bp_fill): what the extent's
+ * block or the version owes (core/obj.h, "SSD quota owed": every change
+ * promises it before it is acknowledged), and a reserved extent's
+ * reservation (ki_resv; obj the current version, ki_lock held exclusive),
+ * which leaves ino's set. What a put does not place goes back to obj
+ * (fills_return), which gives it back to the bucket set when it is freed.
+ */
 static void fills_take(struct kv_inode *ino, struct kv_obj *obj, struct kv_bucket_put *puts,
 		       uint32_t n)
 {
