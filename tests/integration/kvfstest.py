@@ -159,6 +159,18 @@ def read_file(path):
         return f.read()
 
 
+def client():
+    """The kvfs Python package (client/python: on PYTHONPATH, as ctest sets
+    it, or installed) on the libkvfs built with the kvfs under test, unless
+    KVFS_LIB names another."""
+    lib = os.path.join(os.path.dirname(KVFS), "client", "libkvfs.so")
+    if "KVFS_LIB" not in os.environ and os.path.exists(lib):
+        os.environ["KVFS_LIB"] = lib
+    import kvfs
+    kvfs.load()
+    return kvfs
+
+
 def stats_by_read(m):
     """MNT/.kvfs/stats read with os.read: Python's open() would ask isatty(),
     an ioctl (TCGETS) that the daemon counts like any other."""

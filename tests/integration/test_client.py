@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 """The client side of the ioctl path on a real mount: the Python module
-(client/python/kvfs.py over libkvfs) with numpy-free buffers — put, batch
+(client/python/kvfs over libkvfs) with numpy-free buffers — put, batch
 lookup with hits, misses and a prefix, get and compare every byte, remove by
 names and by prefix, values readable through read() and files written with
 write() fetched by get; layouts over shared memory; batches larger than one
@@ -25,7 +25,6 @@ import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "client", "python"))
 import kvfstest  # noqa: E402
 from kvfstest import pattern, read_file, write_file  # noqa: E402
 
@@ -35,14 +34,8 @@ kvfs = None  # the module, imported once the library's path is known
 def _tools():
     """Loads libkvfs next to the kvfs binary; returns the kvfs-bench path."""
     global kvfs
-    bindir = os.path.dirname(kvfstest.KVFS)
-    lib = os.path.join(bindir, "client", "libkvfs.so")
-    if os.path.exists(lib):
-        os.environ["KVFS_LIB"] = lib
-    import kvfs as mod
-    mod.load()
-    kvfs = mod
-    return os.path.join(bindir, "kvfs-bench")
+    kvfs = kvfstest.client()
+    return os.path.join(os.path.dirname(kvfstest.KVFS), "kvfs-bench")
 
 
 class PythonRoundTrip(kvfstest.KvfsTestCase):
@@ -505,6 +498,43 @@ class BenchTest(kvfstest.KvfsTestCase):
                            stderr=subprocess.PIPE)
         self.assertEqual(r.returncode, 2)
         self.assertIn(b"not a kvfs directory", r.stderr)
+
+
+class PackageTest(kvfstest.KvfsTestCase):
+    """client/python is a package: pip installs it, with no network, into a
+    fresh virtual environment, and `kvfs` and `kvfs.vllm` import from there,
+    outside the checkout, and move bytes through a mount."""
+
+    MOUNT_OPTS = ("--mem-size=64M",)
+    SCRIPT = """
+import os, sys
+import kvfs, kvfs.vllm
+assert kvfs.__file__.startswith(sys.prefix), kvfs.__file__
+assert kvfs.vllm.KvfsConnector
+with kvfs.Client(sys.argv[1]) as c:
+    data = os.urandom(100000)
+    assert c.put_buffers([("pkg/key", data)], flags=kvfs.PUT_MKDIR).ok == 1
+    out = bytearray(len(data))
+    assert c.get_into([("pkg/key", out)]).ok == 1 and out == data
+print("round trip from", kvfs.__file__)
+"""
+
+    def test_pip_install_into_a_venv(self):
+        src = os.path.join(os.path.dirname(os.path.dirname(HERE)), "client", "python")
+        venv = os.path.join(self.m.root, "venv")
+        subprocess.run(["/usr/bin/python3", "-m", "venv", "--system-site-packages", venv],
+                       check=True)
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        env["PIP_NO_INDEX"] = "1"  # nothing from the network, whatever pip.conf says
+        r = subprocess.run([os.path.join(venv, "bin", "pip"), "install", src], env=env,
+                           cwd="/", stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.assertEqual(r.returncode, 0, r.stdout.decode(errors="replace"))
+        env.setdefault("KVFS_LIB", os.path.join(os.path.dirname(kvfstest.KVFS), "client",
+                                                "libkvfs.so"))
+        r = subprocess.run([os.path.join(venv, "bin", "python"), "-c", self.SCRIPT, self.m.mnt],
+                           env=env, cwd="/", stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.assertEqual(r.returncode, 0, r.stdout.decode(errors="replace"))
+        self.assertIn(b"round trip from " + venv.encode(), r.stdout)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,6 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "client", "python"))
 import kvfstest  # noqa: E402
 
 E2E_ENV = dict(os.environ, ASAN_OPTIONS="detect_leaks=0")
@@ -40,12 +39,7 @@ def bindir():
 
 
 def kvfs_module():
-    lib = os.path.join(bindir(), "client", "libkvfs.so")
-    if os.path.exists(lib):
-        os.environ["KVFS_LIB"] = lib
-    import kvfs
-    kvfs.load()
-    return kvfs
+    return kvfstest.client()
 
 
 def run(args, timeout=300):

@@ -49,7 +49,6 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "client", "python"))
 import cephtest  # noqa: E402
 import kvfstest  # noqa: E402
 from kvfstest import pattern, read_file, write_file  # noqa: E402
@@ -135,11 +134,7 @@ class SharedTierTest(kvfstest.KvfsTestCase, cephtest.CephTestCase):
         big = pattern("big", 96 * MiB + 12345)  # 3x B's pool, not a multiple of an object
         write_synced(a.path("model", "big"), big)
         # a 32-layer ioctl put of two 2 MiB blocks on A
-        import kvfs as client
-        lib = os.path.join(os.path.dirname(kvfstest.KVFS), "client", "libkvfs.so")
-        if os.path.exists(lib):
-            os.environ["KVFS_LIB"] = lib
-        client.load()
+        client = kvfstest.client()
         ca = client.Client(a.mnt)
         self.addCleanup(ca.close)
         layers, lb, nblocks = 32, 64 * 1024, 2

@@ -24,8 +24,6 @@ import tempfile
 import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), "client", "python"))
 import kvfstest  # noqa: E402
 from kvfstest import pattern  # noqa: E402
 
@@ -85,11 +83,7 @@ class SsdFullTest(kvfstest.KvfsTestCase):
         self.remount_and_check(kept)
 
     def test_ioctl_puts_at_full_quota(self):
-        import kvfs
-        lib = os.path.join(os.path.dirname(kvfstest.KVFS), "client", "libkvfs.so")
-        if os.path.exists(lib):
-            os.environ["KVFS_LIB"] = lib
-        kvfs.load()
+        kvfs = kvfstest.client()
         kept, refused = {}, 0
         with kvfs.Client(self.m.mnt) as c:
             for b in range(15):  # batches of 10 keys: 150 MiB offered

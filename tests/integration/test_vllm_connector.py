@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""The vLLM KV connector (examples/vllm/kvfs_connector.py) end to end on a
+"""The vLLM KV connector (kvfs.vllm, client/python/kvfs/vllm.py) end to end on a
 real mount, through the host path: HOST_PROC regions stand in for the GPU
 tensors (the connector registers device tensors with register_device and
 CPU ones with register; everything else is the same code), and minimal
@@ -30,11 +30,7 @@ import os
 import sys
 from types import SimpleNamespace as NS
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(ROOT, "client", "python"))
-sys.path.insert(0, os.path.join(ROOT, "examples", "vllm"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kvfstest  # noqa: E402
 
 LAYERS, NUM_BLOCKS, BLOCK_SIZE, BLK = 8, 100, 16, 256  # BLK: bytes of one block of K (or V)
@@ -115,7 +111,8 @@ class Connector(kvfstest.KvfsTestCase):
     MOUNT_OPTS = ("--mem-size=256M",)
 
     def pair(self, **kw):
-        import kvfs_connector as kc
+        kvfstest.client()
+        from kvfs import vllm as kc
         sched = kc.KvfsConnector(config(self.m.mnt, **kw), kc.KVConnectorRole.SCHEDULER)
         worker = kc.KvfsConnector(config(self.m.mnt, **kw), kc.KVConnectorRole.WORKER)
         self.addCleanup(sched.close)
@@ -125,9 +122,6 @@ class Connector(kvfstest.KvfsTestCase):
         return sched, worker, tensors
 
     def test_prefix_load_save_and_share(self):
-        lib = os.path.join(os.path.dirname(kvfstest.KVFS), "client", "libkvfs.so")
-        if os.path.exists(lib):
-            os.environ["KVFS_LIB"] = lib
         tokens_a = list(range(1000, 1000 + 40 * BLOCK_SIZE))
         tokens_b = tokens_a + list(range(7000, 7000 + 24 * BLOCK_SIZE))
 
@@ -271,7 +265,8 @@ class Connector(kvfstest.KvfsTestCase):
         """Running requests as the versions of vLLM pass them: parallel lists
         with resumed_req_ids (None: no new block) or resumed_from_preemption,
         or one object per request."""
-        import kvfs_connector as kc
+        kvfstest.client()
+        from kvfs import vllm as kc
         want = [("a", [1], False, 3), ("b", [], True, 4)]
         cols = NS(req_ids=["a", "b"], resumed_req_ids={"b"}, new_block_ids=[([1],), None],
                   num_computed_tokens=[3, 4])
@@ -292,7 +287,8 @@ class Connector(kvfstest.KvfsTestCase):
         sets request.num_computed_tokens: loads start after the local hit. A
         block that fails to load is reported for recomputation. A KV layout
         other than (2, num_blocks, ...) is refused."""
-        import kvfs_connector as kc
+        kvfstest.client()
+        from kvfs import vllm as kc
         tokens = list(range(500, 500 + 40 * BLOCK_SIZE))
         sched, worker, t = self.pair()
         req = request("s", tokens)

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 """
-kvfs_connector — a vLLM v1 KV connector that keeps KV-cache blocks in kvfs.
+kvfs.vllm — a vLLM v1 KV connector that keeps KV-cache blocks in kvfs.
 
 vLLM hands the connector nothing but its KV-cache tensors (one per layer)
 and block ids; kvfs moves the bytes itself. The worker registers every
@@ -18,13 +18,12 @@ deployments whose blocks differ (tensor-parallel size, block size, KV
 dtype) from reading each other's bytes. A prompt's cached prefix is the leading run of hits of
 one batch lookup over its block hashes, for every tensor-parallel rank.
 
-Enable it in vLLM (the kv_connector_module_path form loads a connector
-from any importable module; put examples/vllm and client/python on
-PYTHONPATH):
+Enable it in vLLM once the kvfs Python package is installed (pip install
+./client/python, or the python3-kvfs package):
 
     vllm serve MODEL --kv-transfer-config '{
         "kv_connector": "KvfsConnector",
-        "kv_connector_module_path": "kvfs_connector",
+        "kv_connector_module_path": "kvfs.vllm",
         "kv_role": "kv_both",
         "kv_connector_extra_config": {"kvfs_path": "/mnt/kvfs"}}'
 
@@ -66,15 +65,11 @@ import enum
 import errno
 import hashlib
 import logging
-import os
-import sys
 from dataclasses import dataclass, field
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), "client", "python"))
-import kvfs  # noqa: E402
+import kvfs
 
-log = logging.getLogger("kvfs_connector")
+log = logging.getLogger("kvfs.vllm")
 
 try:  # the real base classes when vLLM is installed
     from vllm.distributed.kv_transfer.kv_connector.v1.base import (  # noqa: F401

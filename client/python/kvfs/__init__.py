@@ -3,8 +3,7 @@
 kvfs — the kvfs client library (libkvfs) from Python, on ctypes, standard
 library only (numpy works when present, and is never needed).
 
-    import sys; sys.path.insert(0, "client/python")      # from the repository
-    import kvfs
+    import kvfs                     # pip install ./client/python, or python3-kvfs
 
     with kvfs.Client("/mnt/kv/llama") as c:
         # any buffer-protocol object: bytes, bytearray, memoryview, array.array, numpy
@@ -35,14 +34,14 @@ the GIL during each library call, so batches from several threads run in
 parallel. Buffers must not be changed by Python while a put reads them, nor
 read while a get fills them.
 
-The shared library is found, in order, at $KVFS_LIB, in the build tree of
-this repository (build*/client/libkvfs.so), or by the dynamic linker.
+The shared library is found, in order, at $KVFS_LIB, next to this package
+(a copy shipped inside it), or by the dynamic linker (libkvfs.so.0, once
+kvfs is installed).
 """
 
 import ctypes
 import ctypes.util
 import errno as _errno
-import glob
 import os
 import threading
 
@@ -137,12 +136,10 @@ def _find_library():
     if env:
         return env
     here = os.path.dirname(os.path.abspath(__file__))
-    root = os.path.dirname(os.path.dirname(here))
-    for pattern in ("build/client/libkvfs.so", "build*/client/libkvfs.so"):
-        found = sorted(glob.glob(os.path.join(root, pattern)))
-        if found:
-            return found[0]
-    return ctypes.util.find_library("kvfs") or "libkvfs.so"
+    for name in ("libkvfs.so.0", "libkvfs.so"):
+        if os.path.exists(os.path.join(here, name)):
+            return os.path.join(here, name)
+    return ctypes.util.find_library("kvfs") or "libkvfs.so.0"
 
 
 def load(path=None):
