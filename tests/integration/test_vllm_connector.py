@@ -1,327 +1,327 @@
 # SPDX-License-Identifier: MIT
-"""The vLLM KV connector (kvfs.vllm, client/python/kvfs/vllm.py) end to end on a
-real mount, through the host path: HOST_PROC regions stand in for the GPU
-tensors (the connector registers device tensors with register_device and
-CPU ones with register; everything else is the same code), and minimal
-stand-ins for the vLLM objects it touches (config, request, allocated
-blocks, scheduler output) replace vLLM, which is not installed here.
+"""The vLLM KV connector (kvfs.vllm) end to end on a real mount, driven in
+the order vLLM's scheduler and worker call it, with stand-ins that follow
+vLLM's own types field by field (vllm_standins.py: SchedulerOutput,
+NewRequestData, CachedRequestData, Request with its block hashes,
+KVCacheBlocks, KVCacheConfig) and real torch tensors laid out as vLLM lays
+them now (one buffer per KV-cache group, each layer a [B, H, N, C] view of
+it in the LBNHC order: not contiguous):
 
-- a first connector pair (scheduler + worker) sees no hit for a 40-block
-  prompt, saves its 40 blocks of 8 layers (K and V apart, distinct bytes
-  per layer, block and side) in wait_for_save;
-- a second pair, with its own tensors and other block ids, is told 40 x
-  block_size matched tokens for a 64-block prompt that starts with those 40
-  blocks (and 40 x block_size - num_computed_tokens when some are computed
-  locally); its load fills exactly those 40 blocks of every layer with the
-  first pair's bytes, and no other block of any layer changes; it saves the
-  24 new blocks;
-- a third scheduler then matches all 64 blocks, the keys are
-  <model>/<tp rank>/<hash>, and a tensor-parallel size of 2 matches nothing
-  (rank 1 saved nothing);
-- a request followed over many steps saves each block when a step fills
-  it: three chunks of a chunked prefill, a preemption (its blocks replaced,
-  the saved prefix loaded back), decode steps until generated tokens fill
-  a block (speculative tokens not counted); another connector then loads
-  prompt and generated blocks with the right bytes.
+- a prompt whose first 40 of 64 blocks another engine saved (chunked
+  prefill, then decode steps that fill blocks) gets 40 blocks' tokens
+  matched, and the load fills exactly those blocks of every layer, every
+  other byte untouched; blocks held already are not saved again;
+- a request preempted after its first 5 blocks and resumed into other
+  blocks (resumed_req_ids: its block ids replaced) saves the other 7 from
+  the new blocks, and another engine loads all 12 byte-exact;
+- keys come from vLLM's block hashes: the same tokens under another LoRA
+  adapter, cache_salt or image match nothing; a prompt given as
+  embeddings (no token ids) saves and loads;
+- two tensor-parallel ranks and two pipeline stages: a block is a hit only
+  once every (tp, pp) rank saved it, and their keys differ;
+- without PYTHONHASHSEED the connector refuses to start, naming it;
+- the daemon killed between steps: no call raises, lookups match nothing,
+  saves and loads are counted as failed and the loads' blocks reported to
+  vLLM; after a remount the same connector hits again.
 """
 
 import hashlib
 import os
+import shutil
+import signal
 import sys
-from types import SimpleNamespace as NS
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kvfstest  # noqa: E402
+import vllm_standins as V  # noqa: E402
 
-LAYERS, NUM_BLOCKS, BLOCK_SIZE, BLK = 8, 100, 16, 256  # BLK: bytes of one block of K (or V)
-SENTINEL = 0xEE
-KEY_DIR = ("org--tiny-llm", "tp1-bs16-auto", "0")  # <model>/<shape>/<tp rank>
+try:
+    import torch
+except ImportError:  # scripts/deps.sh installs python3-torch
+    torch = None
 
-
-class FakeTensor(bytearray):
-    """A CPU 'tensor' of shape (2, NUM_BLOCKS, ...): K blocks then V blocks."""
-
-    def __init__(self):
-        super().__init__(bytes([SENTINEL]) * (2 * NUM_BLOCKS * BLK))
-        self.shape = (2, NUM_BLOCKS, BLOCK_SIZE, BLK // BLOCK_SIZE)
-        self.nbytes = len(self)
-        self.is_cuda = False
-
-    def block(self, side, b):
-        off = side * NUM_BLOCKS * BLK + b * BLK
-        return bytes(self[off:off + BLK])
-
-    def fill(self, side, b, data):
-        off = side * NUM_BLOCKS * BLK + b * BLK
-        self[off:off + BLK] = data
+LAYERS, NUM_BLOCKS, BS, H, D = 4, 96, 16, 2, 8
+LAYER_NAMES = ["model.layers.%d.self_attn.attn" % i for i in range(LAYERS)]
 
 
-def content(layer, side, logical):
-    """What the 'model' computes for logical block `logical` of a layer's K (0) or V (1)."""
-    seed = ("%d/%d/%d" % (layer, side, logical)).encode()
-    return b"".join(hashlib.sha256(seed + bytes([i])).digest() for i in range(BLK // 32))
+def spec():
+    return V.FullAttentionSpec(block_size=BS, num_kv_heads=H, head_size=D, dtype=torch.bfloat16)
 
 
-def config(mnt, tp_size=1, tp_rank=0):
-    return NS(kv_transfer_config=NS(kv_connector_extra_config={"kvfs_path": mnt,
-                                                               "tp_rank": tp_rank}),
-              model_config=NS(model="org/tiny-llm"),
-              cache_config=NS(block_size=BLOCK_SIZE),
-              parallel_config=NS(tensor_parallel_size=tp_size))
+def kv_caches():
+    """One buffer for the group; each layer a [B, H, N, 2D] view in LBNHC order."""
+    raw = torch.zeros(LAYERS, NUM_BLOCKS, BS, H, 2 * D, dtype=torch.bfloat16)
+    return raw, {n: raw[i].permute(0, 2, 1, 3) for i, n in enumerate(LAYER_NAMES)}
 
 
-class Blocks:
-    def __init__(self, ids):
-        self.ids = list(ids)
-
-    def get_block_ids(self):
-        return (self.ids,)
-
-
-def request(rid, tokens, computed=0):
-    return NS(request_id=rid, prompt_token_ids=tokens, num_computed_tokens=computed)
+def content(h, layer):
+    """What the 'model' computes for the block whose hash is h, in a layer."""
+    g = torch.Generator().manual_seed(int.from_bytes(hashlib.sha256(h).digest()[:7], "big")
+                                      + layer)
+    return torch.randint(0, 200, (H, BS, 2 * D), generator=g).to(torch.bfloat16)
 
 
-def step(sched, req, block_ids, external):
-    """The scheduler's side of one prefill step of `req`; returns the metadata."""
-    sched.update_state_after_alloc(req, Blocks(block_ids), external)
-    computed = req.num_computed_tokens + external
-    new = NS(req_id=req.request_id, prompt_token_ids=req.prompt_token_ids,
-             block_ids=(list(block_ids),), num_computed_tokens=computed)
-    out = NS(scheduled_new_reqs=[new],
-             num_scheduled_tokens={req.request_id: len(req.prompt_token_ids) - computed})
-    return sched.build_connector_meta(out)
+class Engine:
+    """One engine's connector pair (scheduler and worker role), its KV cache
+    and the scheduler's bookkeeping of block ids, driven step by step."""
+
+    def __init__(self, test, mnt, **cfg):
+        from kvfs import vllm as kc
+        self.kc = kc
+        conf = V.vllm_config(mnt, block_size=BS, **cfg)
+        kcc = V.kv_cache_config(NUM_BLOCKS, LAYER_NAMES, spec())
+        self.sched = kc.KvfsConnector(conf, kc.KVConnectorRole.SCHEDULER, kcc)
+        self.worker = kc.KvfsConnector(conf, kc.KVConnectorRole.WORKER, kcc)
+        test.addCleanup(self.sched.shutdown)
+        test.addCleanup(self.worker.shutdown)
+        self.raw, self.caches = kv_caches()
+        self.worker.register_kv_caches(self.caches)
+        self.free = list(range(NUM_BLOCKS))
+        self.blocks = {}  # req id -> block ids
+
+    def forward(self, meta, compute):
+        """The worker's side of a step: load, 'compute' (request, block index) pairs, save."""
+        w = self.worker
+        w.bind_connector_metadata(meta)
+        w.start_load_kv(None)
+        for layer, name in enumerate(LAYER_NAMES):
+            w.wait_for_layer_load(name)
+            for req, b in compute:
+                self.caches[name][self.blocks[req.request_id][b]] = content(
+                    req.block_hashes[b], layer)
+            w.save_kv_layer(name, self.caches[name], None)
+        w.wait_for_save()
+        errors = w.get_block_ids_with_load_errors()
+        w.clear_connector_metadata()
+        return errors
+
+    def prefill(self, req, chunk=None):
+        """Schedules req's prompt (in chunks of `chunk` tokens); returns the
+        matched tokens and the load errors of the first step."""
+        matched, load_async = self.sched.get_num_new_matched_tokens(req, 0)
+        assert load_async is False
+        need = -(-req.num_prompt_tokens // BS)
+        ids = [self.free.pop(0) for _ in range(need)]
+        self.blocks[req.request_id] = ids
+        self.sched.update_state_after_alloc(req, V.kv_blocks(ids), matched)
+        req.num_computed_tokens = matched
+        first, errors = True, set()
+        while req.num_computed_tokens < req.num_prompt_tokens:
+            n = min(chunk or req.num_prompt_tokens, req.num_prompt_tokens - req.num_computed_tokens)
+            if first:
+                out = V.scheduler_output(
+                    new=[V.NewRequestData.from_request(req, (list(ids),))],
+                    num_scheduled={req.request_id: n})
+            else:
+                out = V.scheduler_output(cached=V.CachedRequestData(
+                    [req.request_id], set(), [[]], {}, [None], [req.num_computed_tokens], [0]),
+                    num_scheduled={req.request_id: n})
+            start, end = req.num_computed_tokens // BS, (req.num_computed_tokens + n) // BS
+            e = self.forward(self.sched.build_connector_meta(out),
+                             [(req, b) for b in range(start, min(end, len(req.block_hashes)))
+                              if b >= matched // BS])
+            errors |= e if first else set()
+            req.num_computed_tokens += n
+            first = False
+        return matched, errors
+
+    def decode(self, req, tokens):
+        """Decode steps, one token each; a block that fills is saved."""
+        for t in tokens:
+            if req.num_tokens % BS == 0:
+                new = [self.free.pop(0)]
+                self.blocks[req.request_id].append(new[0])
+            else:
+                new = []
+            req.append_output_token_ids(t)
+            out = V.scheduler_output(cached=V.CachedRequestData(
+                [req.request_id], set(), [[]], {}, [(new,)], [req.num_computed_tokens], [1]),
+                num_scheduled={req.request_id: 1})
+            b = req.num_computed_tokens // BS
+            full = (req.num_computed_tokens + 1) % BS == 0
+            self.forward(self.sched.build_connector_meta(out), [(req, b)] if full else [])
+            req.num_computed_tokens += 1
+
+    def finish(self, req):
+        assert self.sched.request_finished(req, self.blocks[req.request_id]) == (False, None)
+        self.free += self.blocks.pop(req.request_id)
 
 
-def forward(worker, meta, tensors, compute):
-    """The worker's side of a step: load, 'compute' blocks (logical -> physical), save."""
-    worker.bind_connector_metadata(meta)
-    worker.start_load_kv(NS())
-    for layer, name in enumerate(tensors):
-        worker.wait_for_layer_load(name)
-        for logical, phys in compute:
-            for side in (0, 1):
-                tensors[name].fill(side, phys, content(layer, side, logical))
-        worker.save_kv_layer(name, tensors[name], None)
-    worker.wait_for_save()
-    worker.clear_connector_metadata()
+def request(rid, tokens, **kw):
+    return V.Request(rid, tokens, block_hasher=V.get_request_block_hasher(BS), **kw)
 
 
-class Connector(kvfstest.KvfsTestCase):
+class ConnectorTest(kvfstest.KvfsTestCase):
     MOUNT_OPTS = ("--mem-size=256M",)
 
-    def pair(self, **kw):
+    def setUp(self):
+        os.environ.setdefault("PYTHONHASHSEED", "0")
         kvfstest.client()
-        from kvfs import vllm as kc
-        sched = kc.KvfsConnector(config(self.m.mnt, **kw), kc.KVConnectorRole.SCHEDULER)
-        worker = kc.KvfsConnector(config(self.m.mnt, **kw), kc.KVConnectorRole.WORKER)
-        self.addCleanup(sched.close)
-        self.addCleanup(worker.close)
-        tensors = {"model.layers.%d.self_attn" % i: FakeTensor() for i in range(LAYERS)}
-        worker.register_kv_caches(tensors)
-        return sched, worker, tensors
+        super().setUp()
+
+    def layer_block(self, eng, layer, block_id):
+        return eng.caches[LAYER_NAMES[layer]][block_id]
 
     def test_prefix_load_save_and_share(self):
-        tokens_a = list(range(1000, 1000 + 40 * BLOCK_SIZE))
-        tokens_b = tokens_a + list(range(7000, 7000 + 24 * BLOCK_SIZE))
+        a = Engine(self, self.m.mnt)
+        tokens = list(range(1000, 1000 + 38 * BS + 5))
+        r = request("a", tokens)
+        self.assertEqual(a.prefill(r, chunk=7 * BS), (0, set()))  # nothing stored yet
+        a.decode(r, range(5000, 5000 + 2 * BS - 5))  # fills blocks 38 and 39
+        self.assertEqual(len(r.block_hashes), 40)
+        self.assertEqual(a.sched.stats()["hit_blocks"], 0)
+        self.assertEqual(a.worker.stats()["saved_blocks"], 40)
+        a.finish(r)
 
-        # First pair: nothing stored yet; its 40-block prompt is computed and saved.
-        sched, worker, ta = self.pair()
-        req = request("a", tokens_a)
-        self.assertEqual(sched.get_num_new_matched_tokens(req, 0), (0, False))
-        blocks_a = [99 - i for i in range(40)]
-        meta = step(sched, req, blocks_a, 0)
-        self.assertEqual([(r.load, len(r.block_ids)) for r in meta.requests], [(False, 40)])
-        forward(worker, meta, ta, list(enumerate(blocks_a)))
-        self.assertEqual(worker.stats["saved_blocks"], 40)
-        self.assertEqual(worker.stats["failed_blocks"], 0)
-        self.assertEqual(sched.request_finished(req, blocks_a), (False, None))
-        keys = sorted(os.listdir(self.m.path(*KEY_DIR)))
-        self.assertEqual(len(keys), 40)
-        self.assertEqual(os.stat(self.m.path(*KEY_DIR, keys[0])).st_size, LAYERS * 2 * BLK)
+        b = Engine(self, self.m.mnt)
+        sentinel = torch.full_like(b.raw, 7)
+        b.raw.copy_(sentinel)
+        r2 = request("b", list(r.all_token_ids) + list(range(9000, 9000 + 24 * BS)))
+        matched, errors = b.prefill(r2)
+        self.assertEqual((matched, errors), (40 * BS, set()))
+        ids = b.blocks["b"]
+        for layer in range(LAYERS):
+            for i in range(NUM_BLOCKS):
+                got = self.layer_block(b, layer, i)
+                if i in ids[:40]:
+                    want = content(r.block_hashes[ids.index(i)], layer)
+                elif i in ids[40:64]:
+                    want = content(r2.block_hashes[ids.index(i)], layer)
+                else:
+                    want = sentinel[layer, i].permute(1, 0, 2)
+                self.assertTrue(torch.equal(got, want), "layer %d block %d" % (layer, i))
+        self.assertEqual(b.worker.stats()["loaded_blocks"], 40)
+        self.assertEqual(b.worker.stats()["saved_blocks"], 24)  # the 40 held are not saved again
 
-        # Second pair: 40 of the 64 blocks hit; they load into other block ids.
-        sched2, worker2, tb = self.pair()
-        req = request("b", tokens_b)
-        self.assertEqual(sched2.get_num_new_matched_tokens(req, 0), (40 * BLOCK_SIZE, False))
-        self.assertEqual(sched2.get_num_new_matched_tokens(request("b2", tokens_b, 5 * 16),
-                                                           5 * BLOCK_SIZE),
-                         (35 * BLOCK_SIZE, False))
-        blocks_b = [3 + 2 * i for i in range(40)] + [4 + 2 * i for i in range(24)]
-        meta = step(sched2, req, blocks_b, 40 * BLOCK_SIZE)
-        self.assertEqual(sorted((r.load, len(r.block_ids)) for r in meta.requests),
-                         [(False, 24), (True, 40)])
-        worker2.bind_connector_metadata(meta)
-        worker2.start_load_kv(NS())
-        worker2.clear_connector_metadata()
-        self.assertEqual(worker2.stats["loaded_blocks"], 40)
-        loaded = dict((phys, logical) for logical, phys in enumerate(blocks_b[:40]))
-        for layer, name in enumerate(tb):
-            for side in (0, 1):
-                for b in range(NUM_BLOCKS):
-                    got = tb[name].block(side, b)
-                    if b in loaded:
-                        self.assertEqual(got, content(layer, side, loaded[b]),
-                                         (name, side, b))
-                    else:
-                        self.assertEqual(got, bytes([SENTINEL]) * BLK, (name, side, b))
-        # ... and its step computes and saves the 24 new blocks.
-        forward(worker2, meta, tb, [(40 + i, blocks_b[40 + i]) for i in range(24)])
-        self.assertEqual(worker2.stats["saved_blocks"], 24)
-        self.assertEqual(len(os.listdir(self.m.path(*KEY_DIR))), 64)
+    def test_preemption_and_resume(self):
+        a = Engine(self, self.m.mnt)
+        r = request("p", list(range(3, 3 + 12 * BS + 3)))
+        self.assertEqual(a.sched.get_num_new_matched_tokens(r, 0), (0, False))
+        old = [a.free.pop(0) for _ in range(13)]
+        a.blocks["p"] = old
+        a.sched.update_state_after_alloc(r, V.kv_blocks(old), 0)
+        out = V.scheduler_output(new=[V.NewRequestData.from_request(r, (list(old),))],
+                                 num_scheduled={"p": 5 * BS})
+        a.forward(a.sched.build_connector_meta(out), [(r, b) for b in range(5)])
+        # preempted: its blocks go to another request, which writes over them
+        a.raw.view(LAYERS, NUM_BLOCKS, -1)[:, old, :] = 0
+        new = [a.free.pop() for _ in range(13)]
+        a.blocks["p"] = new
+        r.num_computed_tokens = 0  # recomputed from the start, into new blocks
+        out = V.scheduler_output(cached=V.CachedRequestData(
+            ["p"], {"p"}, [[]], {}, [(list(new),)], [0], [0]), num_scheduled={"p": 12 * BS + 3})
+        meta = a.sched.build_connector_meta(out)
+        self.assertEqual([len(m.hashes) for m in meta.requests], [7])  # 0-4 were saved
+        a.forward(meta, [(r, b) for b in range(12)])
+        b = Engine(self, self.m.mnt)
+        r2 = request("q", list(r.all_token_ids))
+        self.assertEqual(b.prefill(r2)[0], 12 * BS)
+        for layer in range(LAYERS):
+            for i, bid in enumerate(b.blocks["q"][:12]):
+                self.assertTrue(torch.equal(self.layer_block(b, layer, bid),
+                                            content(r.block_hashes[i], layer)), (layer, i))
 
-        # A third scheduler sees all 64 blocks (the last prompt token is always computed).
-        sched3, _, _ = self.pair()
-        longer = request("c", tokens_b + [1, 2, 3, 4, 5])
-        self.assertEqual(sched3.get_num_new_matched_tokens(longer, 0),
-                         (64 * BLOCK_SIZE, False))
-        self.assertEqual(sched3.get_num_new_matched_tokens(request("c2", tokens_b), 0),
-                         (63 * BLOCK_SIZE, False))
-        # Tensor parallelism: rank 1 saved nothing, so no block is complete for TP=2.
-        sched4, _, _ = self.pair(tp_size=2)
-        self.assertEqual(sched4.get_num_new_matched_tokens(longer, 0), (0, False))
+    def test_keys_follow_block_hashes(self):
+        a = Engine(self, self.m.mnt)
+        tokens = list(range(64 * BS + 1))
+        base = request("base", tokens)
+        a.prefill(base)
+        a.finish(base)
+        lora = V.LoRARequest("adapter-1", 1)
+        image = V.MultiModalFeatureSpec(None, "image", "img-42", V.PlaceholderRange(100, 50))
+        for kw, want in (({"lora_request": lora}, 0),  # in every block's hash
+                         ({"cache_salt": "tenant-2"}, 0),  # in the first, so in the chain
+                         ({"mm_features": [image]}, 6)):  # from the block holding token 100
+            other = request("other", tokens, **kw)
+            self.assertEqual(a.sched.get_num_new_matched_tokens(other, 0), (want * BS, False), kw)
+            a.sched.request_finished(other, [])
+        self.assertEqual(a.sched.get_num_new_matched_tokens(request("same", tokens), 0),
+                         (64 * BS, False))
+        # a prompt of embeddings, no token ids: its hashes make its keys
+        emb = torch.arange(33 * BS * 4, dtype=torch.float32).view(33 * BS, 4)
+        hasher = V.get_request_block_hasher(BS)
+        self.assertEqual(a.prefill(V.Request("e1", None, prompt_embeds=emb,
+                                             block_hasher=hasher)), (0, set()))
+        e2 = V.Request("e2", None, prompt_embeds=emb.clone(), block_hasher=hasher)
+        self.assertEqual(a.sched.get_num_new_matched_tokens(e2, 0), (32 * BS, False))
+        e3 = V.Request("e3", None, prompt_embeds=emb + 1, block_hasher=hasher)
+        self.assertEqual(a.sched.get_num_new_matched_tokens(e3, 0), (0, False))
 
-    def test_chunked_prefill_preemption_and_decode(self):
-        tokens = list(range(3000, 3000 + 48 * BLOCK_SIZE + 5))
-        sched, worker, t = self.pair()
-        req = request("r", tokens)
-        req.all_token_ids = list(tokens)
-        self.assertEqual(sched.get_num_new_matched_tokens(req, 0), (0, False))
-        sched.update_state_after_alloc(req, Blocks(range(16)), 0)
-        saved = {}  # logical block -> physical block it was saved from
+    def test_tensor_and_pipeline_ranks(self):
+        tokens = list(range(5 * BS + 1))
+        ranks = [(tp, pp) for tp in range(2) for pp in range(2)]
+        engines = {}
+        for tp, pp in ranks:
+            engines[tp, pp] = Engine(self, self.m.mnt, tp_size=2, pp_size=2, tp_rank=tp,
+                                     pp_rank=pp)
+        keys = {e.worker.key("ab") for e in engines.values()}
+        self.assertEqual(len(keys), 4)
+        for n, (tp, pp) in enumerate(ranks):
+            r = request("r%d" % n, tokens)
+            matched, _ = engines[tp, pp].prefill(r)
+            self.assertEqual(matched, 0, (tp, pp))  # not every rank had it before this one
+        probe = request("probe", tokens)
+        for e in engines.values():
+            self.assertEqual(e.sched.get_num_new_matched_tokens(probe, 0), (5 * BS, False))
 
-        def run(out, compute):
-            meta = sched.build_connector_meta(out)
-            for rm in meta.requests:
-                if not rm.load:
-                    first = len(saved)
-                    for i, phys in enumerate(rm.block_ids):
-                        saved[first + i] = phys
-            forward(worker, meta, t, compute)
-            return meta
-
-        def cached(ids, resumed, computed, scheduled, spec=()):
-            return NS(scheduled_new_reqs=[],
-                      scheduled_cached_reqs=NS(req_ids=["r"], resumed_req_ids=resumed,
-                                               new_block_ids=[(list(ids),)],
-                                               num_computed_tokens=[computed]),
-                      num_scheduled_tokens={"r": scheduled},
-                      scheduled_spec_decode_tokens={"r": list(spec)} if spec else {})
-
-        # chunk 1: 16 blocks
-        new = NS(req_id="r", prompt_token_ids=tokens, block_ids=(list(range(16)),),
-                 num_computed_tokens=0)
-        run(NS(scheduled_new_reqs=[new], scheduled_cached_reqs=NS(
-            req_ids=[], resumed_req_ids=set(), new_block_ids=[], num_computed_tokens=[]),
-            num_scheduled_tokens={"r": 16 * BLOCK_SIZE}), [(b, b) for b in range(16)])
-        self.assertEqual(sorted(saved), list(range(16)))
-        # preempted, then resumed: 16 blocks load back into new ids, chunk 2 computes 16 more
-        ids = [50 + i for i in range(32)]
-        self.assertEqual(sched.get_num_new_matched_tokens(req, 0), (16 * BLOCK_SIZE, False))
-        sched.update_state_after_alloc(req, Blocks(ids), 16 * BLOCK_SIZE)
-        meta = run(cached(ids, {"r"}, 16 * BLOCK_SIZE, 16 * BLOCK_SIZE),
-                   [(16 + i, ids[16 + i]) for i in range(16)])
-        self.assertEqual([(r.load, r.block_ids) for r in meta.requests],
-                         [(True, ids[:16]), (False, ids[16:32])])
-        # chunk 3: the prompt's last 16 full blocks and its partial one
-        more = [82 + i for i in range(17)]
-        ids += more
-        run(cached(more, set(), 32 * BLOCK_SIZE, 16 * BLOCK_SIZE + 5),
-            [(32 + i, ids[32 + i]) for i in range(16)])
-        self.assertEqual(len(saved), 48)
-        # decode: one token a step; block 48 fills at 784 computed tokens
-        computed = len(tokens)
-        for k in range(11):
-            req.all_token_ids.append(9000 + k)  # sampled in the step before
-            spec = [1, 2] if k == 9 else ()  # drafts not yet accepted: not computed KV
-            meta = run(cached([], set(), computed, 1 + len(spec), spec),
-                       [(48, ids[48])] if k == 10 else [])
-            computed += 1
-            self.assertEqual(len(saved), 48 if k < 10 else 49, k)
-        self.assertEqual(saved[48], ids[48])
-        self.assertEqual(worker.stats["saved_blocks"], 49)
-        self.assertEqual(worker.stats["failed_blocks"], 0)
-        sched.request_finished(req, ids)
-
-        # Another pair matches prompt and generated blocks and loads their bytes.
-        sched2, worker2, t2 = self.pair()
-        seq = request("s", req.all_token_ids + [7])
-        self.assertEqual(sched2.get_num_new_matched_tokens(seq, 0), (49 * BLOCK_SIZE, False))
-        dst = [i + 1 for i in range(49)]
-        sched2.update_state_after_alloc(seq, Blocks(dst), 49 * BLOCK_SIZE)
-        meta = sched2.build_connector_meta(NS(scheduled_new_reqs=[], num_scheduled_tokens={}))
-        worker2.bind_connector_metadata(meta)
-        worker2.start_load_kv(NS())
-        worker2.clear_connector_metadata()
-        self.assertEqual(worker2.stats["loaded_blocks"], 49)
-        for layer, name in enumerate(t2):
-            for logical, phys in enumerate(dst):
-                for side in (0, 1):
-                    self.assertEqual(t2[name].block(side, phys), content(layer, side, logical),
-                                     (name, logical, side))
-
-
-    def test_scheduler_output_shapes(self):
-        """Running requests as the versions of vLLM pass them: parallel lists
-        with resumed_req_ids (None: no new block) or resumed_from_preemption,
-        or one object per request."""
-        kvfstest.client()
+    def test_refused_without_hash_seed(self):
         from kvfs import vllm as kc
-        want = [("a", [1], False, 3), ("b", [], True, 4)]
-        cols = NS(req_ids=["a", "b"], resumed_req_ids={"b"}, new_block_ids=[([1],), None],
-                  num_computed_tokens=[3, 4])
-        older = NS(req_ids=["a", "b"], resumed_from_preemption=[False, True],
-                   new_block_ids=[([1],), ([],)], num_computed_tokens=[3, 4])
-        per_req = [NS(req_id="a", resumed_from_preemption=False, new_block_ids=([1],),
-                      num_computed_tokens=3),
-                   NS(req_id="b", resumed_from_preemption=True, new_block_ids=[],
-                      num_computed_tokens=4)]
-        for c in (cols, older, per_req):
-            got = [(r, kc._group0(ids), res, n) for r, ids, res, n in
-                   kc._cached_reqs(NS(scheduled_cached_reqs=c))]
-            self.assertEqual(got, want, c)
-        self.assertEqual(list(kc._cached_reqs(NS())), [])
+        seed = os.environ.pop("PYTHONHASHSEED")
+        try:
+            with self.assertRaises(kc.ConfigError) as e:
+                kc.KvfsConnector(V.vllm_config(self.m.mnt), kc.KVConnectorRole.SCHEDULER,
+                                 V.kv_cache_config(NUM_BLOCKS, LAYER_NAMES, spec()))
+            self.assertIn("PYTHONHASHSEED", str(e.exception))
+        finally:
+            os.environ["PYTHONHASHSEED"] = seed
 
-    def test_local_hit_load_errors_and_layouts(self):
-        """vLLM asks with its local prefix-cache hit, then allocates before it
-        sets request.num_computed_tokens: loads start after the local hit. A
-        block that fails to load is reported for recomputation. A KV layout
-        other than (2, num_blocks, ...) is refused."""
-        kvfstest.client()
-        from kvfs import vllm as kc
-        tokens = list(range(500, 500 + 40 * BLOCK_SIZE))
-        sched, worker, t = self.pair()
-        req = request("s", tokens)
-        sched.get_num_new_matched_tokens(req, 0)
-        ids = list(range(40))
-        forward(worker, step(sched, req, ids, 0), t, list(enumerate(ids)))
-        self.assertEqual(worker.stats["saved_blocks"], 40)
+    def test_unaddressable_layout_refused(self):
+        a = Engine(self, self.m.mnt)
+        name = "model.layers.0.self_attn.attn"
+        bad = {name: torch.zeros(NUM_BLOCKS, H, BS, 4 * D)[:, :, :, ::2]}  # every other element
+        with self.assertRaises(ValueError) as err:
+            a.worker.register_kv_caches(bad)
+        for part in (name, str(list(bad[name].shape)), str(list(bad[name].stride()))):
+            self.assertIn(part, str(err.exception))
 
-        sched2, worker2, _ = self.pair()
-        req = request("l", tokens + [1])  # as vLLM passes it: num_computed_tokens still 0
-        self.assertEqual(sched2.get_num_new_matched_tokens(req, 5 * BLOCK_SIZE),
-                         (35 * BLOCK_SIZE, False))
-        ids2 = [60 + i for i in range(41)]
-        sched2.update_state_after_alloc(req, Blocks(ids2), 35 * BLOCK_SIZE)
-        meta = sched2.build_connector_meta(NS(scheduled_new_reqs=[], num_scheduled_tokens={}))
-        hashes = kc.block_hashes(tokens, BLOCK_SIZE)
-        self.assertEqual([(r.load, r.block_ids, r.hashes) for r in meta.requests],
-                         [(True, ids2[5:40], hashes[5:40])])
-        os.unlink(self.m.path(*KEY_DIR, hashes[10]))  # gone since the lookup
-        worker2.bind_connector_metadata(meta)
-        worker2.start_load_kv(NS())
-        worker2.clear_connector_metadata()
-        self.assertEqual(worker2.stats["loaded_blocks"], 34)
-        self.assertEqual(worker2.get_block_ids_with_load_errors(), {ids2[10]})
-        self.assertEqual(worker2.get_block_ids_with_load_errors(), set())
-
-        other = kc.KvfsConnector(config(self.m.mnt), kc.KVConnectorRole.WORKER)
-        self.addCleanup(other.close)
-        flashinfer = FakeTensor()
-        flashinfer.shape = (NUM_BLOCKS, 2, BLOCK_SIZE, BLK // BLOCK_SIZE)
-        with self.assertRaises(ValueError):
-            other.register_kv_caches({"model.layers.0.self_attn": flashinfer})
+    def test_daemon_killed_and_back(self):
+        root = tempfile.mkdtemp(prefix="kvfs-it-back-", dir="/tmp")
+        self.addCleanup(shutil.rmtree, root, True)
+        m1 = self.mount(root=root, name="first")
+        a = Engine(self, m1.mnt)
+        tokens = list(range(10 * BS + 1))
+        a.prefill(request("a", tokens))
+        fd = os.open(m1.mnt, os.O_RDONLY)  # durable before the kill (fsync of the root: syncfs)
+        os.fsync(fd)
+        os.close(fd)
+        m1.signal(signal.SIGKILL)
+        m1.wait_exit()
+        # the mount is there, its daemon is not: every call answers, none raises
+        self.assertEqual(a.sched.get_num_new_matched_tokens(request("b", tokens), 0), (0, False))
+        h = request("c", tokens).block_hashes[2].hex()
+        meta = a.kc.KvfsConnectorMetadata([a.kc.ReqMeta("x", [h], [3], True),
+                                           a.kc.ReqMeta("x", [h], [4], False)])
+        self.assertEqual(a.forward(meta, []), {3})  # vLLM recomputes block 3
+        st = a.worker.stats()
+        self.assertEqual((st["failed_loads"], st["failed_saves"]), (1, 1))
+        self.assertGreater(a.sched.stats()["errors"], 0)
+        m1.cleanup()
+        # a kvfs on the same data at the same path: the same connector uses it again
+        m2 = self.mount(root=root, name="again")
+        self.assertEqual(m2.mnt, m1.mnt)
+        self.assertEqual(a.sched.get_num_new_matched_tokens(request("d", tokens), 0),
+                         (10 * BS, False))
+        before = a.worker.stats()["loaded_blocks"]
+        self.assertEqual(a.forward(a.kc.KvfsConnectorMetadata(
+            [a.kc.ReqMeta("d", [h], [5], True)]), []), set())
+        self.assertEqual(a.worker.stats()["loaded_blocks"], before + 1)
+        for layer in range(LAYERS):
+            want = content(request("e", tokens).block_hashes[2], layer)
+            self.assertTrue(torch.equal(self.layer_block(a, layer, 5), want), layer)
+        a.sched.shutdown()  # the mount's handles go before it is unmounted
+        a.worker.shutdown()
 
 
 if __name__ == "__main__":
-    kvfstest.main()
+    kvfstest.main(skip_if=lambda: None if torch else "python3-torch is not installed")

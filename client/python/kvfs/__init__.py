@@ -46,11 +46,13 @@ import os
 import threading
 
 __all__ = ["Client", "Region", "Layout", "BatchResult", "load", "PUT_NOREPLACE", "PUT_MKDIR",
-           "REMOVE_RECURSIVE", "KEY_PRESENT", "KEY_SEALED", "KEY_DIR", "KEY_DRAM", "KEY_SSD"]
+           "REMOVE_RECURSIVE", "KEY_PRESENT", "KEY_SEALED", "KEY_DIR", "KEY_DRAM", "KEY_SSD",
+           "LAYOUT_MAX_SEGS"]
 
 PUT_NOREPLACE = 1  # an existing key fails with -EEXIST and keeps its value
 PUT_MKDIR = 2  # create missing parent directories
 REMOVE_RECURSIVE = 1  # a directory name removes it and everything below it
+LAYOUT_MAX_SEGS = 256  # segments of one layout (KVFS_LAYOUT_MAX_SEGS)
 
 # per-key flags (BatchResult.flags), as in kvfs_ioctl.h
 KEY_PRESENT, KEY_SEALED, KEY_DIR, KEY_DRAM, KEY_SSD = 1, 2, 4, 8, 16

@@ -2,79 +2,72 @@
 """
 kvfs.vllm — a vLLM v1 KV connector that keeps KV-cache blocks in kvfs.
 
-vLLM hands the connector nothing but its KV-cache tensors (one per layer)
-and block ids; kvfs moves the bytes itself. The worker registers every
-layer's tensor once (device memory: kvfs' CUDA backend; CPU memory: the
-host path) and one *layout* over all of them, so "block 17" means the
-concatenation of block 17's K and V slices of every layer. A save is then
-one batch put of (key, block id) pairs and a load one batch get: the daemon
-copies device -> DRAM and DRAM (or SSD) -> device on its own streams.
+Enable it once the kvfs package is installed (pip install ./client/python):
 
-Keys are `<model>/tp<N>-bs<B>-<kv dtype>/<tp rank>/<block hash>`: the hash
-of a full block chains the hash of the block before it with the block's
-token ids (SHA-256, so every process and every node names a prefix the same
-way), the model name with "/" spelt "--"; the shape component keeps
-deployments whose blocks differ (tensor-parallel size, block size, KV
-dtype) from reading each other's bytes. A prompt's cached prefix is the leading run of hits of
-one batch lookup over its block hashes, for every tensor-parallel rank.
-
-Enable it in vLLM once the kvfs Python package is installed (pip install
-./client/python, or the python3-kvfs package):
-
-    vllm serve MODEL --kv-transfer-config '{
+    PYTHONHASHSEED=0 vllm serve MODEL --kv-transfer-config '{
         "kv_connector": "KvfsConnector",
         "kv_connector_module_path": "kvfs.vllm",
         "kv_role": "kv_both",
         "kv_connector_extra_config": {"kvfs_path": "/mnt/kvfs"}}'
 
 kv_connector_extra_config: kvfs_path (a directory in a kvfs mount,
-required), model (the key prefix; default: the served model's name).
+required); model (the key prefix; default: the served model's name).
+client/python/vllm-interface.md is the vLLM interface this follows, read
+from vLLM's source (0.2x to 0.33: both shapes of CachedRequestData, the
+connector constructor with and without kv_cache_config).
 
-The flow, as vLLM calls it:
-  scheduler  get_num_new_matched_tokens(request, num_computed_tokens)
-               -> batch lookup of the prompt's block hashes (all ranks);
-                  the tokens of the leading hits past num_computed_tokens
-             update_state_after_alloc(request, blocks, num_external_tokens)
-               -> remembers which block ids the hits load into
-             build_connector_meta(scheduler_output)
-               -> per step: the loads, and the saves of every block that
-                  this step's forward pass completes (prompt or generated
-                  tokens, not loaded from kvfs) for the workers
-             request_finished(request, block_ids) -> (False, None): saves
-               end inside the step, the blocks may be freed at once
-  worker     register_kv_caches(kv_caches) -> regions and one layout
-             start_load_kv(forward_context) -> one batch get of every load
-             wait_for_layer_load(layer) -> nothing left (loaded above)
-             save_kv_layer(layer, ...) -> notes the layer is written
-             wait_for_save() -> synchronises the device, one batch put
-             get_finished(ids) -> (None, None): nothing asynchronous
+Keys. A block's key is built from vLLM's own block hash
+(request.block_hashes), which already folds in the LoRA adapter,
+multimodal inputs, cache_salt and prompt embeddings, so requests that
+differ in any of them never share a block:
 
-Saves follow a request through every step: each chunk of a chunked
-prefill, and decode steps, save the blocks they fill (the scheduler keeps
-the request's block ids across steps, new ones appended, all of them
-replaced when it resumes from preemption; speculative tokens not yet
-accepted do not count). Loads and saves are synchronous within the step (no
-async loading, nothing held after request_finished).
+    <model>/<spec>/r<tp rank>.<pp rank>/<block hash, hex>
 
-Standard library and the kvfs Python module only. vLLM itself is imported
-when present; without it (tests) minimal stand-ins of its base classes
-take their place.
+where <spec> names what a block's bytes depend on: block size, KV-cache
+group 0's head count, head size, dtype and layout, and the tensor- and
+pipeline-parallel sizes. vLLM seeds its hash chain with random bytes per
+process unless PYTHONHASHSEED is set (init_none_hash): then no other
+process, restart or node could find a block, so the connector refuses to
+start without it. A prompt's cached prefix is the leading run of blocks
+every (tp, pp) rank holds.
+
+Memory. The worker derives from each layer tensor's shape and strides
+where block b lies (kvfs.blocks: any layout, views included; a kernel
+block size that divides the scheduler's), registers each allocation once
+(vLLM backs a group's layers with one buffer) and one kvfs layout over
+every layer: a key is block b of every layer, moved by the daemon with one
+batch put or get.
+
+Failures never reach vLLM. A daemon that is gone, a mount that is not
+there, ENOSPC or any other error from kvfs is logged once per kind,
+counted (stats()), and answered as a miss: the lookup matches nothing, a
+load that failed names its blocks in get_block_ids_with_load_errors (vLLM
+recomputes them), a save that failed is dropped. The connector opens the
+mount again, and registers its memory again, at the next use, so a
+remounted kvfs serves hits again without restarting the engine.
+
+Loads and saves run inside the step (start_load_kv, wait_for_save);
+request_finished lets vLLM free the blocks at once.
 """
 
-import enum
 import errno
-import hashlib
 import logging
+import math
+import os
+import threading
 from dataclasses import dataclass, field
 
 import kvfs
+from kvfs import blocks as kvblocks
 
 log = logging.getLogger("kvfs.vllm")
 
 try:  # the real base classes when vLLM is installed
     from vllm.distributed.kv_transfer.kv_connector.v1.base import (  # noqa: F401
         KVConnectorBase_V1, KVConnectorMetadata, KVConnectorRole)
-except ImportError:  # stand-ins with the same names and the methods used here
+except ImportError:  # stand-ins with the same names and the members used here
+    import enum
+
     class KVConnectorRole(enum.Enum):
         SCHEDULER = 0
         WORKER = 1
@@ -86,6 +79,7 @@ except ImportError:  # stand-ins with the same names and the methods used here
         def __init__(self, vllm_config, role, kv_cache_config=None):
             self._vllm_config = vllm_config
             self._role = role
+            self._kv_cache_config = kv_cache_config
             self._connector_metadata = None
 
         @property
@@ -102,47 +96,31 @@ except ImportError:  # stand-ins with the same names and the methods used here
             return self._connector_metadata
 
 
-class HashChain:
-    """The block hashes of a token sequence, extended as it grows: block b's
-    hash is SHA-256 over block b-1's and block b's token ids (hex, 16 bytes)."""
-
-    def __init__(self, block_size):
-        self.block_size = block_size
-        self.hashes = []
-        self._parent = b""
-
-    def extend(self, token_ids, blocks):
-        """Hashes the full blocks of token_ids up to `blocks` not hashed yet."""
-        bs = self.block_size
-        for b in range(len(self.hashes), min(blocks, len(token_ids) // bs)):
-            h = hashlib.sha256(self._parent)
-            h.update(b"".join(int(t).to_bytes(4, "little", signed=False)
-                              for t in token_ids[b * bs:(b + 1) * bs]))
-            self._parent = h.digest()
-            self.hashes.append(self._parent[:16].hex())
-        return self.hashes
-
-
-def block_hashes(token_ids, block_size, limit=None):
-    """Chained SHA-256 of each full block of token_ids (at most `limit`), hex."""
-    n = len(token_ids) // block_size
-    return list(HashChain(block_size).extend(token_ids, n if limit is None else min(n, limit)))
+class ConfigError(ValueError):
+    """A configuration the connector refuses at start, in one message."""
 
 
 @dataclass
-class SimpleRequest:
-    """What the connector reads of a request it was never asked about."""
-    request_id: str
-    prompt_token_ids: list
+class ReqMeta:
+    """One request's work for the workers in one step: load or save
+    keys[i] <-> block_ids[i] (hashes: the block hashes, hex)."""
+    req_id: str
+    hashes: list
+    block_ids: list
+    load: bool
+
+
+@dataclass
+class KvfsConnectorMetadata(KVConnectorMetadata):
+    requests: list = field(default_factory=list)
 
 
 @dataclass
 class _Track:
     """A request the scheduler side follows from step to step."""
-    request: object    # vLLM's Request: its token ids grow as it generates
-    chain: HashChain
+    request: object  # vLLM's Request: block_hashes grows as it generates
     block_ids: list = field(default_factory=list)
-    stored: int = 0    # leading blocks kvfs holds: saved, loaded or matched
+    stored: int = 0  # leading blocks kvfs holds: saved, loaded or matched
 
 
 def _group0(ids):
@@ -154,9 +132,9 @@ def _group0(ids):
 
 def _cached_reqs(out):
     """(req_id, new block ids or None, resumed from preemption, tokens computed
-    before the step) of each running request a step schedules, in the two
-    shapes vLLM has used: one object of parallel lists (resumed_req_ids, or
-    earlier resumed_from_preemption), or a list of one object per request."""
+    before the step) of each running request a step schedules, in the shapes
+    vLLM has used: one object of parallel lists (resumed_req_ids, or earlier
+    resumed_from_preemption), or a list of one object per request."""
     c = getattr(out, "scheduled_cached_reqs", None)
     if c is None:
         return
@@ -171,36 +149,58 @@ def _cached_reqs(out):
             yield d.req_id, d.new_block_ids, d.resumed_from_preemption, d.num_computed_tokens
 
 
-@dataclass
-class ReqMeta:
-    """One request's work for the workers in one step: load or save
-    hashes[i] <-> block_ids[i]."""
-    req_id: str
-    hashes: list
-    block_ids: list
-    load: bool
-
-
-@dataclass
-class KvfsConnectorMetadata(KVConnectorMetadata):
-    requests: list = field(default_factory=list)
-
-
 def _extra(vllm_config):
     return getattr(vllm_config.kv_transfer_config, "kv_connector_extra_config", None) or {}
 
 
-def _tp(vllm_config):
-    """(this process's tensor-parallel rank, the tensor-parallel size)."""
-    size = getattr(vllm_config.parallel_config, "tensor_parallel_size", 1)
-    rank = _extra(vllm_config).get("tp_rank")
-    if rank is None:
-        try:
-            from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
-            rank = get_tensor_model_parallel_rank()
-        except Exception:
-            rank = 0
-    return int(rank), int(size)
+def _rank(extra, key, getter):
+    """This process's rank from kv_connector_extra_config, else vLLM's parallel state."""
+    if extra.get(key) is not None:
+        return int(extra[key])
+    try:
+        from vllm.distributed import parallel_state
+        return int(getattr(parallel_state, getter)())
+    except Exception:
+        return 0
+
+
+def _spec(vllm_config, kv_cache_config):
+    """What a block's bytes depend on, as a key component."""
+    cache = vllm_config.cache_config
+    par = vllm_config.parallel_config
+    parts = ["bs%d" % cache.block_size]
+    groups = getattr(kv_cache_config, "kv_cache_groups", None) or []
+    if groups:
+        s = groups[0].kv_cache_spec
+        parts.append("%s-h%s-d%s-%s" % (type(s).__name__, getattr(s, "num_kv_heads", "-"),
+                                        getattr(s, "head_size", "-"),
+                                        str(getattr(s, "dtype", "")).replace("torch.", "")))
+    parts.append(str(getattr(cache, "cache_dtype", "auto")))
+    layout = getattr(kv_cache_config, "kv_cache_layout", None) or \
+        getattr(cache, "kv_cache_layout", None)
+    if layout:
+        parts.append(str(layout))
+    parts.append("tp%d" % getattr(par, "tensor_parallel_size", 1))
+    parts.append("pp%d" % getattr(par, "pipeline_parallel_size", 1))
+    return "-".join(parts)
+
+
+def _hash_block_size(vllm_config, kv_cache_config):
+    """The tokens per entry of request.block_hashes: the block size, or with
+    several KV-cache groups of different block sizes their greatest common
+    divisor (vLLM's hash block size)."""
+    sizes = {g.kv_cache_spec.block_size for g in
+             getattr(kv_cache_config, "kv_cache_groups", None) or []}
+    return math.gcd(*sizes) if len(sizes) > 1 else vllm_config.cache_config.block_size
+
+
+def _check_hash_seed():
+    if os.environ.get("PYTHONHASHSEED") is None:
+        raise ConfigError(
+            "kvfs connector: PYTHONHASHSEED is not set, so vLLM seeds its block hashes with "
+            "random bytes in every process (init_none_hash) and no other process, restart "
+            "or node could find a stored block: start vLLM with PYTHONHASHSEED set, the same "
+            "value on every node")
 
 
 class KvfsConnector(KVConnectorBase_V1):
@@ -209,72 +209,124 @@ class KvfsConnector(KVConnectorBase_V1):
             super().__init__(vllm_config, role, kv_cache_config)
         except TypeError:  # vLLM before kv_cache_config was passed to connectors
             super().__init__(vllm_config, role)
+        _check_hash_seed()
         extra = _extra(vllm_config)
-        path = extra.get("kvfs_path")
-        if not path:
-            raise ValueError("kvfs connector: kv_connector_extra_config needs kvfs_path")
+        self.path = extra.get("kvfs_path")
+        if not self.path:
+            raise ConfigError("kvfs connector: kv_connector_extra_config needs kvfs_path")
         model = extra.get("model") or vllm_config.model_config.model
-        self.model = str(model).replace("/", "--")
         self.block_size = vllm_config.cache_config.block_size
-        self.rank, self.tp_size = _tp(vllm_config)
-        self.shape = "tp%d-bs%d-%s" % (self.tp_size, self.block_size,
-                                       getattr(vllm_config.cache_config, "cache_dtype", "auto"))
-        self.client = kvfs.Client(path)
+        hbs = _hash_block_size(vllm_config, kv_cache_config)
+        if self.block_size % hbs:
+            raise ConfigError("kvfs connector: block size %d is not a multiple of the hash "
+                              "block size %d" % (self.block_size, hbs))
+        self.factor = self.block_size // hbs  # block hashes per block: the last one names it
+        self.tp_rank = _rank(extra, "tp_rank", "get_tensor_model_parallel_rank")
+        self.pp_rank = _rank(extra, "pp_rank", "get_pp_group_rank")
+        par = vllm_config.parallel_config
+        self.tp_size = int(getattr(par, "tensor_parallel_size", 1))
+        self.pp_size = int(getattr(par, "pipeline_parallel_size", 1))
+        self.num_blocks = getattr(kv_cache_config, "num_blocks", None)
+        self.prefix = "%s/%s" % (str(model).replace("/", "--"), _spec(vllm_config,
+                                                                      kv_cache_config))
+        self._lock = threading.Lock()  # the client and the error log
+        self._client = None
+        self._logged = set()
         # scheduler side
-        self._tracks = {}     # req_id -> _Track, from the first question to request_finished
-        self._loads = {}      # req_id -> ReqMeta to send with the next step
-        # req_id -> tokens vLLM had computed locally (its prefix cache) when it
-        # asked: update_state_after_alloc runs before request.num_computed_tokens is set
-        self._computed = {}
+        self._tracks = {}  # req_id -> _Track, from the first question to request_finished
+        self._loads = {}  # req_id -> ReqMeta to send with the next step
+        self._computed = {}  # req_id -> tokens vLLM had locally when it asked
         # worker side
+        self._kv_caches = None  # layer name -> tensor, kept to register again
         self._layout = None
-        self._regions = []
-        self._layers = []
-        self._on_device = False
-        self._pending_saves = []
-        self._load_errors = set()  # block ids whose load failed, for vLLM to recompute
-        self.stats = {"lookups": 0, "hit_blocks": 0, "loaded_blocks": 0, "saved_blocks": 0,
-                      "failed_blocks": 0}
+        self._load_errors = set()
+        self._stats = {"lookups": 0, "hit_blocks": 0, "loaded_blocks": 0, "saved_blocks": 0,
+                       "failed_loads": 0, "failed_saves": 0, "errors": 0}
 
-    def key(self, h, rank=None):
-        return "%s/%s/%d/%s" % (self.model, self.shape, self.rank if rank is None else rank, h)
+    # ---------------- kvfs, and its failures ----------------
+
+    def key(self, h, tp_rank=None, pp_rank=None):
+        return "%s/r%d.%d/%s" % (self.prefix, self.tp_rank if tp_rank is None else tp_rank,
+                                 self.pp_rank if pp_rank is None else pp_rank, h)
+
+    def _failed(self, what, e):
+        """Counts a failure and logs the first of each kind; the mount is
+        opened again at the next use (the daemon may have restarted)."""
+        self._stats["errors"] += 1
+        kind = (what, getattr(e, "errno", None))
+        if kind not in self._logged:
+            self._logged.add(kind)
+            log.warning("kvfs connector: %s failed (%s); counted as a miss from now on, "
+                        "logged once", what, e)
+        self._drop()
+
+    def _drop(self):
+        with self._lock:
+            client, self._client, self._layout = self._client, None, None
+        if client is not None:
+            try:
+                client.close()
+            except OSError:
+                pass
+
+    def _open(self):
+        """The client, opened (and the worker's memory registered) if needed."""
+        with self._lock:
+            if self._client is None:
+                client = kvfs.Client(self.path)
+                if self._kv_caches is not None:
+                    try:
+                        self._layout = self._register(client, self._kv_caches)
+                    except BaseException:
+                        client.close()
+                        raise
+                self._client = client
+            return self._client
 
     # ---------------- scheduler side ----------------
+
+    @property
+    def requires_kv_delivery(self):
+        """A cache: a save dropped by preemption is only a future miss."""
+        return False
+
+    def _hashes(self, request, limit=None):
+        """The hex hashes of the request's full blocks (at most limit)."""
+        hs = getattr(request, "block_hashes", None) or []
+        n = len(hs) // self.factor
+        if limit is not None:
+            n = min(n, limit)
+        return [bytes(hs[(b + 1) * self.factor - 1]).hex() for b in range(n)]
 
     def _track(self, request):
         t = self._tracks.get(request.request_id)
         if t is None:
-            t = _Track(request, HashChain(self.block_size))
-            self._tracks[request.request_id] = t
+            t = self._tracks[request.request_id] = _Track(request)
+        t.request = request
         return t
 
-    @staticmethod
-    def _tokens(request):
-        """The request's token ids so far: the prompt and what it generated."""
-        ids = getattr(request, "all_token_ids", None)
-        return request.prompt_token_ids if ids is None else ids
-
-    def _prompt_hashes(self, request):
-        t = self._track(request)
-        return t.chain.extend(request.prompt_token_ids,
-                              len(request.prompt_token_ids) // self.block_size)
-
     def get_num_new_matched_tokens(self, request, num_computed_tokens):
-        """Tokens past num_computed_tokens that kvfs holds, and whether they
-        load asynchronously (never: loads finish in start_load_kv)."""
-        hashes = self._prompt_hashes(request)
+        """Tokens past num_computed_tokens that every rank holds in kvfs, and
+        whether they load asynchronously (never: loads finish in start_load_kv)."""
         # The last prompt token is always computed: only blocks before it count.
-        n = min(len(hashes), (len(request.prompt_token_ids) - 1) // self.block_size)
-        hit = n
-        for rank in range(self.tp_size):
-            if hit == 0:
-                break
-            names = [self.key(h, rank) for h in hashes[:hit]]
-            hit = min(hit, self.client.lookup(names).prefix)
-        self.stats["lookups"] += 1
-        self.stats["hit_blocks"] += hit
+        prompt = getattr(request, "num_prompt_tokens", None)
+        if prompt is None:
+            prompt = len(request.prompt_token_ids or ())
+        hashes = self._hashes(request, max(0, (prompt - 1) // self.block_size))
+        hit = len(hashes)
+        try:
+            client = self._open()
+            for tp in range(self.tp_size):
+                for pp in range(self.pp_size):
+                    if hit:
+                        hit = min(hit, client.lookup([self.key(h, tp, pp)
+                                                      for h in hashes[:hit]]).prefix)
+        except OSError as e:
+            self._failed("lookup", e)
+            hit = 0
+        self._stats["lookups"] += 1
+        self._stats["hit_blocks"] += hit
         t = self._track(request)
-        t.request = request
         t.stored = max(t.stored, hit)  # held already: never saved again
         self._computed[request.request_id] = num_computed_tokens
         return max(0, hit * self.block_size - num_computed_tokens), False
@@ -286,19 +338,20 @@ class KvfsConnector(KVConnectorBase_V1):
         local = self._computed.pop(request.request_id, request.num_computed_tokens)
         first = local // self.block_size
         last = (local + num_external_tokens) // self.block_size
-        hashes = self._prompt_hashes(request)
         self._loads[request.request_id] = ReqMeta(
-            request.request_id, hashes[first:last], list(block_ids[first:last]), True)
+            request.request_id, self._hashes(request, last)[first:],
+            list(block_ids[first:last]), True)
         t = self._track(request)
         t.stored = max(t.stored, last)
 
     def _saves(self, t, req_id, computed, out):
         """The ReqMeta saving the blocks of t that a step leaves computed
-        (computed: tokens before it), or None."""
+        (computed: tokens before it), or None. Draft tokens of speculative
+        decoding not yet accepted do not count."""
         spec = len((getattr(out, "scheduled_spec_decode_tokens", None) or {}).get(req_id, ()))
         after = computed + out.num_scheduled_tokens.get(req_id, 0) - spec
         done = min(after // self.block_size, len(t.block_ids))
-        hashes = t.chain.extend(self._tokens(t.request), done)
+        hashes = self._hashes(t.request, done)
         done = min(done, len(hashes))
         if done <= t.stored:
             return None
@@ -313,8 +366,8 @@ class KvfsConnector(KVConnectorBase_V1):
         steps = []
         for new in scheduler_output.scheduled_new_reqs:
             t = self._tracks.get(new.req_id)
-            if t is None:  # never asked about (no connector question): its prompt alone
-                t = self._track(SimpleRequest(new.req_id, new.prompt_token_ids))
+            if t is None:  # never asked about: nothing to save without its block hashes
+                continue
             t.block_ids = _group0(new.block_ids)
             steps.append((t, new.req_id, new.num_computed_tokens))
         for rid, ids, resumed, computed in _cached_reqs(scheduler_output):
@@ -335,56 +388,83 @@ class KvfsConnector(KVConnectorBase_V1):
         self._computed.pop(request.request_id, None)
         return False, None
 
+    def reset_cache(self):
+        """vLLM's prefix-cache reset: kvfs keeps its blocks (remove them with
+        rm -r or kvfs remove_prefix); nothing here to reset."""
+        return True
+
+    def stats(self):
+        """Counters: lookups, hit/loaded/saved blocks, failed loads and saves, errors."""
+        return dict(self._stats)
+
     # ---------------- worker side ----------------
 
-    def _register(self, t):
+    def _register(self, client, kv_caches):
+        """Registers each allocation once and one layout of every layer's
+        block runs; returns the layout."""
+        regions, segs = {}, []
+        for name, t in kv_caches.items():
+            view = t
+            if self.num_blocks and t.shape[0] != self.num_blocks and \
+                    t.shape[0] % self.num_blocks == 0:  # kernel blocks: k per scheduler block
+                view = t.unflatten(0, (self.num_blocks, -1))
+            g = kvblocks.geometry(view, 0, name, max_runs=kvfs.LAYOUT_MAX_SEGS)
+            addr, nbytes = kvblocks.allocation(t)
+            if addr not in regions:
+                regions[addr] = self._region(client, t, addr, nbytes)
+            for off, length in g.runs:
+                segs.append((regions[addr], t.data_ptr() - addr + off, g.block_stride, length))
+        if len(segs) > kvfs.LAYOUT_MAX_SEGS:
+            raise ConfigError("kvfs connector: a block of every layer is %d ranges; a kvfs "
+                              "layout holds %d" % (len(segs), kvfs.LAYOUT_MAX_SEGS))
+        return client.layout(segs)
+
+    @staticmethod
+    def _region(client, t, addr, nbytes):
         if getattr(t, "is_cuda", False):
-            self._on_device = True
-            return self.client.register_device(t.data_ptr(), t.nbytes)
-        buf = t.numpy() if hasattr(t, "numpy") else t  # a CPU torch tensor, or a buffer
-        return self.client.register(buf)
+            return client.register_device(addr, nbytes)
+        import ctypes
+        return client.register((ctypes.c_char * nbytes).from_address(addr))
 
     def register_kv_caches(self, kv_caches):
-        """kv_caches: layer name -> tensor of shape (2, num_blocks, ...): K
-        then V, block-major, as vLLM's FlashAttention backend lays them out.
-        Registers each tensor once and one layout over all of them."""
-        segs = []
-        for name, t in kv_caches.items():
-            # Other layouts ((num_blocks, 2, ...) of FlashInfer, MLA's single
-            # tensor) would be saved and loaded as garbage: refuse them.
-            if t.shape[0] != 2 or not getattr(t, "is_contiguous", lambda: True)():
-                raise ValueError("kvfs connector: %s has shape %s; a contiguous "
-                                 "(2, num_blocks, ...) K/V tensor is needed"
-                                 % (name, tuple(t.shape)))
-            num_blocks = t.shape[1]
-            half = t.nbytes // 2
-            blk = half // num_blocks
-            r = self._register(t)
-            self._regions.append(r)
-            self._layers.append(name)
-            segs.append((r, 0, blk, blk))        # K of block b
-            segs.append((r, half, blk, blk))     # V of block b
-        self._layout = self.client.layout(segs)
+        """kv_caches: layer name -> tensor, in any layout (kvfs.blocks): one
+        that cannot be addressed is refused here, naming the layer, its
+        shape and strides."""
+        client = kvfs.Client(self.path)
+        try:
+            layout = self._register(client, kv_caches)
+        except BaseException:
+            client.close()
+            raise
+        with self._lock:
+            self._kv_caches, self._client, self._layout = dict(kv_caches), client, layout
+
+    def _work(self, load):
+        """(keys, block ids) of this step's loads or saves."""
+        meta = self._get_connector_metadata()
+        names, ids = [], []
+        for rm in meta.requests if meta else ():
+            if rm.load == load:
+                names += [self.key(h) for h in rm.hashes]
+                ids += rm.block_ids
+        return names, ids
 
     def start_load_kv(self, forward_context, **kwargs):
-        meta = self._get_connector_metadata()
-        names, blocks = [], []
-        for rm in meta.requests if meta else ():
-            if rm.load:
-                names += [self.key(h) for h in rm.hashes]
-                blocks += rm.block_ids
+        names, ids = self._work(True)
         if not names:
             return
-        r = self.client.get(names, layout=self._layout, blocks=blocks)
-        self.stats["loaded_blocks"] += r.ok
-        self.stats["failed_blocks"] += len(names) - r.ok
-        if r.ok != len(names):
-            # A block evicted since the lookup, or stored with another shape:
-            # its memory holds garbage. vLLM recomputes the blocks
-            # get_block_ids_with_load_errors names.
-            self._load_errors.update(b for b, res in zip(blocks, r.results) if res < 0)
-            log.warning("kvfs connector: %d of %d blocks failed to load",
-                        len(names) - r.ok, len(names))
+        try:
+            client = self._open()
+            results = client.get(names, layout=self._layout, blocks=ids).results
+        except OSError as e:
+            self._failed("load", e)
+            results = [-errno.EIO] * len(names)
+        failed = {b for b, r in zip(ids, results) if r < 0}
+        self._stats["loaded_blocks"] += len(names) - len(failed)
+        self._stats["failed_loads"] += len(failed)
+        # A block evicted since the lookup, or any error: its memory holds
+        # garbage, and vLLM recomputes what get_block_ids_with_load_errors names.
+        self._load_errors |= failed
 
     def get_block_ids_with_load_errors(self):
         """Block ids whose load failed since the last call (vLLM recomputes them)."""
@@ -398,25 +478,28 @@ class KvfsConnector(KVConnectorBase_V1):
         return  # one layout spans all layers: the whole block is saved in wait_for_save
 
     def wait_for_save(self):
-        meta = self._get_connector_metadata()
-        names, blocks = [], []
-        for rm in meta.requests if meta else ():
-            if not rm.load:
-                names += [self.key(h) for h in rm.hashes]
-                blocks += rm.block_ids
+        names, ids = self._work(False)
         if not names:
             return
-        if self._on_device:  # the put contract: the producing stream is synchronised
-            import torch
-            torch.cuda.current_stream().synchronize()
-        r = self.client.put(names, layout=self._layout, blocks=blocks,
-                            flags=kvfs.PUT_MKDIR | kvfs.PUT_NOREPLACE)
-        stored = sum(1 for x in r.results if x >= 0 or x == -errno.EEXIST)  # already there
-        self.stats["saved_blocks"] += stored
-        self.stats["failed_blocks"] += len(names) - stored
+        try:
+            client = self._open()
+            if any(getattr(t, "is_cuda", False) for t in self._kv_caches.values()):
+                import torch  # the put contract: the producing stream is synchronised
+                torch.cuda.current_stream().synchronize()
+            results = client.put(names, layout=self._layout, blocks=ids,
+                                 flags=kvfs.PUT_MKDIR | kvfs.PUT_NOREPLACE).results
+        except OSError as e:
+            self._failed("save", e)
+            results = [-errno.EIO] * len(names)
+        stored = sum(1 for r in results if r >= 0 or r == -errno.EEXIST)  # already there
+        self._stats["saved_blocks"] += stored
+        self._stats["failed_saves"] += len(names) - stored
 
     def get_finished(self, finished_req_ids):
         return None, None
 
-    def close(self):
-        self.client.close()
+    def shutdown(self):
+        """Lets go of the mount and every region registered through it."""
+        self._drop()
+
+    close = shutdown
