@@ -686,12 +686,18 @@ uint64_t kv_obj_owe_need(const struct kv_obj *obj, uint64_t old, uint64_t size, 
 	return need;
 }
 
-/* Gives extent k's block (present after the change) its promise. */
+/*
+ * Gives extent k's block (present after the change) its promise, as
+ * owe_add counted it: an own block's is raised to want, a block the change
+ * left shared (nothing copied it) gets want more.
+ */
 static void owe_give(struct kv_obj *obj, uint64_t k, uint64_t want)
 {
 	struct kv_xblk *b = ext_at(obj, k);
 
-	if (b && atomic_load(&b->xb_owed) < want)
+	if (b && atomic_load_explicit(&b->xb_ref, memory_order_acquire) > 1)
+		atomic_fetch_add(&b->xb_owed, want);
+	else if (b && atomic_load(&b->xb_owed) < want)
 		atomic_store(&b->xb_owed, want);
 }
 
@@ -710,11 +716,11 @@ void kv_obj_owe_set(struct kv_obj *obj, uint64_t old, uint64_t off, uint64_t end
 
 uint64_t kv_obj_owed_take(struct kv_obj *obj, uint64_t k)
 {
-	struct kv_xblk *b = k == KV_OBJ_OWED_OWN ? NULL : ext_at(obj, k);
+	struct kv_xblk *b;
 
 	if (k == KV_OBJ_OWED_OWN)
 		return atomic_exchange(&obj->ko_owed, 0);
-
+	b = ext_at(obj, k);
 	return b ? atomic_exchange(&b->xb_owed, 0) : 0;
 }
 
@@ -726,7 +732,7 @@ void kv_obj_owed_give(struct kv_obj *obj, uint64_t k, uint64_t bytes)
 		atomic_fetch_add(&obj->ko_owed, bytes);
 	else if (b)
 		atomic_fetch_add(&b->xb_owed, bytes);
-	else
+	else /* the extent is a hole now: nobody will place its record */
 		kv_pool_owed_release(obj->ko_pool, bytes);
 }
 
