@@ -20,6 +20,10 @@ it in the LBNHC order: not contiguous):
 - two tensor-parallel ranks and two pipeline stages: a block is a hit only
   once every (tp, pp) rank saved it, and their keys differ;
 - without PYTHONHASHSEED the connector refuses to start, naming it;
+- stats: hits, misses, blocks and bytes loaded and saved, batch latencies,
+  each reported once by get_kv_connector_stats, rebuilt, aggregated and
+  reduced as vLLM's logger does, and served through prometheus_client as
+  vllm:kvfs_* counters and histograms;
 - the daemon killed between steps: no call raises, lookups match nothing,
   saves and loads are counted as failed and the loads' blocks reported to
   vLLM; after a remount the same connector hits again.
@@ -221,6 +225,47 @@ class ConnectorTest(kvfstest.KvfsTestCase):
             for i, bid in enumerate(b.blocks["q"][:12]):
                 self.assertTrue(torch.equal(self.layer_block(b, layer, bid),
                                             content(r.block_hashes[i], layer)), (layer, i))
+
+    def test_stats_and_prometheus(self):
+        import prometheus_client as pc
+        from kvfs import vllm as kc
+        a = Engine(self, self.m.mnt)
+        self.assertIsNone(a.worker.get_kv_connector_stats())
+        a.prefill(request("s", list(range(4 * BS + 1))))
+        b = Engine(self, self.m.mnt)
+        b.prefill(request("t", list(range(6 * BS + 1))))  # 4 hit, 2 missed
+        block = LAYERS * BS * H * 2 * D * 2
+        ws, ss = b.worker.get_kv_connector_stats(), b.sched.get_kv_connector_stats()
+        self.assertEqual({k: ss.data[k] for k in ("lookups", "hit_blocks", "missed_blocks")},
+                         {"lookups": 1, "hit_blocks": 4, "missed_blocks": 2})
+        self.assertEqual({k: ws.data[k] for k in ("loaded_blocks", "loaded_bytes", "saved_blocks",
+                                                  "saved_bytes")},
+                         {"loaded_blocks": 4, "loaded_bytes": 4 * block, "saved_blocks": 2,
+                          "saved_bytes": 2 * block})
+        self.assertEqual((len(ws.data["load_seconds"]), len(ws.data["save_seconds"])), (1, 1))
+        self.assertIsNone(b.worker.get_kv_connector_stats())  # each count reported once
+        # the logger's side: rebuilt from the dicts vLLM carried, aggregated, reduced
+        agg = kc.KvfsConnector.build_kv_connector_stats(ws.to_dict()).aggregate(
+            kc.KvfsConnector.build_kv_connector_stats(ss.to_dict()))
+        red = agg.reduce()
+        self.assertEqual((red["hit_blocks"], red["loaded_blocks"], red["saved_blocks"]), (4, 4, 2))
+        self.assertGreater(red["load_ms_avg"], 0)
+        # /metrics, through prometheus_client as vLLM's metric types wrap it
+        reg = pc.CollectorRegistry()
+
+        def in_reg(base):  # vLLM's metric types: prometheus_client's, on its registry
+            return type(base.__name__, (base,), {"__init__": lambda self, *a, **kw:
+                                                 base.__init__(self, *a, registry=reg, **kw)})
+        types = {t: in_reg(t) for t in (pc.Gauge, pc.Counter, pc.Histogram)}
+        prom = kc.KvfsConnector.build_prom_metrics(V.vllm_config(self.m.mnt), types,
+                                                   ["model_name", "engine"], {0: ["tiny", "0"]})
+        prom.observe(agg.to_dict(), 0)
+        prom.observe(agg.to_dict(), 0)
+        labels = {"model_name": "tiny", "engine": "0"}
+        self.assertEqual(reg.get_sample_value("vllm:kvfs_hit_blocks_total", labels), 8)
+        self.assertEqual(reg.get_sample_value("vllm:kvfs_loaded_bytes_total", labels), 8 * block)
+        self.assertEqual(reg.get_sample_value("vllm:kvfs_load_seconds_count", labels), 2)
+        self.assertEqual(reg.get_sample_value("vllm:kvfs_errors_total", labels), 0)
 
     def test_keys_follow_block_hashes(self):
         a = Engine(self, self.m.mnt)

@@ -16,7 +16,7 @@ import enum
 import hashlib
 import os
 import pickle
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import SimpleNamespace as NS
 
 # --- vllm/v1/core/kv_cache_utils.py ---------------------------------------

@@ -48,6 +48,11 @@ remounted kvfs serves hits again without restarting the engine.
 
 Loads and saves run inside the step (start_load_kv, wait_for_save);
 request_finished lets vLLM free the blocks at once.
+
+Stats. get_kv_connector_stats reports what was counted since the last call
+(COUNTERS, and the seconds of each batch load and save); vLLM logs them and,
+through build_prom_metrics, serves them at /metrics as vllm:kvfs_<counter>
+counters and vllm:kvfs_load_seconds / vllm:kvfs_save_seconds histograms.
 """
 
 import errno
@@ -55,6 +60,7 @@ import logging
 import math
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 
 import kvfs
@@ -94,6 +100,96 @@ except ImportError:  # stand-ins with the same names and the members used here
 
         def _get_connector_metadata(self):
             return self._connector_metadata
+
+
+try:
+    from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (  # noqa: F401
+        KVConnectorPromMetrics, KVConnectorStats)
+except ImportError:  # the same shapes (vllm-interface.md, section 2c)
+    @dataclass
+    class KVConnectorStats:
+        data: dict = field(default_factory=dict)
+
+    class KVConnectorPromMetrics:
+        def __init__(self, vllm_config, metric_types, labelnames, per_engine_labelvalues):
+            by_name = {t.__name__: cls for t, cls in metric_types.items()}
+            self._kv_transfer_config = vllm_config.kv_transfer_config
+            self._gauge_cls = by_name.get("Gauge")
+            self._counter_cls = by_name.get("Counter")
+            self._histogram_cls = by_name.get("Histogram")
+            self._labelnames = labelnames
+            self.per_engine_labelvalues = per_engine_labelvalues
+
+        def make_per_engine(self, metric):
+            return {idx: metric.labels(*values)
+                    for idx, values in self.per_engine_labelvalues.items()}
+
+
+# The connector's counters (stats(), and vLLM's /metrics as vllm:kvfs_<name>),
+# and its latencies, in seconds per batch.
+COUNTERS = {
+    "lookups": "Prefix lookups (one batch per rank)",
+    "hit_blocks": "Blocks matched by lookups",
+    "missed_blocks": "Full prompt blocks lookups did not match",
+    "loaded_blocks": "Blocks loaded from kvfs",
+    "loaded_bytes": "Bytes loaded from kvfs",
+    "saved_blocks": "Blocks saved to kvfs (or held there already)",
+    "saved_bytes": "Bytes saved to kvfs",
+    "failed_loads": "Blocks whose load failed (recomputed by vLLM)",
+    "failed_saves": "Blocks whose save failed (a future miss)",
+    "errors": "Calls to kvfs that failed whole (daemon gone, unmounted, ...)",
+}
+LATENCIES = {"load_seconds": "Seconds of one batch load", "save_seconds": "Seconds of one batch save"}
+
+
+class KvfsConnectorStats(KVConnectorStats):
+    """What the connector counted since the last report: the COUNTERS, and
+    a list of seconds per LATENCIES name. Plain data, so vLLM carries it
+    between processes."""
+
+    def reset(self):
+        self.data = {}
+
+    def aggregate(self, other):
+        for k, v in (other.data or {}).items():
+            self.data[k] = self.data.get(k, [] if isinstance(v, list) else 0) + v
+        return self
+
+    def reduce(self):
+        out = {k: self.data.get(k, 0) for k in COUNTERS}
+        for k in LATENCIES:
+            v = self.data.get(k) or []
+            out[k.replace("_seconds", "_ms_avg")] = round(1000 * sum(v) / len(v), 3) if v else 0
+        return out
+
+    def is_empty(self):
+        return not any(self.data.values())
+
+    def to_dict(self):
+        return self.data
+
+
+class KvfsPromMetrics(KVConnectorPromMetrics):
+    """vllm:kvfs_<counter> counters and vllm:kvfs_<latency> histograms, per engine."""
+
+    BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5]
+
+    def __init__(self, vllm_config, metric_types, labelnames, per_engine_labelvalues):
+        super().__init__(vllm_config, metric_types, labelnames, per_engine_labelvalues)
+        self.counters = {k: self.make_per_engine(self._counter_cls(
+            name="vllm:kvfs_" + k, documentation=doc, labelnames=labelnames))
+            for k, doc in COUNTERS.items()}
+        self.histograms = {k: self.make_per_engine(self._histogram_cls(
+            name="vllm:kvfs_" + k, documentation=doc, buckets=self.BUCKETS,
+            labelnames=labelnames)) for k, doc in LATENCIES.items()}
+
+    def observe(self, transfer_stats_data, engine_idx=0):
+        for k, v in (transfer_stats_data or {}).items():
+            if k in self.counters and v:
+                self.counters[k][engine_idx].inc(v)
+            elif k in self.histograms:
+                for x in v:
+                    self.histograms[k][engine_idx].observe(x)
 
 
 class ConfigError(ValueError):
@@ -240,8 +336,9 @@ class KvfsConnector(KVConnectorBase_V1):
         self._kv_caches = None  # layer name -> tensor, kept to register again
         self._layout = None
         self._load_errors = set()
-        self._stats = {"lookups": 0, "hit_blocks": 0, "loaded_blocks": 0, "saved_blocks": 0,
-                       "failed_loads": 0, "failed_saves": 0, "errors": 0}
+        self._block_bytes = 0
+        self._stats = dict.fromkeys(COUNTERS, 0)  # since the start
+        self._report = KvfsConnectorStats()  # since the last get_kv_connector_stats
 
     # ---------------- kvfs, and its failures ----------------
 
@@ -249,10 +346,17 @@ class KvfsConnector(KVConnectorBase_V1):
         return "%s/r%d.%d/%s" % (self.prefix, self.tp_rank if tp_rank is None else tp_rank,
                                  self.pp_rank if pp_rank is None else pp_rank, h)
 
+    def _count(self, name, n=1):
+        self._stats[name] += n
+        self._report.data[name] = self._report.data.get(name, 0) + n
+
+    def _timed(self, name, seconds):
+        self._report.data.setdefault(name, []).append(seconds)
+
     def _failed(self, what, e):
         """Counts a failure and logs the first of each kind; the mount is
         opened again at the next use (the daemon may have restarted)."""
-        self._stats["errors"] += 1
+        self._count("errors")
         kind = (what, getattr(e, "errno", None))
         if kind not in self._logged:
             self._logged.add(kind)
@@ -324,8 +428,9 @@ class KvfsConnector(KVConnectorBase_V1):
         except OSError as e:
             self._failed("lookup", e)
             hit = 0
-        self._stats["lookups"] += 1
-        self._stats["hit_blocks"] += hit
+        self._count("lookups")
+        self._count("hit_blocks", hit)
+        self._count("missed_blocks", len(hashes) - hit)
         t = self._track(request)
         t.stored = max(t.stored, hit)  # held already: never saved again
         self._computed[request.request_id] = num_computed_tokens
@@ -394,8 +499,23 @@ class KvfsConnector(KVConnectorBase_V1):
         return True
 
     def stats(self):
-        """Counters: lookups, hit/loaded/saved blocks, failed loads and saves, errors."""
+        """The COUNTERS since the start."""
         return dict(self._stats)
+
+    def get_kv_connector_stats(self):
+        """What was counted since the last call (vLLM's logging and /metrics), or None."""
+        if self._report.is_empty():
+            return None
+        report, self._report = self._report, KvfsConnectorStats()
+        return report
+
+    @classmethod
+    def build_kv_connector_stats(cls, data=None):
+        return KvfsConnectorStats(data=dict(data or {}))
+
+    @classmethod
+    def build_prom_metrics(cls, vllm_config, metric_types, labelnames, per_engine_labelvalues):
+        return KvfsPromMetrics(vllm_config, metric_types, labelnames, per_engine_labelvalues)
 
     # ---------------- worker side ----------------
 
@@ -417,6 +537,7 @@ class KvfsConnector(KVConnectorBase_V1):
         if len(segs) > kvfs.LAYOUT_MAX_SEGS:
             raise ConfigError("kvfs connector: a block of every layer is %d ranges; a kvfs "
                               "layout holds %d" % (len(segs), kvfs.LAYOUT_MAX_SEGS))
+        self._block_bytes = sum(length for _, _, _, length in segs)
         return client.layout(segs)
 
     @staticmethod
@@ -453,15 +574,18 @@ class KvfsConnector(KVConnectorBase_V1):
         names, ids = self._work(True)
         if not names:
             return
+        t0 = time.monotonic()
         try:
             client = self._open()
             results = client.get(names, layout=self._layout, blocks=ids).results
         except OSError as e:
             self._failed("load", e)
             results = [-errno.EIO] * len(names)
+        self._timed("load_seconds", time.monotonic() - t0)
         failed = {b for b, r in zip(ids, results) if r < 0}
-        self._stats["loaded_blocks"] += len(names) - len(failed)
-        self._stats["failed_loads"] += len(failed)
+        self._count("loaded_blocks", len(names) - len(failed))
+        self._count("loaded_bytes", (len(names) - len(failed)) * self._block_bytes)
+        self._count("failed_loads", len(failed))
         # A block evicted since the lookup, or any error: its memory holds
         # garbage, and vLLM recomputes what get_block_ids_with_load_errors names.
         self._load_errors |= failed
@@ -481,6 +605,7 @@ class KvfsConnector(KVConnectorBase_V1):
         names, ids = self._work(False)
         if not names:
             return
+        t0 = time.monotonic()
         try:
             client = self._open()
             if any(getattr(t, "is_cuda", False) for t in self._kv_caches.values()):
@@ -491,9 +616,11 @@ class KvfsConnector(KVConnectorBase_V1):
         except OSError as e:
             self._failed("save", e)
             results = [-errno.EIO] * len(names)
+        self._timed("save_seconds", time.monotonic() - t0)
         stored = sum(1 for r in results if r >= 0 or r == -errno.EEXIST)  # already there
-        self._stats["saved_blocks"] += stored
-        self._stats["failed_saves"] += len(names) - stored
+        self._count("saved_blocks", stored)
+        self._count("saved_bytes", sum(self._block_bytes for r in results if r >= 0))
+        self._count("failed_saves", len(names) - stored)
 
     def get_finished(self, finished_req_ids):
         return None, None
