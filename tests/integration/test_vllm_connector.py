@@ -20,6 +20,10 @@ it in the LBNHC order: not contiguous):
 - two tensor-parallel ranks and two pipeline stages: a block is a hit only
   once every (tp, pp) rank saved it, and their keys differ;
 - without PYTHONHASHSEED the connector refuses to start, naming it;
+- saves land in the background: with the daemon's put held, the step
+  returns, request_finished asks vLLM to hold the blocks and get_finished
+  reports the request only once the put landed (once); a preemption waits
+  for the saves in flight before its blocks are reused;
 - stats: hits, misses, blocks and bytes loaded and saved, batch latencies,
   each reported once by get_kv_connector_stats, rebuilt, aggregated and
   reduced as vLLM's logger does, and served through prometheus_client as
@@ -148,7 +152,11 @@ class Engine:
             req.num_computed_tokens += 1
 
     def finish(self, req):
-        assert self.sched.request_finished(req, self.blocks[req.request_id]) == (False, None)
+        """request_finished, then the blocks freed once get_finished reports the saves landed."""
+        delay, params = self.sched.request_finished(req, self.blocks[req.request_id])
+        self.worker.drain()
+        done, _ = self.worker.get_finished({req.request_id})
+        assert params is None and delay == (req.request_id in (done or ())), (delay, done)
         self.free += self.blocks.pop(req.request_id)
 
 
@@ -175,8 +183,8 @@ class ConnectorTest(kvfstest.KvfsTestCase):
         a.decode(r, range(5000, 5000 + 2 * BS - 5))  # fills blocks 38 and 39
         self.assertEqual(len(r.block_hashes), 40)
         self.assertEqual(a.sched.stats()["hit_blocks"], 0)
+        a.finish(r)  # its saves land first
         self.assertEqual(a.worker.stats()["saved_blocks"], 40)
-        a.finish(r)
 
         b = Engine(self, self.m.mnt)
         sentinel = torch.full_like(b.raw, 7)
@@ -208,7 +216,11 @@ class ConnectorTest(kvfstest.KvfsTestCase):
         out = V.scheduler_output(new=[V.NewRequestData.from_request(r, (list(old),))],
                                  num_scheduled={"p": 5 * BS})
         a.forward(a.sched.build_connector_meta(out), [(r, b) for b in range(5)])
-        # preempted: its blocks go to another request, which writes over them
+        # preempted: the next step names it, its saves land before its blocks go
+        # to another request, which writes over them
+        a.worker.handle_preemptions(a.sched.build_connector_meta(
+            V.scheduler_output(preempted={"p"})))
+        self.assertEqual(a.worker.stats()["saved_blocks"], 5)
         a.raw.view(LAYERS, NUM_BLOCKS, -1)[:, old, :] = 0
         new = [a.free.pop() for _ in range(13)]
         a.blocks["p"] = new
@@ -218,6 +230,7 @@ class ConnectorTest(kvfstest.KvfsTestCase):
         meta = a.sched.build_connector_meta(out)
         self.assertEqual([len(m.hashes) for m in meta.requests], [7])  # 0-4 were saved
         a.forward(meta, [(r, b) for b in range(12)])
+        a.worker.drain()
         b = Engine(self, self.m.mnt)
         r2 = request("q", list(r.all_token_ids))
         self.assertEqual(b.prefill(r2)[0], 12 * BS)
@@ -226,14 +239,42 @@ class ConnectorTest(kvfstest.KvfsTestCase):
                 self.assertTrue(torch.equal(self.layer_block(b, layer, bid),
                                             content(r.block_hashes[i], layer)), (layer, i))
 
+    def test_saves_land_in_the_background(self):
+        import threading
+        a = Engine(self, self.m.mnt)
+        gate, puts = threading.Event(), []
+        client = a.worker._open()
+        real = client.put
+
+        def held(*args, **kw):  # the daemon is slow: this put waits for the gate
+            puts.append(threading.current_thread().name)
+            gate.wait(60)
+            return real(*args, **kw)
+        client.put = held
+        r = request("bg", list(range(3 * BS + 1)))
+        a.prefill(r)  # wait_for_save returned with its put held
+        self.assertEqual(a.worker.stats()["saved_blocks"], 0)
+        self.assertEqual(a.sched.request_finished(r, a.blocks["bg"]), (True, None))
+        self.assertEqual(a.worker.get_finished({"bg"}), (None, None))  # blocks still held
+        gate.set()
+        a.worker.drain()
+        self.assertEqual(puts, ["kvfs-saves"])
+        self.assertEqual(a.worker.stats()["saved_blocks"], 3)
+        self.assertEqual(a.worker.get_finished(set()), ({"bg"}, None))  # now vLLM frees them
+        self.assertEqual(a.worker.get_finished(set()), (None, None))  # reported once
+        self.assertEqual(a.sched.get_num_new_matched_tokens(request("bg2", list(
+            range(3 * BS + 1))), 0), (3 * BS, False))
+
     def test_stats_and_prometheus(self):
         import prometheus_client as pc
         from kvfs import vllm as kc
         a = Engine(self, self.m.mnt)
         self.assertIsNone(a.worker.get_kv_connector_stats())
         a.prefill(request("s", list(range(4 * BS + 1))))
+        a.worker.drain()
         b = Engine(self, self.m.mnt)
         b.prefill(request("t", list(range(6 * BS + 1))))  # 4 hit, 2 missed
+        b.worker.drain()
         block = LAYERS * BS * H * 2 * D * 2
         ws, ss = b.worker.get_kv_connector_stats(), b.sched.get_kv_connector_stats()
         self.assertEqual({k: ss.data[k] for k in ("lookups", "hit_blocks", "missed_blocks")},
@@ -288,6 +329,7 @@ class ConnectorTest(kvfstest.KvfsTestCase):
         hasher = V.get_request_block_hasher(BS)
         self.assertEqual(a.prefill(V.Request("e1", None, prompt_embeds=emb,
                                              block_hasher=hasher)), (0, set()))
+        a.worker.drain()
         e2 = V.Request("e2", None, prompt_embeds=emb.clone(), block_hasher=hasher)
         self.assertEqual(a.sched.get_num_new_matched_tokens(e2, 0), (32 * BS, False))
         e3 = V.Request("e3", None, prompt_embeds=emb + 1, block_hasher=hasher)
@@ -305,6 +347,7 @@ class ConnectorTest(kvfstest.KvfsTestCase):
         for n, (tp, pp) in enumerate(ranks):
             r = request("r%d" % n, tokens)
             matched, _ = engines[tp, pp].prefill(r)
+            engines[tp, pp].worker.drain()
             self.assertEqual(matched, 0, (tp, pp))  # not every rank had it before this one
         probe = request("probe", tokens)
         for e in engines.values():
@@ -337,6 +380,7 @@ class ConnectorTest(kvfstest.KvfsTestCase):
         a = Engine(self, m1.mnt)
         tokens = list(range(10 * BS + 1))
         a.prefill(request("a", tokens))
+        a.worker.drain()
         fd = os.open(m1.mnt, os.O_RDONLY)  # durable before the kill (fsync of the root: syncfs)
         os.fsync(fd)
         os.close(fd)
@@ -348,6 +392,7 @@ class ConnectorTest(kvfstest.KvfsTestCase):
         meta = a.kc.KvfsConnectorMetadata([a.kc.ReqMeta("x", [h], [3], True),
                                            a.kc.ReqMeta("x", [h], [4], False)])
         self.assertEqual(a.forward(meta, []), {3})  # vLLM recomputes block 3
+        a.worker.drain()
         st = a.worker.stats()
         self.assertEqual((st["failed_loads"], st["failed_saves"]), (1, 1))
         self.assertGreater(a.sched.stats()["errors"], 0)

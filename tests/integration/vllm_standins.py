@@ -285,11 +285,12 @@ class SchedulerOutput:
     has_sync_kv_loads: bool = False
 
 
-def scheduler_output(new=(), cached=None, num_scheduled=None, spec=None, finished=()):
+def scheduler_output(new=(), cached=None, num_scheduled=None, spec=None, finished=(),
+                     preempted=()):
     num_scheduled = dict(num_scheduled or {})
     return SchedulerOutput(list(new), cached or CachedRequestData.make_empty(), num_scheduled,
                            sum(num_scheduled.values()), dict(spec or {}), {}, [0],
-                           set(finished), [])
+                           set(finished), [], preempted_req_ids=set(preempted))
 
 
 # --- the vllm_config a connector reads -------------------------------------

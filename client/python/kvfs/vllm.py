@@ -46,8 +46,13 @@ recomputes them), a save that failed is dropped. The connector opens the
 mount again, and registers its memory again, at the next use, so a
 remounted kvfs serves hits again without restarting the engine.
 
-Loads and saves run inside the step (start_load_kv, wait_for_save);
-request_finished lets vLLM free the blocks at once.
+Loads run inside the step (start_load_kv). Saves do not hold it up:
+wait_for_save hands the step's batch put to a thread of the connector's
+(on a device, after a CUDA event recorded behind the step's forward) and
+returns; request_finished asks vLLM to hold a request's blocks while its
+saves may be in flight, and get_finished reports it once they all landed.
+Blocks of preempted requests are about to be reused: handle_preemptions
+(or, in vLLM before it, wait_for_save) waits for the saves in flight.
 
 Stats. get_kv_connector_stats reports what was counted since the last call
 (COUNTERS, and the seconds of each batch load and save); vLLM logs them and,
@@ -209,6 +214,7 @@ class ReqMeta:
 @dataclass
 class KvfsConnectorMetadata(KVConnectorMetadata):
     requests: list = field(default_factory=list)
+    preempted: set = field(default_factory=set)  # their blocks go: saves of them must land
 
 
 @dataclass
@@ -217,6 +223,7 @@ class _Track:
     request: object  # vLLM's Request: block_hashes grows as it generates
     block_ids: list = field(default_factory=list)
     stored: int = 0  # leading blocks kvfs holds: saved, loaded or matched
+    saving: bool = False  # saves were scheduled: its blocks are freed once they landed
 
 
 def _group0(ids):
@@ -337,6 +344,16 @@ class KvfsConnector(KVConnectorBase_V1):
         self._layout = None
         self._load_errors = set()
         self._block_bytes = 0
+        # saves in flight (wait_for_save, _save_loop): _saves_lock guards them all
+        self._saves_lock = threading.Lock()
+        self._saves_cv = threading.Condition(self._saves_lock)
+        self._queue = []  # (names, block ids, request ids, CUDA event), oldest first
+        self._saves_queued = self._saves_done = 0
+        self._saver = None
+        self._saving = {}  # request id -> its save batches in flight
+        self._saved = set()  # requests that had saves (reported once finished)
+        self._finishing = set()  # finished, saves still in flight
+        self._finished = set()  # finished, saves landed: for get_finished
         self._stats = dict.fromkeys(COUNTERS, 0)  # since the start
         self._report = KvfsConnectorStats()  # since the last get_kv_connector_stats
 
@@ -484,14 +501,18 @@ class KvfsConnector(KVConnectorBase_V1):
         for t, rid, computed in steps:
             rm = self._saves(t, rid, computed, scheduler_output)
             if rm:
+                t.saving = True
                 meta.requests.append(rm)
+        meta.preempted = set(getattr(scheduler_output, "preempted_req_ids", None) or ())
         return meta
 
     def request_finished(self, request, block_ids):
-        self._tracks.pop(request.request_id, None)
+        """(True, None) when saves of the request may still be in flight:
+        vLLM frees its blocks once every worker reports it in get_finished."""
+        t = self._tracks.pop(request.request_id, None)
         self._loads.pop(request.request_id, None)
         self._computed.pop(request.request_id, None)
-        return False, None
+        return bool(t and t.saving), None
 
     def reset_cache(self):
         """vLLM's prefix-cache reset: kvfs keeps its blocks (remove them with
@@ -601,18 +622,73 @@ class KvfsConnector(KVConnectorBase_V1):
     def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs):
         return  # one layout spans all layers: the whole block is saved in wait_for_save
 
+    def handle_preemptions(self, arg=None):
+        """Preempted requests' blocks are about to be reused: their saves in
+        flight land first (vLLM passes the step's metadata; before February
+        2026, the set of preempted request ids)."""
+        if arg and getattr(arg, "preempted", arg):
+            self.drain()
+
     def wait_for_save(self):
-        names, ids = self._work(False)
+        """Starts the step's saves and returns: they land in the background,
+        in the order they were made, and get_finished reports each finished
+        request once its saves landed (vLLM holds its blocks until then)."""
+        meta = self._get_connector_metadata()
+        if meta is not None and meta.preempted:
+            self.drain()  # before vLLM 0.15 no handle_preemptions: here, before reuse
+        names, ids, reqs = [], [], set()
+        for rm in meta.requests if meta else ():
+            if not rm.load:
+                names += [self.key(h) for h in rm.hashes]
+                ids += rm.block_ids
+                reqs.add(rm.req_id)
         if not names:
             return
+        event = None
+        if any(getattr(t, "is_cuda", False) for t in self._kv_caches.values()):
+            import torch  # the put waits for what the step's forward wrote
+            event = torch.cuda.Event()
+            event.record()
+        with self._saves_lock:
+            self._saved |= reqs
+            for rid in reqs:
+                self._saving[rid] = self._saving.get(rid, 0) + 1
+            self._saves_queued += 1
+            self._queue.append((names, ids, reqs, event))
+            if self._saver is None:
+                self._saver = threading.Thread(target=self._save_loop, name="kvfs-saves",
+                                               daemon=True)
+                self._saver.start()
+            self._saves_cv.notify_all()
+
+    def _save_loop(self):
+        while True:
+            with self._saves_lock:
+                while not self._queue:
+                    self._saves_cv.wait()
+                names, ids, reqs, event = self._queue[0]
+            if names is None:
+                return
+            self._save(names, ids, event)
+            with self._saves_lock:
+                self._queue.pop(0)
+                self._saves_done += 1
+                for rid in reqs:
+                    self._saving[rid] -= 1
+                    if not self._saving[rid]:
+                        del self._saving[rid]
+                        if rid in self._finishing:
+                            self._finishing.discard(rid)
+                            self._finished.add(rid)
+                self._saves_cv.notify_all()
+
+    def _save(self, names, ids, event):
         t0 = time.monotonic()
         try:
-            client = self._open()
-            if any(getattr(t, "is_cuda", False) for t in self._kv_caches.values()):
-                import torch  # the put contract: the producing stream is synchronised
-                torch.cuda.current_stream().synchronize()
-            results = client.put(names, layout=self._layout, blocks=ids,
-                                 flags=kvfs.PUT_MKDIR | kvfs.PUT_NOREPLACE).results
+            if event is not None:
+                event.synchronize()
+            results = self._open().put(names, layout=self._layout, blocks=ids,
+                                       flags=kvfs.PUT_MKDIR | kvfs.PUT_NOREPLACE).results
         except OSError as e:
             self._failed("save", e)
             results = [-errno.EIO] * len(names)
@@ -622,11 +698,37 @@ class KvfsConnector(KVConnectorBase_V1):
         self._count("saved_bytes", sum(self._block_bytes for r in results if r >= 0))
         self._count("failed_saves", len(names) - stored)
 
+    def drain(self):
+        """Waits until every save started so far has landed."""
+        with self._saves_lock:
+            target = self._saves_queued
+            while self._saves_done < target:
+                self._saves_cv.wait()
+
     def get_finished(self, finished_req_ids):
-        return None, None
+        """(requests finished whose saves have all landed, None): each is
+        reported once, by every worker, as vLLM's scheduler waits for."""
+        with self._saves_lock:
+            for rid in finished_req_ids or ():
+                if rid in self._saving:
+                    self._finishing.add(rid)
+                elif rid in self._saved:
+                    self._finished.add(rid)
+            done, self._finished = self._finished, set()
+            self._saved -= done
+        return done or None, None
 
     def shutdown(self):
-        """Lets go of the mount and every region registered through it."""
+        """Lands the saves in flight, then lets go of the mount and every
+        region registered through it."""
+        with self._saves_lock:
+            saver, self._saver = self._saver, None
+            if saver is not None:
+                self._saves_queued += 1
+                self._queue.append((None, None, None, None))
+                self._saves_cv.notify_all()
+        if saver is not None:
+            saver.join()
         self._drop()
 
     close = shutdown
