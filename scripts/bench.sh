@@ -52,7 +52,13 @@
 #            bench seq` of 2 MiB objects, 16 in flight, on the same pool; gets of local blocks
 #            (DRAM hits) with the tier on next to off.
 #
-#   scripts/bench.sh [dram] [ssd] [ioctl] [gc] [meta] [cow] [rados] [--keys=N]  (default: every part)
+#   vllm     the vLLM connector (scripts/bench_vllm.py): decode steps that save
+#            blocks next to the same steps not saving; a 32-layer,
+#            1,000-block prefix loaded through the connector next to
+#            kvfs-bench gets of the same bytes (shm and proc regions); the
+#            lookup of a 4,000-block prompt (p50, p99).
+#
+#   scripts/bench.sh [dram] [ssd] [ioctl] [gc] [meta] [cow] [rados] [vllm] [--keys=N]  (default: every part)
 # KVFS_BIN=PATH runs another kvfs binary (a "before" build) instead of build/kvfs.
 # KVFS_BENCH_DIR=DIR puts the data directories (and the baselines' files) on
 # DIR's filesystem instead of the checkout's: to compare filesystems or
@@ -67,14 +73,14 @@ kvfs_install_deps
 parts=() keys=100000
 for a in "$@"; do
 	case $a in
-	dram | ssd | ioctl | gc | meta | cow | rados) parts+=("$a") ;;
+	dram | ssd | ioctl | gc | meta | cow | rados | vllm) parts+=("$a") ;;
 	--keys=*) keys=${a#*=} ;;
 	*) echo "bench.sh: unknown argument '$a'" >&2; exit 2 ;;
 	esac
 done
-[ ${#parts[@]} -gt 0 ] || parts=(dram ssd ioctl gc meta cow rados)
+[ ${#parts[@]} -gt 0 ] || parts=(dram ssd ioctl gc meta cow rados vllm)
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DKVFS_CUDA=OFF -DKVFS_FAULTS=OFF >/dev/null # no crash points
-cmake --build build -j"$(nproc)" --target kvfs kvfs-bench >/dev/null
+cmake --build build -j"$(nproc)" --target kvfs kvfs-bench kvfs_shared >/dev/null
 
 work=$(mktemp -d "${KVFS_BENCH_DIR:-$root}/.bench.XXXXXX") # on DATA_DIR's filesystem, like ./kvfs-data
 shm=$(mktemp -d /dev/shm/kvfs-bench.XXXXXX)
@@ -630,6 +636,16 @@ bench_rados() {
 	for m in a s b e o; do fusermount3 -u "$work/$m/m"; done
 	wait "${pids[@]}"
 	scripts/ceph-cluster.sh stop "$c" >/dev/null
+}
+
+bench_vllm() {
+	mount_kvfs --mem-size=4G --ssd-size=0
+	printf '\nvLLM connector (scripts/bench_vllm.py):\n'
+	PYTHONHASHSEED=0 PYTHONPATH="$root/client/python:$root/tests/integration" \
+		KVFS_LIB="$root/build/client/libkvfs.so" /usr/bin/python3 scripts/bench_vllm.py \
+		"$work/mnt" build/kvfs-bench
+	umount_kvfs
+	rm -rf "$work/data"
 }
 
 for p in "${parts[@]}"; do "bench_$p"; done
