@@ -24,6 +24,9 @@ it in the LBNHC order: not contiguous):
   returns, request_finished asks vLLM to hold the blocks and get_finished
   reports the request only once the put landed (once); a preemption waits
   for the saves in flight before its blocks are reused;
+- KV events: once the worker reports a finished request's saves landed,
+  take_events gives one BlockStored of its blocks (vLLM's hashes, their
+  tokens, the LoRA adapter, medium KVFS), once;
 - stats: hits, misses, blocks and bytes loaded and saved, batch latencies,
   each reported once by get_kv_connector_stats, rebuilt, aggregated and
   reduced as vLLM's logger does, and served through prometheus_client as
@@ -264,6 +267,27 @@ class ConnectorTest(kvfstest.KvfsTestCase):
         self.assertEqual(a.worker.get_finished(set()), (None, None))  # reported once
         self.assertEqual(a.sched.get_num_new_matched_tokens(request("bg2", list(
             range(3 * BS + 1))), 0), (3 * BS, False))
+
+    def test_kv_events(self):
+        from kvfs import vllm as kc
+        a = Engine(self, self.m.mnt)
+        lora = V.LoRARequest("adapter-7", 7)
+        r = request("ev", list(range(500, 500 + 3 * BS + 4)), lora_request=lora)
+        a.prefill(r)
+        self.assertEqual(list(a.sched.take_events()), [])  # nothing landed yet
+        self.assertEqual(a.sched.request_finished(r, a.blocks["ev"]), (True, None))
+        a.worker.drain()
+        done, _ = a.worker.get_finished({"ev"})
+        a.sched.update_connector_output(V.KVConnectorOutput(finished_sending=done))
+        events = list(a.sched.take_events())
+        self.assertEqual(len(events), 1)
+        e = events[0]
+        self.assertIsInstance(e, kc.BlockStored)
+        self.assertEqual((e.block_hashes, e.parent_block_hash), (r.block_hashes[:3], None))
+        self.assertEqual(e.token_ids, list(r.all_token_ids[:3 * BS]))
+        self.assertEqual((e.block_size, e.medium, e.lora_name, e.lora_id),
+                         (BS, "KVFS", "adapter-7", 7))
+        self.assertEqual(list(a.sched.take_events()), [])  # told once
 
     def test_stats_and_prometheus(self):
         import prometheus_client as pc

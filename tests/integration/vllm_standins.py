@@ -16,7 +16,7 @@ import enum
 import hashlib
 import os
 import pickle
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import SimpleNamespace as NS
 
 # --- vllm/v1/core/kv_cache_utils.py ---------------------------------------
@@ -291,6 +291,22 @@ def scheduler_output(new=(), cached=None, num_scheduled=None, spec=None, finishe
     return SchedulerOutput(list(new), cached or CachedRequestData.make_empty(), num_scheduled,
                            sum(num_scheduled.values()), dict(spec or {}), {}, [0],
                            set(finished), [], preempted_req_ids=set(preempted))
+
+
+# --- vllm/v1/outputs.py -----------------------------------------------------
+
+
+@dataclass
+class KVConnectorOutput:
+    finished_sending: set = None
+    finished_recving: set = None
+    kv_connector_stats: object = None
+    kv_cache_events: object = None
+    kv_connector_worker_meta: object = None
+    invalid_block_ids: set = frozenset()
+    failed_recving: set = frozenset()
+    expected_finished_count: int = 0
+    prefix_replay_checkpoints: dict = field(default_factory=dict)
 
 
 # --- the vllm_config a connector reads -------------------------------------

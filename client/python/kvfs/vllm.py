@@ -54,6 +54,10 @@ saves may be in flight, and get_finished reports it once they all landed.
 Blocks of preempted requests are about to be reused: handle_preemptions
 (or, in vLLM before it, wait_for_save) waits for the saves in flight.
 
+Events. Once every worker reports a finished request's saves landed
+(finished_sending), take_events gives vLLM a BlockStored of its saved
+blocks (vLLM's block hashes, their tokens, medium "KVFS").
+
 Stats. get_kv_connector_stats reports what was counted since the last call
 (COUNTERS, and the seconds of each batch load and save); vLLM logs them and,
 through build_prom_metrics, serves them at /metrics as vllm:kvfs_<counter>
@@ -128,6 +132,24 @@ except ImportError:  # the same shapes (vllm-interface.md, section 2c)
         def make_per_engine(self, metric):
             return {idx: metric.labels(*values)
                     for idx, values in self.per_engine_labelvalues.items()}
+
+
+try:
+    from vllm.distributed.kv_events import BlockStored
+except ImportError:  # the same fields (vllm-interface.md, section 3g)
+    @dataclass
+    class BlockStored:
+        block_hashes: list
+        parent_block_hash: object
+        token_ids: list
+        block_size: int
+        lora_id: object
+        medium: object
+        lora_name: object
+        extra_keys: list = None
+        group_idx: int = None
+
+MEDIUM = "KVFS"  # BlockStored.medium of what the connector saved
 
 
 # The connector's counters (stats(), and vLLM's /metrics as vllm:kvfs_<name>),
@@ -224,6 +246,7 @@ class _Track:
     block_ids: list = field(default_factory=list)
     stored: int = 0  # leading blocks kvfs holds: saved, loaded or matched
     saving: bool = False  # saves were scheduled: its blocks are freed once they landed
+    saved: list = field(default_factory=list)  # block indexes saved, for the KV events
 
 
 def _group0(ids):
@@ -339,6 +362,8 @@ class KvfsConnector(KVConnectorBase_V1):
         self._tracks = {}  # req_id -> _Track, from the first question to request_finished
         self._loads = {}  # req_id -> ReqMeta to send with the next step
         self._computed = {}  # req_id -> tokens vLLM had locally when it asked
+        self._landing = {}  # req_id -> _Track of a finished request whose saves may fly
+        self._events = []  # BlockStored for take_events
         # worker side
         self._kv_caches = None  # layer name -> tensor, kept to register again
         self._layout = None
@@ -478,6 +503,7 @@ class KvfsConnector(KVConnectorBase_V1):
         if done <= t.stored:
             return None
         rm = ReqMeta(req_id, hashes[t.stored:done], t.block_ids[t.stored:done], False)
+        t.saved.extend(range(t.stored, done))
         t.stored = done
         return rm
 
@@ -512,7 +538,35 @@ class KvfsConnector(KVConnectorBase_V1):
         t = self._tracks.pop(request.request_id, None)
         self._loads.pop(request.request_id, None)
         self._computed.pop(request.request_id, None)
+        if t and t.saving:
+            self._landing[request.request_id] = t  # until its saves landed: the events
         return bool(t and t.saving), None
+
+    def update_connector_output(self, connector_output):
+        """Requests whose saves landed on every worker (finished_sending):
+        their blocks are in kvfs, told to vLLM's KV events (take_events)."""
+        for rid in getattr(connector_output, "finished_sending", None) or ():
+            t = self._landing.pop(rid, None)
+            if t is not None and t.saved:
+                self._events.append(self._stored(t))
+
+    def _stored(self, t):
+        r, bs = t.request, self.block_size
+        tokens = list(getattr(r, "all_token_ids", None) or ())
+        lora = getattr(r, "lora_request", None)
+        first = t.saved[0]
+        parent = bytes(r.block_hashes[first * self.factor - 1]) if first else None
+        return BlockStored(
+            block_hashes=[bytes(r.block_hashes[(b + 1) * self.factor - 1]) for b in t.saved],
+            parent_block_hash=parent,
+            token_ids=[x for b in t.saved for x in tokens[b * bs:(b + 1) * bs]],
+            block_size=bs, lora_id=getattr(lora, "lora_int_id", None), medium=MEDIUM,
+            lora_name=getattr(lora, "lora_name", None))
+
+    def take_events(self):
+        """BlockStored for the blocks of requests whose saves landed since the last call."""
+        events, self._events = self._events, []
+        return events
 
     def reset_cache(self):
         """vLLM's prefix-cache reset: kvfs keeps its blocks (remove them with
