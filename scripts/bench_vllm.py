@@ -129,7 +129,7 @@ def lookup(mnt, nblocks=4000):
     holds whole (its keys put with one-page values: a lookup reads names)."""
     sched, worker, raw = engine(mnt, 8, "lookup")
     r = V.Request("l", list(range(nblocks * BS + 1)), block_hasher=V.get_request_block_hasher(BS))
-    client = sched._open()
+    client = sched._open()[0]
     names = [sched.key(bytes(h).hex()) for h in r.block_hashes]
     assert client.put_buffers([(n, b"x" * 4096) for n in names],
                               flags=kc.kvfs.PUT_MKDIR).ok == nblocks

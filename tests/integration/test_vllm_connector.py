@@ -246,7 +246,7 @@ class ConnectorTest(kvfstest.KvfsTestCase):
         import threading
         a = Engine(self, self.m.mnt)
         gate, puts = threading.Event(), []
-        client = a.worker._open()
+        client = a.worker._open()[0]
         real = client.put
 
         def held(*args, **kw):  # the daemon is slow: this put waits for the gate

@@ -355,8 +355,12 @@ class KvfsConnector(KVConnectorBase_V1):
         self.num_blocks = getattr(kv_cache_config, "num_blocks", None)
         self.prefix = "%s/%s" % (str(model).replace("/", "--"), _spec(vllm_config,
                                                                       kv_cache_config))
-        self._lock = threading.Lock()  # the client and the error log
+        # _lock guards _client, _layout, _stale, _logged, _stats and _report: the
+        # scheduler's or worker's thread and the saves' thread both use them
+        self._lock = threading.Lock()
         self._client = None
+        self._stale = []  # clients of a mount that failed: closed at shutdown, as the
+        # saves' thread may still be inside a call on one
         self._logged = set()
         # scheduler side
         self._tracks = {}  # req_id -> _Track, from the first question to request_finished
@@ -389,34 +393,41 @@ class KvfsConnector(KVConnectorBase_V1):
                                  self.pp_rank if pp_rank is None else pp_rank, h)
 
     def _count(self, name, n=1):
-        self._stats[name] += n
-        self._report.data[name] = self._report.data.get(name, 0) + n
+        with self._lock:
+            self._stats[name] += n
+            self._report.data[name] = self._report.data.get(name, 0) + n
 
     def _timed(self, name, seconds):
-        self._report.data.setdefault(name, []).append(seconds)
+        with self._lock:
+            self._report.data.setdefault(name, []).append(seconds)
 
     def _failed(self, what, e):
         """Counts a failure and logs the first of each kind; the mount is
         opened again at the next use (the daemon may have restarted)."""
         self._count("errors")
         kind = (what, getattr(e, "errno", None))
-        if kind not in self._logged:
+        with self._lock:
+            first = kind not in self._logged
             self._logged.add(kind)
+            if self._client is not None:
+                self._stale.append(self._client)
+            self._client = self._layout = None
+        if first:
             log.warning("kvfs connector: %s failed (%s); counted as a miss from now on, "
                         "logged once", what, e)
-        self._drop()
 
-    def _drop(self):
+    def _close_all(self):
         with self._lock:
-            client, self._client, self._layout = self._client, None, None
-        if client is not None:
+            clients = self._stale + ([self._client] if self._client is not None else [])
+            self._client, self._layout, self._stale = None, None, []
+        for client in clients:
             try:
                 client.close()
             except OSError:
                 pass
 
     def _open(self):
-        """The client, opened (and the worker's memory registered) if needed."""
+        """(client, layout): opened, and the worker's memory registered, if needed."""
         with self._lock:
             if self._client is None:
                 client = kvfs.Client(self.path)
@@ -427,7 +438,7 @@ class KvfsConnector(KVConnectorBase_V1):
                         client.close()
                         raise
                 self._client = client
-            return self._client
+            return self._client, self._layout
 
     # ---------------- scheduler side ----------------
 
@@ -461,7 +472,7 @@ class KvfsConnector(KVConnectorBase_V1):
         hashes = self._hashes(request, max(0, (prompt - 1) // self.block_size))
         hit = len(hashes)
         try:
-            client = self._open()
+            client = self._open()[0]
             for tp in range(self.tp_size):
                 for pp in range(self.pp_size):
                     if hit:
@@ -579,9 +590,10 @@ class KvfsConnector(KVConnectorBase_V1):
 
     def get_kv_connector_stats(self):
         """What was counted since the last call (vLLM's logging and /metrics), or None."""
-        if self._report.is_empty():
-            return None
-        report, self._report = self._report, KvfsConnectorStats()
+        with self._lock:
+            if self._report.is_empty():
+                return None
+            report, self._report = self._report, KvfsConnectorStats()
         return report
 
     @classmethod
@@ -633,6 +645,8 @@ class KvfsConnector(KVConnectorBase_V1):
             client.close()
             raise
         with self._lock:
+            if self._client is not None:
+                self._stale.append(self._client)
             self._kv_caches, self._client, self._layout = dict(kv_caches), client, layout
 
     def _work(self, load):
@@ -651,8 +665,8 @@ class KvfsConnector(KVConnectorBase_V1):
             return
         t0 = time.monotonic()
         try:
-            client = self._open()
-            results = client.get(names, layout=self._layout, blocks=ids).results
+            client, layout = self._open()
+            results = client.get(names, layout=layout, blocks=ids).results
         except OSError as e:
             self._failed("load", e)
             results = [-errno.EIO] * len(names)
@@ -741,8 +755,9 @@ class KvfsConnector(KVConnectorBase_V1):
         try:
             if event is not None:
                 event.synchronize()
-            results = self._open().put(names, layout=self._layout, blocks=ids,
-                                       flags=kvfs.PUT_MKDIR | kvfs.PUT_NOREPLACE).results
+            client, layout = self._open()
+            results = client.put(names, layout=layout, blocks=ids,
+                                 flags=kvfs.PUT_MKDIR | kvfs.PUT_NOREPLACE).results
         except OSError as e:
             self._failed("save", e)
             results = [-errno.EIO] * len(names)
@@ -783,6 +798,6 @@ class KvfsConnector(KVConnectorBase_V1):
                 self._saves_cv.notify_all()
         if saver is not None:
             saver.join()
-        self._drop()
+        self._close_all()
 
     close = shutdown
