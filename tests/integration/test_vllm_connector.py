@@ -18,7 +18,9 @@ it in the LBNHC order: not contiguous):
   adapter, cache_salt or image match nothing; a prompt given as
   embeddings (no token ids) saves and loads;
 - two tensor-parallel ranks and two pipeline stages: a block is a hit only
-  once every (tp, pp) rank saved it, and their keys differ;
+  once every (tp, pp) rank saved it, and their keys differ; each worker
+  reads its ranks from vLLM's parallel state (get_tp_group(),
+  get_pp_group());
 - without PYTHONHASHSEED the connector refuses to start, naming it;
 - saves land in the background: with the daemon's put held, the step
   returns, request_finished asks vLLM to hold the blocks and get_finished
@@ -376,6 +378,29 @@ class ConnectorTest(kvfstest.KvfsTestCase):
         probe = request("probe", tokens)
         for e in engines.values():
             self.assertEqual(e.sched.get_num_new_matched_tokens(probe, 0), (5 * BS, False))
+
+    def test_ranks_from_vllm_parallel_state(self):
+        import types
+        from kvfs import vllm as kc
+        names = ("vllm", "vllm.distributed", "vllm.distributed.parallel_state")
+        fake = {n: types.ModuleType(n) for n in names}
+        ps = fake["vllm.distributed.parallel_state"]
+        ps.get_tp_group = lambda: types.SimpleNamespace(rank_in_group=1)
+        ps.get_pp_group = lambda: types.SimpleNamespace(rank_in_group=3)
+        fake["vllm.distributed"].parallel_state = ps
+        saved = {n: sys.modules.get(n) for n in names}
+        sys.modules.update(fake)
+        try:
+            c = kc.KvfsConnector(V.vllm_config(self.m.mnt, tp_size=2, pp_size=4, tp_rank=None,
+                                               pp_rank=None), kc.KVConnectorRole.WORKER,
+                                 V.kv_cache_config(NUM_BLOCKS, LAYER_NAMES, spec()))
+        finally:
+            for n, m in saved.items():
+                if m is None:
+                    sys.modules.pop(n, None)
+                else:
+                    sys.modules[n] = m
+        self.assertTrue(c.key("ab").endswith("-tp2-pp4/r1.3/ab"), c.key("ab"))
 
     def test_refused_without_hash_seed(self):
         from kvfs import vllm as kc

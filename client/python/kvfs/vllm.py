@@ -279,13 +279,16 @@ def _extra(vllm_config):
     return getattr(vllm_config.kv_transfer_config, "kv_connector_extra_config", None) or {}
 
 
-def _rank(extra, key, getter):
-    """This process's rank from kv_connector_extra_config, else vLLM's parallel state."""
+def _rank(extra, key, group):
+    """This process's tensor- or pipeline-parallel rank: from
+    kv_connector_extra_config, else vLLM's parallel state (get_tp_group(),
+    get_pp_group(): rank_in_group), else 0 (a scheduler, which names every
+    rank's keys itself)."""
     if extra.get(key) is not None:
         return int(extra[key])
     try:
         from vllm.distributed import parallel_state
-        return int(getattr(parallel_state, getter)())
+        return int(getattr(parallel_state, group)().rank_in_group)
     except Exception:
         return 0
 
@@ -347,8 +350,8 @@ class KvfsConnector(KVConnectorBase_V1):
             raise ConfigError("kvfs connector: block size %d is not a multiple of the hash "
                               "block size %d" % (self.block_size, hbs))
         self.factor = self.block_size // hbs  # block hashes per block: the last one names it
-        self.tp_rank = _rank(extra, "tp_rank", "get_tensor_model_parallel_rank")
-        self.pp_rank = _rank(extra, "pp_rank", "get_pp_group_rank")
+        self.tp_rank = _rank(extra, "tp_rank", "get_tp_group")
+        self.pp_rank = _rank(extra, "pp_rank", "get_pp_group")
         par = vllm_config.parallel_config
         self.tp_size = int(getattr(par, "tensor_parallel_size", 1))
         self.pp_size = int(getattr(par, "pipeline_parallel_size", 1))
