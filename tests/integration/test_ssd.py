@@ -788,11 +788,17 @@ class TierXattrTest(SsdTestCase):
         self.assertEqual(read_direct(m.path("hot")), data2)
 
     def promoted_by_read(self, m, name, data):
+        """Reads bring name into DRAM. A promotion is a bonus the daemon
+        declines when it cannot make room at that instant (the clock gives
+        values read just now a second chance before evicting them), so each
+        poll reads again, every byte checked, until one is promoted."""
         st0 = m.stats()["tier"]
-        self.assertEqual(read_direct(m.path(name)), data)
-        kvfstest.wait_until(lambda: tier_of(m.path(name)) == "dram+ssd", timeout=5,
-                            what="%s (%d bytes) promoted by a read (tier %s, pool %s)" % (
-                                name, len(data), tier_of(m.path(name)), m.stats()["pool"]))
+
+        def read_promotes():
+            self.assertEqual(read_direct(m.path(name)), data)
+            return tier_of(m.path(name)) == "dram+ssd"
+        kvfstest.wait_until(read_promotes, timeout=10, interval=0.2,
+                            what="%s (%d bytes) promoted by a read" % (name, len(data)))
         st1 = m.stats()["tier"]
         self.assertGreater(st1["promotions"], st0["promotions"])
         # the next read is a DRAM hit
