@@ -77,7 +77,12 @@ def content(h, layer):
 
 class Engine:
     """One engine's connector pair (scheduler and worker role), its KV cache
-    and the scheduler's bookkeeping of block ids, driven step by step."""
+    and the scheduler's bookkeeping of block ids, driven step by step in the
+    order vLLM calls the hooks (scheduler: build_connector_meta; worker:
+    handle_preemptions, bind, the forward's layers, start_load_kv after the
+    forward as vLLM does when no load is synchronous, wait_for_save,
+    get_transfer_results, get_block_ids_with_load_errors, stats, clear;
+    scheduler: update_connector_output)."""
 
     def __init__(self, test, mnt, **cfg):
         from kvfs import vllm as kc
@@ -90,36 +95,78 @@ class Engine:
         test.addCleanup(self.worker.shutdown)
         self.raw, self.caches = kv_caches()
         self.worker.register_kv_caches(self.caches)
-        self.free = list(range(NUM_BLOCKS))
+        self.free = list(range(1, NUM_BLOCKS))  # block 0 is vLLM's null block
         self.blocks = {}  # req id -> block ids
+        self.finished = set()  # finished_req_ids of the next step
+        self.reports = []  # the worker's stats, each step's (KVConnectorOutput)
 
     def forward(self, meta, compute):
-        """The worker's side of a step: load, 'compute' (request, block index) pairs, save."""
+        """The worker's side of a step: 'compute' (request, block index)
+        pairs; returns the step's KVConnectorOutput, also handed to the
+        scheduler side."""
         w = self.worker
+        w.handle_preemptions(meta)
         w.bind_connector_metadata(meta)
-        w.start_load_kv(None)
         for layer, name in enumerate(LAYER_NAMES):
             w.wait_for_layer_load(name)
             for req, b in compute:
                 self.caches[name][self.blocks[req.request_id][b]] = content(
                     req.block_hashes[b], layer)
             w.save_kv_layer(name, self.caches[name], None)
+        w.start_load_kv(None)
         w.wait_for_save()
-        errors = w.get_block_ids_with_load_errors()
+        res = w.get_transfer_results(self.finished)
+        self.finished = set()
+        out = V.KVConnectorOutput(finished_sending=res.finished_sending or None,
+                                  finished_recving=res.finished_recving or None,
+                                  invalid_block_ids=w.get_block_ids_with_load_errors(),
+                                  failed_recving=res.failed_recving,
+                                  kv_connector_stats=w.get_kv_connector_stats())
+        if out.kv_connector_stats is not None:
+            self.reports.append(out.kv_connector_stats)
         w.clear_connector_metadata()
-        return errors
+        self.sched.update_connector_output(out)
+        return out
+
+    def idle_step(self):
+        """A step scheduling nothing (its KVConnectorOutput)."""
+        return self.forward(self.sched.build_connector_meta(V.scheduler_output()), [])
+
+    def settle(self, out):
+        """`out` merged with a later step's, once the transfers in flight are done."""
+        self.worker.drain()
+        late = self.idle_step()
+        return V.KVConnectorOutput(
+            finished_sending=(out.finished_sending or set()) | (late.finished_sending or set()),
+            finished_recving=(out.finished_recving or set()) | (late.finished_recving or set()),
+            invalid_block_ids=set(out.invalid_block_ids) | set(late.invalid_block_ids),
+            failed_recving=set(out.failed_recving) | set(late.failed_recving))
+
+    def load(self, req, matched):
+        """The async load of a hit: vLLM parks the request while the load
+        runs, steps go on, and schedules it once get_finished reports it.
+        Returns the invalid block ids the worker reported."""
+        self.sched.update_state_after_alloc(req, V.kv_blocks(self.blocks[req.request_id]),
+                                            matched)
+        out = self.settle(self.idle_step())  # the load starts; the step does not wait for it
+        assert out.finished_recving == {req.request_id}, out.finished_recving
+        return out.invalid_block_ids
 
     def prefill(self, req, chunk=None):
         """Schedules req's prompt (in chunks of `chunk` tokens); returns the
-        matched tokens and the load errors of the first step."""
+        matched tokens and the load errors."""
         matched, load_async = self.sched.get_num_new_matched_tokens(req, 0)
-        assert load_async is False
+        assert load_async is (matched > 0), (matched, load_async)
         need = -(-req.num_prompt_tokens // BS)
         ids = [self.free.pop(0) for _ in range(need)]
         self.blocks[req.request_id] = ids
-        self.sched.update_state_after_alloc(req, V.kv_blocks(ids), matched)
+        errors = set()
+        if matched:
+            errors = self.load(req, matched)
+        else:
+            self.sched.update_state_after_alloc(req, V.kv_blocks(ids), 0)
         req.num_computed_tokens = matched
-        first, errors = True, set()
+        first = True
         while req.num_computed_tokens < req.num_prompt_tokens:
             n = min(chunk or req.num_prompt_tokens, req.num_prompt_tokens - req.num_computed_tokens)
             if first:
@@ -131,10 +178,9 @@ class Engine:
                     [req.request_id], set(), [[]], {}, [None], [req.num_computed_tokens], [0]),
                     num_scheduled={req.request_id: n})
             start, end = req.num_computed_tokens // BS, (req.num_computed_tokens + n) // BS
-            e = self.forward(self.sched.build_connector_meta(out),
-                             [(req, b) for b in range(start, min(end, len(req.block_hashes)))
-                              if b >= matched // BS])
-            errors |= e if first else set()
+            self.forward(self.sched.build_connector_meta(out),
+                         [(req, b) for b in range(start, min(end, len(req.block_hashes)))
+                          if b >= matched // BS])
             req.num_computed_tokens += n
             first = False
         return matched, errors
@@ -160,8 +206,9 @@ class Engine:
         """request_finished, then the blocks freed once get_finished reports the saves landed."""
         delay, params = self.sched.request_finished(req, self.blocks[req.request_id])
         self.worker.drain()
-        done, _ = self.worker.get_finished({req.request_id})
-        assert params is None and delay == (req.request_id in (done or ())), (delay, done)
+        self.finished.add(req.request_id)
+        done = self.idle_step().finished_sending or set()
+        assert params is None and delay == (req.request_id in done), (delay, done)
         self.free += self.blocks.pop(req.request_id)
 
 
@@ -211,6 +258,32 @@ class ConnectorTest(kvfstest.KvfsTestCase):
         self.assertEqual(b.worker.stats()["loaded_blocks"], 40)
         self.assertEqual(b.worker.stats()["saved_blocks"], 24)  # the 40 held are not saved again
 
+    def hold_puts(self, eng):
+        """The daemon is slow: the worker's puts wait for the returned gate."""
+        import threading
+        gate, puts = threading.Event(), []
+        client = eng.worker._open()[0]
+        real = client.put
+
+        def held(*args, **kw):
+            puts.append(threading.current_thread().name)
+            gate.wait(60)
+            return real(*args, **kw)
+        client.put = held
+        return gate, puts
+
+    def fenced(self, eng, meta, gate):
+        """True when handle_preemptions(meta) waits for the held saves (it
+        returns once the gate opens, not before)."""
+        import threading
+        th = threading.Thread(target=eng.worker.handle_preemptions, args=(meta,))
+        th.start()
+        th.join(0.5)
+        waited = th.is_alive()
+        gate.set()
+        th.join()
+        return waited
+
     def test_preemption_and_resume(self):
         a = Engine(self, self.m.mnt)
         r = request("p", list(range(3, 3 + 12 * BS + 3)))
@@ -218,14 +291,32 @@ class ConnectorTest(kvfstest.KvfsTestCase):
         old = [a.free.pop(0) for _ in range(13)]
         a.blocks["p"] = old
         a.sched.update_state_after_alloc(r, V.kv_blocks(old), 0)
+        gate, _ = self.hold_puts(a)
         out = V.scheduler_output(new=[V.NewRequestData.from_request(r, (list(old),))],
                                  num_scheduled={"p": 5 * BS})
         a.forward(a.sched.build_connector_meta(out), [(r, b) for b in range(5)])
-        # preempted: the next step names it, its saves land before its blocks go
-        # to another request, which writes over them
-        a.worker.handle_preemptions(a.sched.build_connector_meta(
-            V.scheduler_output(preempted={"p"})))
+        # preempted while its saves are held: the next step gives its blocks
+        # to another request, which writes over them; before the step runs,
+        # the saves reading them land
+        x = request("x", list(range(7, 7 + 4 * BS)))
+        out = V.scheduler_output(new=[V.NewRequestData.from_request(x, (old[:4],))],
+                                 num_scheduled={"x": 4 * BS}, preempted={"p"})
+        meta = a.sched.build_connector_meta(out)
+        self.assertTrue(self.fenced(a, meta, gate))
         self.assertEqual(a.worker.stats()["saved_blocks"], 5)
+        # a step allocating no block a save reads does not wait
+        gate2, _ = self.hold_puts(a)
+        y = request("y", list(range(9, 9 + 2 * BS)))
+        a.blocks["y"] = [a.free.pop(0), a.free.pop(0)]
+        a.sched.get_num_new_matched_tokens(y, 0)
+        a.sched.update_state_after_alloc(y, V.kv_blocks(a.blocks["y"]), 0)
+        a.forward(a.sched.build_connector_meta(V.scheduler_output(
+            new=[V.NewRequestData.from_request(y, (a.blocks["y"],))], num_scheduled={"y": 2 * BS})),
+            [(y, 0), (y, 1)])
+        other = V.scheduler_output(new=[V.NewRequestData.from_request(x, ([a.free[0]],))],
+                                   num_scheduled={"x": 1})
+        self.assertFalse(self.fenced(a, a.sched.build_connector_meta(other), gate2))
+        a.worker.drain()
         a.raw.view(LAYERS, NUM_BLOCKS, -1)[:, old, :] = 0
         new = [a.free.pop() for _ in range(13)]
         a.blocks["p"] = new
@@ -233,7 +324,7 @@ class ConnectorTest(kvfstest.KvfsTestCase):
         out = V.scheduler_output(cached=V.CachedRequestData(
             ["p"], {"p"}, [[]], {}, [(list(new),)], [0], [0]), num_scheduled={"p": 12 * BS + 3})
         meta = a.sched.build_connector_meta(out)
-        self.assertEqual([len(m.hashes) for m in meta.requests], [7])  # 0-4 were saved
+        self.assertEqual([len(m.items) for m in meta.requests], [7])  # 0-4 were saved
         a.forward(meta, [(r, b) for b in range(12)])
         a.worker.drain()
         b = Engine(self, self.m.mnt)
@@ -245,17 +336,8 @@ class ConnectorTest(kvfstest.KvfsTestCase):
                                             content(r.block_hashes[i], layer)), (layer, i))
 
     def test_saves_land_in_the_background(self):
-        import threading
         a = Engine(self, self.m.mnt)
-        gate, puts = threading.Event(), []
-        client = a.worker._open()[0]
-        real = client.put
-
-        def held(*args, **kw):  # the daemon is slow: this put waits for the gate
-            puts.append(threading.current_thread().name)
-            gate.wait(60)
-            return real(*args, **kw)
-        client.put = held
+        gate, puts = self.hold_puts(a)
         r = request("bg", list(range(3 * BS + 1)))
         a.prefill(r)  # wait_for_save returned with its put held
         self.assertEqual(a.worker.stats()["saved_blocks"], 0)
@@ -268,7 +350,41 @@ class ConnectorTest(kvfstest.KvfsTestCase):
         self.assertEqual(a.worker.get_finished(set()), ({"bg"}, None))  # now vLLM frees them
         self.assertEqual(a.worker.get_finished(set()), (None, None))  # reported once
         self.assertEqual(a.sched.get_num_new_matched_tokens(request("bg2", list(
-            range(3 * BS + 1))), 0), (3 * BS, False))
+            range(3 * BS + 1))), 0), (3 * BS, True))
+
+    def test_loads_land_in_the_background(self):
+        import threading
+        a = Engine(self, self.m.mnt)
+        r = request("src", list(range(20, 20 + 6 * BS + 1)))
+        a.prefill(r)
+        a.finish(r)
+        b = Engine(self, self.m.mnt)
+        gate, gets = threading.Event(), []
+        client = b.worker._open()[0]
+        real = client.get
+
+        def held(*args, **kw):  # the daemon is slow: this get waits for the gate
+            gets.append(threading.current_thread().name)
+            gate.wait(60)
+            return real(*args, **kw)
+        client.get = held
+        r2 = request("dst", list(r.all_token_ids))
+        self.assertEqual(b.sched.get_num_new_matched_tokens(r2, 0), (6 * BS, True))
+        ids = b.blocks["dst"] = [b.free.pop(0) for _ in range(7)]
+        b.sched.update_state_after_alloc(r2, V.kv_blocks(ids), 6 * BS)
+        # steps go on while the load is held; the request is not reported
+        for _ in range(3):
+            self.assertIsNone(b.idle_step().finished_recving)
+        self.assertEqual(b.worker.stats()["loaded_blocks"], 0)
+        gate.set()
+        b.worker.drain()
+        self.assertEqual(gets, ["kvfs-loads"])
+        self.assertEqual(b.idle_step().finished_recving, {"dst"})  # now vLLM schedules it
+        self.assertIsNone(b.idle_step().finished_recving)  # reported once
+        for layer in range(LAYERS):
+            for i in range(6):
+                self.assertTrue(torch.equal(self.layer_block(b, layer, ids[i]),
+                                            content(r.block_hashes[i], layer)), (layer, i))
 
     def test_kv_events(self):
         from kvfs import vllm as kc
@@ -302,7 +418,11 @@ class ConnectorTest(kvfstest.KvfsTestCase):
         b.prefill(request("t", list(range(6 * BS + 1))))  # 4 hit, 2 missed
         b.worker.drain()
         block = LAYERS * BS * H * 2 * D * 2
-        ws, ss = b.worker.get_kv_connector_stats(), b.sched.get_kv_connector_stats()
+        late = b.worker.get_kv_connector_stats()  # the last save's, if it landed after its step
+        ws = kc.KvfsConnectorStats(data={})  # the steps' reports, as vLLM's aggregator adds them
+        for r in b.reports + ([late] if late else []):
+            ws.aggregate(r)
+        ss = b.sched.get_kv_connector_stats()
         self.assertEqual({k: ss.data[k] for k in ("lookups", "hit_blocks", "missed_blocks")},
                          {"lookups": 1, "hit_blocks": 4, "missed_blocks": 2})
         self.assertEqual({k: ws.data[k] for k in ("loaded_blocks", "loaded_bytes", "saved_blocks",
@@ -346,10 +466,11 @@ class ConnectorTest(kvfstest.KvfsTestCase):
                          ({"cache_salt": "tenant-2"}, 0),  # in the first, so in the chain
                          ({"mm_features": [image]}, 6)):  # from the block holding token 100
             other = request("other", tokens, **kw)
-            self.assertEqual(a.sched.get_num_new_matched_tokens(other, 0), (want * BS, False), kw)
+            self.assertEqual(a.sched.get_num_new_matched_tokens(other, 0),
+                             (want * BS, want > 0), kw)
             a.sched.request_finished(other, [])
         self.assertEqual(a.sched.get_num_new_matched_tokens(request("same", tokens), 0),
-                         (64 * BS, False))
+                         (64 * BS, True))
         # a prompt of embeddings, no token ids: its hashes make its keys
         emb = torch.arange(33 * BS * 4, dtype=torch.float32).view(33 * BS, 4)
         hasher = V.get_request_block_hasher(BS)
@@ -357,7 +478,7 @@ class ConnectorTest(kvfstest.KvfsTestCase):
                                              block_hasher=hasher)), (0, set()))
         a.worker.drain()
         e2 = V.Request("e2", None, prompt_embeds=emb.clone(), block_hasher=hasher)
-        self.assertEqual(a.sched.get_num_new_matched_tokens(e2, 0), (32 * BS, False))
+        self.assertEqual(a.sched.get_num_new_matched_tokens(e2, 0), (32 * BS, True))
         e3 = V.Request("e3", None, prompt_embeds=emb + 1, block_hasher=hasher)
         self.assertEqual(a.sched.get_num_new_matched_tokens(e3, 0), (0, False))
 
@@ -377,7 +498,7 @@ class ConnectorTest(kvfstest.KvfsTestCase):
             self.assertEqual(matched, 0, (tp, pp))  # not every rank had it before this one
         probe = request("probe", tokens)
         for e in engines.values():
-            self.assertEqual(e.sched.get_num_new_matched_tokens(probe, 0), (5 * BS, False))
+            self.assertEqual(e.sched.get_num_new_matched_tokens(probe, 0), (5 * BS, True))
 
     def test_ranks_from_vllm_parallel_state(self):
         import types
@@ -400,7 +521,8 @@ class ConnectorTest(kvfstest.KvfsTestCase):
                     sys.modules.pop(n, None)
                 else:
                     sys.modules[n] = m
-        self.assertTrue(c.key("ab").endswith("-tp2-pp4/r1.3/ab"), c.key("ab"))
+        self.assertIn("-tp2-pp4/g0-", c.key("ab"))
+        self.assertTrue(c.key("ab").endswith("/r1.3/ab"), c.key("ab"))
 
     def test_refused_without_hash_seed(self):
         from kvfs import vllm as kc
@@ -438,10 +560,10 @@ class ConnectorTest(kvfstest.KvfsTestCase):
         # the mount is there, its daemon is not: every call answers, none raises
         self.assertEqual(a.sched.get_num_new_matched_tokens(request("b", tokens), 0), (0, False))
         h = request("c", tokens).block_hashes[2].hex()
-        meta = a.kc.KvfsConnectorMetadata([a.kc.ReqMeta("x", [h], [3], True),
-                                           a.kc.ReqMeta("x", [h], [4], False)])
-        self.assertEqual(a.forward(meta, []), {3})  # vLLM recomputes block 3
-        a.worker.drain()
+        meta = a.kc.KvfsConnectorMetadata([a.kc.ReqMeta("x", [(0, h, 3)], True),
+                                           a.kc.ReqMeta("x", [(0, h, 4)], False)])
+        out = a.settle(a.forward(meta, []))
+        self.assertEqual((out.finished_recving, out.invalid_block_ids), ({"x"}, {3}))  # recomputed
         st = a.worker.stats()
         self.assertEqual((st["failed_loads"], st["failed_saves"]), (1, 1))
         self.assertGreater(a.sched.stats()["errors"], 0)
@@ -450,10 +572,11 @@ class ConnectorTest(kvfstest.KvfsTestCase):
         m2 = self.mount(root=root, name="again")
         self.assertEqual(m2.mnt, m1.mnt)
         self.assertEqual(a.sched.get_num_new_matched_tokens(request("d", tokens), 0),
-                         (10 * BS, False))
+                         (10 * BS, True))
         before = a.worker.stats()["loaded_blocks"]
-        self.assertEqual(a.forward(a.kc.KvfsConnectorMetadata(
-            [a.kc.ReqMeta("d", [h], [5], True)]), []), set())
+        out = a.settle(a.forward(a.kc.KvfsConnectorMetadata(
+            [a.kc.ReqMeta("d", [(0, h, 5)], True)]), []))
+        self.assertEqual((out.finished_recving, out.invalid_block_ids), ({"d"}, set()))
         self.assertEqual(a.worker.stats()["loaded_blocks"], before + 1)
         for layer in range(LAYERS):
             want = content(request("e", tokens).block_hashes[2], layer)

@@ -21,22 +21,35 @@ Keys. A block's key is built from vLLM's own block hash
 multimodal inputs, cache_salt and prompt embeddings, so requests that
 differ in any of them never share a block:
 
-    <model>/<spec>/r<tp rank>.<pp rank>/<block hash, hex>
+    <model>/<spec>/<group>/r<tp rank>.<pp rank>/<block hash, hex>
 
-where <spec> names what a block's bytes depend on: block size, KV-cache
-group 0's head count, head size, dtype and layout, and the tensor- and
-pipeline-parallel sizes. vLLM seeds its hash chain with random bytes per
-process unless PYTHONHASHSEED is set (init_none_hash): then no other
-process, restart or node could find a block, so the connector refuses to
-start without it. A prompt's cached prefix is the leading run of blocks
-every (tp, pp) rank holds.
+where <spec> names what every block's bytes depend on (block size, cache
+dtype, layout, the tensor- and pipeline-parallel sizes) and <group> the
+KV-cache group (its index, kind, head count, head size and dtype). vLLM
+seeds its hash chain with random bytes per process unless PYTHONHASHSEED is
+set (init_none_hash): then no other process, restart or node could find a
+block, so the connector refuses to start without it.
+
+Hybrid models (SupportsHMA). Each KV-cache group's blocks are keys of their
+own. A prompt's cached prefix is the longest run of n blocks such that on
+every (tp, pp) rank each full-attention group holds blocks [0, n) and each
+sliding-window group the blocks vLLM keeps before n (its window); a load
+fills the blocks vLLM allocated, never its null block. Blocks that leave a
+sliding window, like a preempted request's, go back to vLLM's pool at once
+and may be given to another request while a save still reads them: before
+a step writes the blocks its scheduling allocated, the worker waits for
+the saves reading any of them (handle_preemptions; vLLM's
+OffloadingConnector fences its stores the same way). A model with a group
+of state (Mamba) runs with the connector idle (vLLM's scheduler does not
+take external tokens for Mamba's aligned caching), as do groups vLLM marks
+not transferable (enable_kv_transfer).
 
 Memory. The worker derives from each layer tensor's shape and strides
 where block b lies (kvfs.blocks: any layout, views included; a kernel
 block size that divides the scheduler's), registers each allocation once
-(vLLM backs a group's layers with one buffer) and one kvfs layout over
-every layer: a key is block b of every layer, moved by the daemon with one
-batch put or get.
+(vLLM backs a group's layers with one buffer) and, per group, one kvfs
+layout over the group's layers: a key is block b of every layer of its
+group, moved by the daemon with one batch put or get per group.
 
 Failures never reach vLLM. A daemon that is gone, a mount that is not
 there, ENOSPC or any other error from kvfs is logged once per kind,
@@ -46,13 +59,18 @@ recomputes them), a save that failed is dropped. The connector opens the
 mount again, and registers its memory again, at the next use, so a
 remounted kvfs serves hits again without restarting the engine.
 
-Loads run inside the step (start_load_kv). Saves do not hold it up:
-wait_for_save hands the step's batch put to a thread of the connector's
-(on a device, after a CUDA event recorded behind the step's forward) and
-returns; request_finished asks vLLM to hold a request's blocks while its
-saves may be in flight, and get_finished reports it once they all landed.
-Blocks of preempted requests are about to be reused: handle_preemptions
-(or, in vLLM before it, wait_for_save) waits for the saves in flight.
+Neither loads nor saves hold up a step. A hit is loaded asynchronously:
+get_num_new_matched_tokens answers (tokens, True), vLLM parks the request,
+start_load_kv hands the step's batch get to the connector's loads thread
+and returns, and get_finished reports the request once its blocks are in
+memory (scheduled at the next step; a failed load also names its blocks,
+get_block_ids_with_load_errors, or with several groups its request,
+failed_recving). wait_for_save hands the step's batch put to the saves
+thread (on a device, after a CUDA event recorded behind the step's
+forward) and returns; request_finished asks vLLM to hold a request's
+blocks while its saves may be in flight, and get_finished reports it once
+they all landed. scripts/bench.sh vllm measures both against a step that
+waits for its load.
 
 Events. Once every worker reports a finished request's saves landed
 (finished_sending), take_events gives vLLM a BlockStored of its saved
@@ -109,6 +127,22 @@ except ImportError:  # stand-ins with the same names and the members used here
 
         def _get_connector_metadata(self):
             return self._connector_metadata
+
+try:
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import SupportsHMA
+except ImportError:  # vLLM without the hybrid manager's hook, or none at all
+    class SupportsHMA:
+        pass
+
+try:
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorTransferResults
+except ImportError:  # vLLM before September 2026 (get_finished only), or none at all
+    @dataclass
+    class KVConnectorTransferResults:
+        finished_sending: set = field(default_factory=set)
+        finished_recving: set = field(default_factory=set)
+        failed_recving: set = field(default_factory=set)
+        prefix_replay_checkpoints: dict = field(default_factory=dict)
 
 
 try:
@@ -223,37 +257,57 @@ class ConfigError(ValueError):
     """A configuration the connector refuses at start, in one message."""
 
 
+NULL_BLOCK = 0  # vLLM's null block (BlockPool.null_block, the pool's first block): a
+# sliding-window group's blocks out of the window are it, and hold nothing
+
+
 @dataclass
 class ReqMeta:
-    """One request's work for the workers in one step: load or save
-    keys[i] <-> block_ids[i] (hashes: the block hashes, hex)."""
+    """One request's work for the workers in one step: load or save the
+    blocks `items`, each (group index, block hash hex, block id)."""
     req_id: str
-    hashes: list
-    block_ids: list
+    items: list
     load: bool
 
 
 @dataclass
 class KvfsConnectorMetadata(KVConnectorMetadata):
     requests: list = field(default_factory=list)
-    preempted: set = field(default_factory=set)  # their blocks go: saves of them must land
+    # block ids the step's scheduling allocated: a save in flight may still
+    # read one (freed by a preemption or a sliding window since), so the
+    # worker waits for such saves before the step writes them
+    allocated: set = field(default_factory=set)
+
+
+@dataclass
+class _Group:
+    """A KV-cache group the connector moves: its blocks are keys of their own."""
+    idx: int  # in kv_cache_config.kv_cache_groups
+    name: str  # key component: the group and what its bytes depend on
+    layers: object  # its layer names, or None: every layer (vLLM without kv_cache_config)
+    window: int = 0  # sliding window, tokens (0: full attention, every block kept)
+    hit_blocks: int = 0  # blocks before a hit's end that vLLM keeps (0: all of them)
 
 
 @dataclass
 class _Track:
     """A request the scheduler side follows from step to step."""
     request: object  # vLLM's Request: block_hashes grows as it generates
-    block_ids: list = field(default_factory=list)
+    block_ids: list = field(default_factory=list)  # per KV-cache group
     stored: int = 0  # leading blocks kvfs holds: saved, loaded or matched
     saving: bool = False  # saves were scheduled: its blocks are freed once they landed
     saved: list = field(default_factory=list)  # block indexes saved, for the KV events
+    loading: tuple = None  # (first block, its group-0 block ids) of the load in flight
 
 
-def _group0(ids):
-    """The block ids of the first KV-cache group (vLLM passes a tuple per group)."""
+def _by_group(ids, n):
+    """Block ids as a list per KV-cache group (vLLM passes a tuple of lists;
+    before the hybrid manager, one list)."""
+    if ids is None:
+        return [[] for _ in range(n)]
     if ids and isinstance(ids[0], (list, tuple)):
-        return list(ids[0])
-    return list(ids or ())
+        return [list(g) for g in ids] + [[] for _ in range(n - len(ids))]
+    return [list(ids)] + [[] for _ in range(n - 1)]
 
 
 def _cached_reqs(out):
@@ -294,17 +348,10 @@ def _rank(extra, key, group):
 
 
 def _spec(vllm_config, kv_cache_config):
-    """What a block's bytes depend on, as a key component."""
+    """What every block's bytes depend on, as a key component."""
     cache = vllm_config.cache_config
     par = vllm_config.parallel_config
-    parts = ["bs%d" % cache.block_size]
-    groups = getattr(kv_cache_config, "kv_cache_groups", None) or []
-    if groups:
-        s = groups[0].kv_cache_spec
-        parts.append("%s-h%s-d%s-%s" % (type(s).__name__, getattr(s, "num_kv_heads", "-"),
-                                        getattr(s, "head_size", "-"),
-                                        str(getattr(s, "dtype", "")).replace("torch.", "")))
-    parts.append(str(getattr(cache, "cache_dtype", "auto")))
+    parts = ["bs%d" % cache.block_size, str(getattr(cache, "cache_dtype", "auto"))]
     layout = getattr(kv_cache_config, "kv_cache_layout", None) or \
         getattr(cache, "kv_cache_layout", None)
     if layout:
@@ -312,6 +359,45 @@ def _spec(vllm_config, kv_cache_config):
     parts.append("tp%d" % getattr(par, "tensor_parallel_size", 1))
     parts.append("pp%d" % getattr(par, "pipeline_parallel_size", 1))
     return "-".join(parts)
+
+
+def _group_name(idx, s):
+    return "g%d-%s-h%s-d%s-%s" % (idx, type(s).__name__, getattr(s, "num_kv_heads", "-"),
+                                  getattr(s, "head_size", "-"),
+                                  str(getattr(s, "dtype", "")).replace("torch.", ""))
+
+
+def _groups(vllm_config, kv_cache_config):
+    """(the groups the connector moves, the number of KV-cache groups, why
+    it moves none or None). Attention groups move: full attention (MLA too)
+    every block, sliding-window groups the blocks vLLM keeps. A group of
+    state (Mamba) is not blocks of KV that a prefix names: a model with one
+    runs with the connector idle. Groups vLLM marks not transferable
+    (enable_kv_transfer) are left out."""
+    block_size = vllm_config.cache_config.block_size
+    specs = getattr(kv_cache_config, "kv_cache_groups", None)
+    if not specs:
+        return [_Group(0, "g0", None)], 1, None
+    groups = []
+    for i, g in enumerate(specs):
+        s = g.kv_cache_spec
+        if not getattr(g, "enable_kv_transfer", True):
+            continue
+        if not hasattr(s, "head_size"):
+            return [], len(specs), "KV-cache group %d is %s, state rather than blocks of KV" \
+                % (i, type(s).__name__)
+        if s.block_size != block_size:
+            return [], len(specs), "KV-cache group %d has %d-token blocks, the scheduler %d" \
+                % (i, s.block_size, block_size)
+        window = getattr(s, "sliding_window", None) if "SlidingWindow" in type(s).__name__ \
+            else None
+        if window:
+            extra = getattr(s, "extra_retained_tokens", 0) or 0
+            groups.append(_Group(i, _group_name(i, s), list(g.layer_names), int(window),
+                                 -(-(int(window) - 1 + extra) // block_size)))
+        else:
+            groups.append(_Group(i, _group_name(i, s), list(g.layer_names)))
+    return groups, len(specs), None
 
 
 def _hash_block_size(vllm_config, kv_cache_config):
@@ -332,7 +418,60 @@ def _check_hash_seed():
             "value on every node")
 
 
-class KvfsConnector(KVConnectorBase_V1):
+class _Queue:
+    """Batches a thread of the connector's runs in order (saves, or loads):
+    each has a sequence number; wait(n) returns once batch n has run."""
+
+    def __init__(self, name, run):
+        self._name, self._run = name, run
+        self._cv = threading.Condition()  # guards every field below
+        self._items = []  # (seq, batch), oldest first
+        self._queued = self._done = 0
+        self._thread = None
+
+    def put(self, batch):
+        with self._cv:
+            self._queued += 1
+            self._items.append((self._queued, batch))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
+                self._thread.start()
+            self._cv.notify_all()
+            return self._queued
+
+    def _loop(self):
+        while True:
+            with self._cv:
+                while not self._items:
+                    self._cv.wait()
+                seq, batch = self._items[0]
+            if batch is None:
+                return
+            self._run(batch, seq)
+            with self._cv:
+                self._items.pop(0)
+                self._done = seq
+                self._cv.notify_all()
+
+    def wait(self, seq=None):
+        """Until batch seq (default: every batch queued so far) has run."""
+        with self._cv:
+            target = self._queued if seq is None else seq
+            while self._done < target and self._thread is not None:
+                self._cv.wait()
+
+    def stop(self):
+        """Runs what is queued, then ends the thread."""
+        with self._cv:
+            thread, self._thread = self._thread, None
+            if thread is not None:
+                self._items.append((None, None))
+                self._cv.notify_all()
+        if thread is not None:
+            thread.join()
+
+
+class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
     def __init__(self, vllm_config, role, kv_cache_config=None):
         try:
             super().__init__(vllm_config, role, kv_cache_config)
@@ -350,6 +489,10 @@ class KvfsConnector(KVConnectorBase_V1):
             raise ConfigError("kvfs connector: block size %d is not a multiple of the hash "
                               "block size %d" % (self.block_size, hbs))
         self.factor = self.block_size // hbs  # block hashes per block: the last one names it
+        self.groups, self.num_groups, idle = _groups(vllm_config, kv_cache_config)
+        if idle:
+            log.warning("kvfs connector: idle for this model (%s): nothing is saved or loaded",
+                        idle)
         self.tp_rank = _rank(extra, "tp_rank", "get_tp_group")
         self.pp_rank = _rank(extra, "pp_rank", "get_pp_group")
         par = vllm_config.parallel_config
@@ -358,12 +501,12 @@ class KvfsConnector(KVConnectorBase_V1):
         self.num_blocks = getattr(kv_cache_config, "num_blocks", None)
         self.prefix = "%s/%s" % (str(model).replace("/", "--"), _spec(vllm_config,
                                                                       kv_cache_config))
-        # _lock guards _client, _layout, _stale, _logged, _stats and _report: the
-        # scheduler's or worker's thread and the saves' thread both use them
+        # _lock guards _client, _layouts, _stale, _logged, _stats and _report: the
+        # scheduler's or worker's thread and the connector's threads all use them
         self._lock = threading.Lock()
         self._client = None
-        self._stale = []  # clients of a mount that failed: closed at shutdown, as the
-        # saves' thread may still be inside a call on one
+        self._stale = []  # clients of a mount that failed: closed at shutdown, as a
+        # thread of the connector's may still be inside a call on one
         self._logged = set()
         # scheduler side
         self._tracks = {}  # req_id -> _Track, from the first question to request_finished
@@ -371,29 +514,39 @@ class KvfsConnector(KVConnectorBase_V1):
         self._computed = {}  # req_id -> tokens vLLM had locally when it asked
         self._landing = {}  # req_id -> _Track of a finished request whose saves may fly
         self._events = []  # BlockStored for take_events
+        self._allocated = set()  # load destinations since the last step, for its fence
         # worker side
         self._kv_caches = None  # layer name -> tensor, kept to register again
-        self._layout = None
-        self._load_errors = set()
-        self._block_bytes = 0
-        # saves in flight (wait_for_save, _save_loop): _saves_lock guards them all
-        self._saves_lock = threading.Lock()
-        self._saves_cv = threading.Condition(self._saves_lock)
-        self._queue = []  # (names, block ids, request ids, CUDA event), oldest first
-        self._saves_queued = self._saves_done = 0
-        self._saver = None
+        self._layouts = None  # group index -> kvfs layout of its layers
+        self._block_bytes = {}  # group index -> bytes of one block of every layer of it
+        self._saves = _Queue("kvfs-saves", self._save)
+        self._loads_q = _Queue("kvfs-loads", self._load)
+        # _xfer_lock guards what the saves' and loads' threads report to the worker
+        self._xfer_lock = threading.Lock()
         self._saving = {}  # request id -> its save batches in flight
+        self._in_save = {}  # block id -> the last save batch reading it (one pool of
+        # block ids serves every group)
         self._saved = set()  # requests that had saves (reported once finished)
         self._finishing = set()  # finished, saves still in flight
         self._finished = set()  # finished, saves landed: for get_finished
+        self._recving = {}  # request id -> (group, block id) of its load in flight
+        self._recved = set()  # loads done: for get_finished
+        self._load_failed = {}  # request id -> block ids its load could not fill
+        self._load_errors = set()  # block ids of failed loads get_finished reported
+        self._fenced = None  # the metadata whose allocated blocks _fence waited for
         self._stats = dict.fromkeys(COUNTERS, 0)  # since the start
         self._report = KvfsConnectorStats()  # since the last get_kv_connector_stats
 
     # ---------------- kvfs, and its failures ----------------
 
-    def key(self, h, tp_rank=None, pp_rank=None):
-        return "%s/r%d.%d/%s" % (self.prefix, self.tp_rank if tp_rank is None else tp_rank,
-                                 self.pp_rank if pp_rank is None else pp_rank, h)
+    def key(self, h, group=None, tp_rank=None, pp_rank=None):
+        g = self.groups[0] if group is None else group
+        return "%s/%s/r%d.%d/%s" % (self.prefix, g.name,
+                                    self.tp_rank if tp_rank is None else tp_rank,
+                                    self.pp_rank if pp_rank is None else pp_rank, h)
+
+    def _group(self, idx):
+        return next(g for g in self.groups if g.idx == idx)
 
     def _count(self, name, n=1):
         with self._lock:
@@ -414,7 +567,7 @@ class KvfsConnector(KVConnectorBase_V1):
             self._logged.add(kind)
             if self._client is not None:
                 self._stale.append(self._client)
-            self._client = self._layout = None
+            self._client = self._layouts = None
         if first:
             log.warning("kvfs connector: %s failed (%s); counted as a miss from now on, "
                         "logged once", what, e)
@@ -422,7 +575,7 @@ class KvfsConnector(KVConnectorBase_V1):
     def _close_all(self):
         with self._lock:
             clients = self._stale + ([self._client] if self._client is not None else [])
-            self._client, self._layout, self._stale = None, None, []
+            self._client, self._layouts, self._stale = None, None, []
         for client in clients:
             try:
                 client.close()
@@ -430,18 +583,18 @@ class KvfsConnector(KVConnectorBase_V1):
                 pass
 
     def _open(self):
-        """(client, layout): opened, and the worker's memory registered, if needed."""
+        """(client, layouts): opened, and the worker's memory registered, if needed."""
         with self._lock:
             if self._client is None:
                 client = kvfs.Client(self.path)
                 if self._kv_caches is not None:
                     try:
-                        self._layout = self._register(client, self._kv_caches)
+                        self._layouts = self._register(client, self._kv_caches)
                     except BaseException:
                         client.close()
                         raise
                 self._client = client
-            return self._client, self._layout
+            return self._client, self._layouts
 
     # ---------------- scheduler side ----------------
 
@@ -461,26 +614,54 @@ class KvfsConnector(KVConnectorBase_V1):
     def _track(self, request):
         t = self._tracks.get(request.request_id)
         if t is None:
-            t = self._tracks[request.request_id] = _Track(request)
+            t = self._tracks[request.request_id] = _Track(
+                request, [[] for _ in range(self.num_groups)])
         t.request = request
         return t
 
+    def _ranks(self):
+        return [(tp, pp) for tp in range(self.tp_size) for pp in range(self.pp_size)]
+
+    def _hit(self, client, hashes):
+        """The leading blocks of `hashes` a prefix hit may cover: n such that,
+        on every rank, each full-attention group holds blocks [0, n) and each
+        sliding-window group the blocks vLLM keeps before n (its window)."""
+        n = len(hashes)
+        for g in self.groups:
+            if not g.hit_blocks:
+                for tp, pp in self._ranks():
+                    if n:
+                        n = min(n, client.lookup([self.key(h, g, tp, pp)
+                                                  for h in hashes[:n]]).prefix)
+        present = {}  # (group, rank, block) -> held, as looked up
+        while n:
+            missing = -1  # the last block some window before n lacks
+            for g in (g for g in self.groups if g.hit_blocks):
+                for rank in self._ranks():
+                    window = range(max(0, n - g.hit_blocks), n)
+                    ask = [j for j in window if (g.idx, rank, j) not in present]
+                    if ask:
+                        res = client.lookup([self.key(hashes[j], g, *rank) for j in ask])
+                        for j, r in zip(ask, res.results):
+                            present[g.idx, rank, j] = r >= 0
+                    missing = max([missing] + [j for j in window if not present[g.idx, rank, j]])
+            if missing < 0:
+                break
+            n = missing  # a hit ending at or before it leaves it out of every window
+        return n
+
     def get_num_new_matched_tokens(self, request, num_computed_tokens):
-        """Tokens past num_computed_tokens that every rank holds in kvfs, and
-        whether they load asynchronously (never: loads finish in start_load_kv)."""
+        """(Tokens past num_computed_tokens that every rank holds in kvfs,
+        True): the load runs in the background (get_finished reports it)."""
+        if not self.groups:
+            return 0, False
         # The last prompt token is always computed: only blocks before it count.
         prompt = getattr(request, "num_prompt_tokens", None)
         if prompt is None:
             prompt = len(request.prompt_token_ids or ())
         hashes = self._hashes(request, max(0, (prompt - 1) // self.block_size))
-        hit = len(hashes)
         try:
-            client = self._open()[0]
-            for tp in range(self.tp_size):
-                for pp in range(self.pp_size):
-                    if hit:
-                        hit = min(hit, client.lookup([self.key(h, tp, pp)
-                                                      for h in hashes[:hit]]).prefix)
+            hit = self._hit(self._open()[0], hashes) if hashes else 0
         except OSError as e:
             self._failed("lookup", e)
             hit = 0
@@ -490,60 +671,83 @@ class KvfsConnector(KVConnectorBase_V1):
         t = self._track(request)
         t.stored = max(t.stored, hit)  # held already: never saved again
         self._computed[request.request_id] = num_computed_tokens
-        return max(0, hit * self.block_size - num_computed_tokens), False
+        tokens = max(0, hit * self.block_size - num_computed_tokens)
+        return tokens, tokens > 0
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens):
         if num_external_tokens <= 0:
             return
-        block_ids = blocks.get_block_ids()[0]
         local = self._computed.pop(request.request_id, request.num_computed_tokens)
         first = local // self.block_size
         last = (local + num_external_tokens) // self.block_size
-        self._loads[request.request_id] = ReqMeta(
-            request.request_id, self._hashes(request, last)[first:],
-            list(block_ids[first:last]), True)
+        hashes = self._hashes(request, last)
+        items = []
+        for g in self.groups:
+            group = blocks.blocks[g.idx]
+            for j in range(first, min(last, len(group))):
+                b = group[j]
+                if not getattr(b, "is_null", False) and b.block_id != NULL_BLOCK:
+                    items.append((g.idx, hashes[j], b.block_id))
+        self._loads[request.request_id] = ReqMeta(request.request_id, items, True)
+        self._allocated.update(b for _, _, b in items)
         t = self._track(request)
         t.stored = max(t.stored, last)
+        t.loading = (first, [b.block_id for b in blocks.blocks[self.groups[0].idx][first:last]])
 
-    def _saves(self, t, req_id, computed, out):
+    def _save_items(self, t, req_id, computed, out):
         """The ReqMeta saving the blocks of t that a step leaves computed
         (computed: tokens before it), or None. Draft tokens of speculative
         decoding not yet accepted do not count."""
         spec = len((getattr(out, "scheduled_spec_decode_tokens", None) or {}).get(req_id, ()))
         after = computed + out.num_scheduled_tokens.get(req_id, 0) - spec
-        done = min(after // self.block_size, len(t.block_ids))
+        done = min(after // self.block_size, len(t.block_ids[self.groups[0].idx]))
         hashes = self._hashes(t.request, done)
         done = min(done, len(hashes))
         if done <= t.stored:
             return None
-        rm = ReqMeta(req_id, hashes[t.stored:done], t.block_ids[t.stored:done], False)
+        items = []
+        for g in self.groups:
+            ids = t.block_ids[g.idx]
+            start = t.stored
+            if g.window:  # blocks out of the window were freed, maybe given to another request
+                start = max(start, max(0, computed - g.window + 1) // self.block_size)
+            items += [(g.idx, hashes[j], ids[j]) for j in range(start, min(done, len(ids)))
+                      if ids[j] != NULL_BLOCK]
         t.saved.extend(range(t.stored, done))
         t.stored = done
-        return rm
+        return ReqMeta(req_id, items, False)
 
     def build_connector_meta(self, scheduler_output):
         meta = KvfsConnectorMetadata()
         meta.requests.extend(self._loads.values())
-        self._loads = {}
+        meta.allocated, self._loads, self._allocated = self._allocated, {}, set()
         steps = []
         for new in scheduler_output.scheduled_new_reqs:
+            ids = _by_group(new.block_ids, self.num_groups)
+            meta.allocated.update(b for g in ids for b in g)
             t = self._tracks.get(new.req_id)
             if t is None:  # never asked about: nothing to save without its block hashes
                 continue
-            t.block_ids = _group0(new.block_ids)
+            t.block_ids = ids
             steps.append((t, new.req_id, new.num_computed_tokens))
         for rid, ids, resumed, computed in _cached_reqs(scheduler_output):
+            ids = _by_group(ids, self.num_groups)
+            meta.allocated.update(b for g in ids for b in g)
             t = self._tracks.get(rid)
             if t is None:
                 continue
-            t.block_ids = _group0(ids) if resumed else t.block_ids + _group0(ids)
+            if resumed:
+                t.block_ids = ids
+            else:
+                for mine, more in zip(t.block_ids, ids):
+                    mine.extend(more)
             steps.append((t, rid, computed))
+        meta.allocated.discard(NULL_BLOCK)
         for t, rid, computed in steps:
-            rm = self._saves(t, rid, computed, scheduler_output)
+            rm = self._save_items(t, rid, computed, scheduler_output)
             if rm:
                 t.saving = True
                 meta.requests.append(rm)
-        meta.preempted = set(getattr(scheduler_output, "preempted_req_ids", None) or ())
         return meta
 
     def request_finished(self, request, block_ids):
@@ -556,13 +760,32 @@ class KvfsConnector(KVConnectorBase_V1):
             self._landing[request.request_id] = t  # until its saves landed: the events
         return bool(t and t.saving), None
 
+    def request_finished_all_groups(self, request, block_ids):
+        """SupportsHMA: request_finished, with the block ids of every group."""
+        return self.request_finished(request, block_ids)
+
     def update_connector_output(self, connector_output):
         """Requests whose saves landed on every worker (finished_sending):
-        their blocks are in kvfs, told to vLLM's KV events (take_events)."""
+        their blocks are in kvfs, told to vLLM's KV events (take_events).
+        A load that failed: its blocks are not held, to be saved again."""
         for rid in getattr(connector_output, "finished_sending", None) or ():
             t = self._landing.pop(rid, None)
             if t is not None and t.saved:
                 self._events.append(self._stored(t))
+        failed = set(getattr(connector_output, "failed_recving", None) or ())
+        bad = set(getattr(connector_output, "invalid_block_ids", None) or ())
+        for rid, t in self._tracks.items():
+            if t.loading is None or rid not in (getattr(connector_output, "finished_recving",
+                                                        None) or ()):
+                continue
+            first, ids = t.loading
+            t.loading = None
+            if rid in failed:
+                t.stored = min(t.stored, first)
+            elif bad:
+                lost = [first + j for j, b in enumerate(ids) if b in bad]
+                if lost:
+                    t.stored = min(t.stored, lost[0])
 
     def _stored(self, t):
         r, bs = t.request, self.block_size
@@ -610,25 +833,35 @@ class KvfsConnector(KVConnectorBase_V1):
     # ---------------- worker side ----------------
 
     def _register(self, client, kv_caches):
-        """Registers each allocation once and one layout of every layer's
-        block runs; returns the layout."""
-        regions, segs = {}, []
-        for name, t in kv_caches.items():
-            view = t
-            if self.num_blocks and t.shape[0] != self.num_blocks and \
-                    t.shape[0] % self.num_blocks == 0:  # kernel blocks: k per scheduler block
-                view = t.unflatten(0, (self.num_blocks, -1))
-            g = kvblocks.geometry(view, 0, name, max_runs=kvfs.LAYOUT_MAX_SEGS)
-            addr, nbytes = kvblocks.allocation(t)
-            if addr not in regions:
-                regions[addr] = self._region(client, t, addr, nbytes)
-            for off, length in g.runs:
-                segs.append((regions[addr], t.data_ptr() - addr + off, g.block_stride, length))
-        if len(segs) > kvfs.LAYOUT_MAX_SEGS:
-            raise ConfigError("kvfs connector: a block of every layer is %d ranges; a kvfs "
-                              "layout holds %d" % (len(segs), kvfs.LAYOUT_MAX_SEGS))
-        self._block_bytes = sum(length for _, _, _, length in segs)
-        return client.layout(segs)
+        """Registers each allocation once and, per group, one layout of its
+        layers' block runs; returns the layouts by group index."""
+        regions, layouts = {}, {}
+        for g in self.groups:
+            segs = []
+            names = [n for n in g.layers if n in kv_caches] if g.layers is not None \
+                else list(kv_caches)
+            for name in names:
+                t = kv_caches[name]
+                view = t
+                if self.num_blocks and t.shape[0] != self.num_blocks and \
+                        t.shape[0] % self.num_blocks == 0:  # kernel blocks: k per scheduler block
+                    view = t.unflatten(0, (self.num_blocks, -1))
+                geo = kvblocks.geometry(view, 0, name, max_runs=kvfs.LAYOUT_MAX_SEGS)
+                addr, nbytes = kvblocks.allocation(t)
+                if addr not in regions:
+                    regions[addr] = self._region(client, t, addr, nbytes)
+                for off, length in geo.runs:
+                    segs.append((regions[addr], t.data_ptr() - addr + off, geo.block_stride,
+                                 length))
+            if not segs:
+                continue
+            if len(segs) > kvfs.LAYOUT_MAX_SEGS:
+                raise ConfigError("kvfs connector: a block of every layer of KV-cache group %d "
+                                  "is %d ranges; a kvfs layout holds %d"
+                                  % (g.idx, len(segs), kvfs.LAYOUT_MAX_SEGS))
+            self._block_bytes[g.idx] = sum(length for _, _, _, length in segs)
+            layouts[g.idx] = client.layout(segs)
+        return layouts
 
     @staticmethod
     def _region(client, t, addr, nbytes):
@@ -643,164 +876,201 @@ class KvfsConnector(KVConnectorBase_V1):
         shape and strides."""
         client = kvfs.Client(self.path)
         try:
-            layout = self._register(client, kv_caches)
+            layouts = self._register(client, kv_caches)
         except BaseException:
             client.close()
             raise
         with self._lock:
             if self._client is not None:
                 self._stale.append(self._client)
-            self._kv_caches, self._client, self._layout = dict(kv_caches), client, layout
+            self._kv_caches, self._client, self._layouts = dict(kv_caches), client, layouts
 
-    def _work(self, load):
-        """(keys, block ids) of this step's loads or saves."""
-        meta = self._get_connector_metadata()
-        names, ids = [], []
-        for rm in meta.requests if meta else ():
-            if rm.load == load:
-                names += [self.key(h) for h in rm.hashes]
-                ids += rm.block_ids
-        return names, ids
+    def _batch(self, load):
+        """This step's loads or saves: ({request id: its (group, block id)s},
+        {group: (names, block ids)})."""
+        meta = self._connector_metadata
+        reqs, by_group = {}, {}
+        for rm in meta.requests if isinstance(meta, KvfsConnectorMetadata) else ():
+            if rm.load != load:
+                continue
+            mine = reqs.setdefault(rm.req_id, set())
+            for gi, h, b in rm.items:
+                names, ids = by_group.setdefault(gi, ([], []))
+                names.append(self.key(h, self._group(gi)))
+                ids.append(b)
+                mine.add((gi, b))
+        return reqs, by_group
+
+    _COUNT = {"load": ("loaded_blocks", "loaded_bytes", "failed_loads"),
+              "save": ("saved_blocks", "saved_bytes", "failed_saves")}
+
+    def _move(self, what, by_group, call):
+        """Runs call(client, layout, names, ids) per group, counts; returns
+        the (group, block id)s that failed."""
+        blocks, nbytes, failures = self._COUNT[what]
+        failed = set()
+        for gi, (names, ids) in by_group.items():
+            try:
+                client, layouts = self._open()
+                layout = (layouts or {}).get(gi)
+                if layout is None:
+                    raise OSError(errno.ENODEV, "no memory registered for KV-cache group %d" % gi)
+                results = call(client, layout, names, ids)
+            except OSError as e:
+                self._failed(what, e)
+                results = [-errno.EIO] * len(names)
+            # a save finding the block there already stored it
+            ok = [r >= 0 or (what == "save" and r == -errno.EEXIST) for r in results]
+            self._count(blocks, sum(ok))
+            self._count(nbytes, self._block_bytes.get(gi, 0) * sum(1 for r in results if r >= 0))
+            self._count(failures, len(ok) - sum(ok))
+            failed.update((gi, b) for b, good in zip(ids, ok) if not good)
+        return failed
+
+    def handle_preemptions(self, arg=None):
+        """Before the step's forward (vLLM passes the step's metadata; before
+        February 2026, the set of preempted request ids): the blocks the step
+        allocated are read by no save in flight once this returns, though
+        they may have been freed while one was (a preemption, a sliding
+        window moving on)."""
+        if isinstance(arg, KvfsConnectorMetadata):
+            self._fence(arg)
+
+    def _fence(self, meta):
+        if meta is self._fenced or not meta.allocated:
+            return
+        self._fenced = meta
+        with self._xfer_lock:
+            seq = max((self._in_save.get(b, 0) for b in meta.allocated), default=0)
+        if seq:
+            self._saves.wait(seq)
 
     def start_load_kv(self, forward_context, **kwargs):
-        names, ids = self._work(True)
-        if not names:
+        """Hands the step's loads to the loads' thread and returns:
+        get_finished reports each request once its blocks are in memory."""
+        meta = self._connector_metadata
+        if isinstance(meta, KvfsConnectorMetadata):
+            self._fence(meta)  # vLLM before handle_preemptions: before the forward here
+        reqs, by_group = self._batch(True)
+        if not reqs:
             return
+        with self._xfer_lock:
+            for rid in reqs:
+                self._recving[rid] = self._recving.get(rid, 0) + 1
+        self._loads_q.put((reqs, by_group))
+
+    def _load(self, batch, seq):
+        reqs, by_group = batch
         t0 = time.monotonic()
-        try:
-            client, layout = self._open()
-            results = client.get(names, layout=layout, blocks=ids).results
-        except OSError as e:
-            self._failed("load", e)
-            results = [-errno.EIO] * len(names)
+        failed = self._move("load", by_group, lambda c, layout, names, ids: c.get(
+            names, layout=layout, blocks=ids).results)
         self._timed("load_seconds", time.monotonic() - t0)
-        failed = {b for b, r in zip(ids, results) if r < 0}
-        self._count("loaded_blocks", len(names) - len(failed))
-        self._count("loaded_bytes", (len(names) - len(failed)) * self._block_bytes)
-        self._count("failed_loads", len(failed))
-        # A block evicted since the lookup, or any error: its memory holds
-        # garbage, and vLLM recomputes what get_block_ids_with_load_errors names.
-        self._load_errors |= failed
+        with self._xfer_lock:
+            for rid, mine in reqs.items():
+                if mine & failed:
+                    self._load_failed.setdefault(rid, set()).update(b for _, b in mine & failed)
+                self._recving[rid] -= 1
+                if not self._recving[rid]:
+                    del self._recving[rid]
+                    self._recved.add(rid)
 
     def get_block_ids_with_load_errors(self):
-        """Block ids whose load failed since the last call (vLLM recomputes them)."""
-        failed, self._load_errors = self._load_errors, set()
+        """Block ids of loads get_finished reported that failed (vLLM
+        recomputes them). With several KV-cache groups, whose block ids
+        overlap, failures go by request instead (get_transfer_results)."""
+        with self._xfer_lock:
+            failed, self._load_errors = self._load_errors, set()
         return failed
 
     def wait_for_layer_load(self, layer_name):
-        return  # start_load_kv loaded every layer of every block
+        return  # a request runs once its load finished (get_finished): nothing to wait for
 
     def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs):
         return  # one layout spans all layers: the whole block is saved in wait_for_save
-
-    def handle_preemptions(self, arg=None):
-        """Preempted requests' blocks are about to be reused: their saves in
-        flight land first (vLLM passes the step's metadata; before February
-        2026, the set of preempted request ids)."""
-        if arg and getattr(arg, "preempted", arg):
-            self.drain()
 
     def wait_for_save(self):
         """Starts the step's saves and returns: they land in the background,
         in the order they were made, and get_finished reports each finished
         request once its saves landed (vLLM holds its blocks until then)."""
-        meta = self._get_connector_metadata()
-        if meta is not None and meta.preempted:
-            self.drain()  # before vLLM 0.15 no handle_preemptions: here, before reuse
-        names, ids, reqs = [], [], set()
-        for rm in meta.requests if meta else ():
-            if not rm.load:
-                names += [self.key(h) for h in rm.hashes]
-                ids += rm.block_ids
-                reqs.add(rm.req_id)
-        if not names:
+        reqs, by_group = self._batch(False)
+        if not reqs:
             return
         event = None
         if any(getattr(t, "is_cuda", False) for t in self._kv_caches.values()):
             import torch  # the put waits for what the step's forward wrote
             event = torch.cuda.Event()
             event.record()
-        with self._saves_lock:
-            self._saved |= reqs
+        with self._xfer_lock:
+            self._saved.update(reqs)
             for rid in reqs:
                 self._saving[rid] = self._saving.get(rid, 0) + 1
-            self._saves_queued += 1
-            self._queue.append((names, ids, reqs, event))
-            if self._saver is None:
-                self._saver = threading.Thread(target=self._save_loop, name="kvfs-saves",
-                                               daemon=True)
-                self._saver.start()
-            self._saves_cv.notify_all()
+            seq = self._saves.put((reqs, by_group, event))
+            for _, ids in by_group.values():
+                for b in ids:
+                    self._in_save[b] = seq
 
-    def _save_loop(self):
-        while True:
-            with self._saves_lock:
-                while not self._queue:
-                    self._saves_cv.wait()
-                names, ids, reqs, event = self._queue[0]
-            if names is None:
-                return
-            self._save(names, ids, event)
-            with self._saves_lock:
-                self._queue.pop(0)
-                self._saves_done += 1
-                for rid in reqs:
-                    self._saving[rid] -= 1
-                    if not self._saving[rid]:
-                        del self._saving[rid]
-                        if rid in self._finishing:
-                            self._finishing.discard(rid)
-                            self._finished.add(rid)
-                self._saves_cv.notify_all()
-
-    def _save(self, names, ids, event):
+    def _save(self, batch, seq):
+        reqs, by_group, event = batch
         t0 = time.monotonic()
-        try:
-            if event is not None:
-                event.synchronize()
-            client, layout = self._open()
-            results = client.put(names, layout=layout, blocks=ids,
-                                 flags=kvfs.PUT_MKDIR | kvfs.PUT_NOREPLACE).results
-        except OSError as e:
-            self._failed("save", e)
-            results = [-errno.EIO] * len(names)
+        if event is not None:
+            event.synchronize()
+        self._move("save", by_group, lambda c, layout, names, ids: c.put(
+            names, layout=layout, blocks=ids, flags=kvfs.PUT_MKDIR | kvfs.PUT_NOREPLACE).results)
         self._timed("save_seconds", time.monotonic() - t0)
-        stored = sum(1 for r in results if r >= 0 or r == -errno.EEXIST)  # already there
-        self._count("saved_blocks", stored)
-        self._count("saved_bytes", sum(self._block_bytes for r in results if r >= 0))
-        self._count("failed_saves", len(names) - stored)
+        with self._xfer_lock:
+            for _, ids in by_group.values():
+                for b in ids:
+                    if self._in_save.get(b) == seq:  # no later save reads it
+                        del self._in_save[b]
+            for rid in reqs:
+                self._saving[rid] -= 1
+                if not self._saving[rid]:
+                    del self._saving[rid]
+                    if rid in self._finishing:
+                        self._finishing.discard(rid)
+                        self._finished.add(rid)
 
     def drain(self):
-        """Waits until every save started so far has landed."""
-        with self._saves_lock:
-            target = self._saves_queued
-            while self._saves_done < target:
-                self._saves_cv.wait()
+        """Waits until every save and load started so far has landed."""
+        self._saves.wait()
+        self._loads_q.wait()
 
     def get_finished(self, finished_req_ids):
-        """(requests finished whose saves have all landed, None): each is
-        reported once, by every worker, as vLLM's scheduler waits for."""
-        with self._saves_lock:
+        """(requests finished whose saves have all landed, requests whose
+        loads are done): each is reported once, by every worker, as vLLM's
+        scheduler waits for."""
+        res = self.get_transfer_results(finished_req_ids)
+        return res.finished_sending or None, res.finished_recving or None
+
+    def get_transfer_results(self, finished_req_ids):
+        """get_finished's sets, and the requests whose load failed
+        (failed_recving): with one KV-cache group the failed blocks go to
+        get_block_ids_with_load_errors instead (vLLM recomputes from the
+        first of them rather than the whole prompt)."""
+        with self._xfer_lock:
             for rid in finished_req_ids or ():
                 if rid in self._saving:
                     self._finishing.add(rid)
                 elif rid in self._saved:
                     self._finished.add(rid)
-            done, self._finished = self._finished, set()
-            self._saved -= done
-        return done or None, None
+            sending, self._finished = self._finished, set()
+            self._saved -= sending
+            recving, self._recved = self._recved, set()
+            failed = set()
+            for rid in recving:
+                blocks = self._load_failed.pop(rid, None)
+                if blocks and self.num_groups > 1:
+                    failed.add(rid)
+                elif blocks:
+                    self._load_errors |= blocks
+        return KVConnectorTransferResults(finished_sending=sending, finished_recving=recving,
+                                          failed_recving=failed)
 
     def shutdown(self):
-        """Lands the saves in flight, then lets go of the mount and every
-        region registered through it."""
-        with self._saves_lock:
-            saver, self._saver = self._saver, None
-            if saver is not None:
-                self._saves_queued += 1
-                self._queue.append((None, None, None, None))
-                self._saves_cv.notify_all()
-        if saver is not None:
-            saver.join()
+        """Lands the saves and loads in flight, then lets go of the mount
+        and every region registered through it."""
+        self._saves.stop()
+        self._loads_q.stop()
         self._close_all()
 
     close = shutdown
