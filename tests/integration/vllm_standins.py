@@ -182,9 +182,14 @@ class KVCacheBlocks:
         return tuple([b.block_id for b in g] for g in self.blocks)
 
 
+NULL_BLOCK = KVCacheBlock(0, is_null=True)  # BlockPool.null_block: the pool's first block
+
+
 def kv_blocks(*groups):
-    """KVCacheBlocks of block ids, one list per group."""
-    return KVCacheBlocks(tuple([KVCacheBlock(i) for i in ids] for ids in groups))
+    """KVCacheBlocks of block ids, one list per group; id 0 is the null block
+    (a sliding-window group's blocks out of the window)."""
+    return KVCacheBlocks(tuple([NULL_BLOCK if i == 0 else KVCacheBlock(i) for i in ids]
+                               for ids in groups))
 
 
 # --- vllm/v1/kv_cache_interface.py -----------------------------------------
@@ -198,6 +203,28 @@ class FullAttentionSpec:
     dtype: object
     head_size_v: int = None
     sliding_window: int = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlidingWindowSpec:
+    block_size: int
+    num_kv_heads: int
+    head_size: int
+    dtype: object
+    head_size_v: int = None
+    sliding_window: int
+    extra_retained_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class MambaSpec:
+    block_size: int
+    shapes: tuple
+    dtypes: tuple
+    page_size_padded: int = None
+    mamba_type: str = "mamba2"
+    mamba_cache_mode: str = "none"
+    num_speculative_blocks: int = 0
 
 
 @dataclass
@@ -313,7 +340,7 @@ class KVConnectorOutput:
 
 
 def vllm_config(kvfs_path, model="org/tiny-llm", block_size=16, tp_size=1, pp_size=1,
-                tp_rank=0, pp_rank=0, cache_dtype="auto"):
+                tp_rank=0, pp_rank=0, cache_dtype="auto", hybrid=False):
     extra = {"kvfs_path": kvfs_path, "tp_rank": tp_rank, "pp_rank": pp_rank}
     return NS(kv_transfer_config=NS(kv_connector="KvfsConnector",
                                     kv_connector_module_path="kvfs.vllm", kv_role="kv_both",
@@ -322,9 +349,11 @@ def vllm_config(kvfs_path, model="org/tiny-llm", block_size=16, tp_size=1, pp_si
               cache_config=NS(block_size=block_size, cache_dtype=cache_dtype,
                               prefix_caching_hash_algo="sha256"),
               parallel_config=NS(tensor_parallel_size=tp_size, pipeline_parallel_size=pp_size),
-              scheduler_config=NS(disable_hybrid_kv_cache_manager=True))
+              scheduler_config=NS(disable_hybrid_kv_cache_manager=not hybrid))
 
 
-def kv_cache_config(num_blocks, layers, spec, layout="LBNHC"):
-    return KVCacheConfig(num_blocks, [], [KVCacheGroupSpec(list(layers), spec)],
+def kv_cache_config(num_blocks, layers, spec, layout="LBNHC", groups=()):
+    """One group of `layers` and `spec`, or `groups`: (layers, spec) each."""
+    groups = groups or [(layers, spec)]
+    return KVCacheConfig(num_blocks, [], [KVCacheGroupSpec(list(n), s) for n, s in groups],
                          kv_cache_layout=layout)
