@@ -6,11 +6,19 @@ next to a baseline measured in the same run:
 
 1. decode steps that each fill (and save) a block of 8 requests, next to the
    same steps with saving turned off: the saves run behind the step;
-2. loading a 32-layer, 1,000-block prefix through the connector, next to
-   kvfs-bench --scenario=get moving the same bytes (the same block count,
-   layers and bytes per layer) into shared memory, and into its own pages
+2. loading a 32-layer, 1,000-block prefix through the connector (from
+   start_load_kv to get_finished reporting it), next to kvfs-bench
+   --scenario=get moving the same bytes (the same block count, layers and
+   bytes per layer) into shared memory, and into its own pages
    (--region=proc) as the connector's CPU tensors are;
-3. the lookup of a 4,000-block prompt (p50, p99).
+3. the lookup of a 4,000-block prompt (p50, p99);
+4. asynchronous loads next to synchronous ones: 8 requests decode while a
+   9th arrives with a 500-block hit; the connector loads it in the
+   background (the engine keeps stepping, the request runs once
+   get_finished reports it) next to the same loop whose loading step waits
+   for the load, as a synchronous load makes it: the decode steps' time
+   over the loop, and the 9th request's time from arrival to its first
+   step, and the longest decode step (the stall a synchronous load makes).
 
 Usage: bench_vllm.py MNT KVFS_BENCH (PYTHONPATH: client/python and
 tests/integration; PYTHONHASHSEED set).
@@ -42,25 +50,35 @@ def engine(mnt, num_blocks, tag):
     return sched, worker, raw
 
 
-def step(sched, worker, out, compute):
-    worker.bind_connector_metadata(sched.build_connector_meta(out))
-    worker.start_load_kv(None)
+def step(sched, worker, out, compute, sync_load=False):
+    """One engine step in vLLM's order; returns the requests whose loads
+    were reported done. sync_load: the step waits for its loads."""
+    meta = sched.build_connector_meta(out)
+    worker.handle_preemptions(meta)
+    worker.bind_connector_metadata(meta)
     compute()
+    worker.start_load_kv(None)
+    if sync_load:
+        worker._loads_q.wait()
     worker.wait_for_save()
-    worker.get_finished(set())
+    res = worker.get_transfer_results(set())
     worker.clear_connector_metadata()
+    sched.update_connector_output(V.KVConnectorOutput(finished_sending=res.finished_sending,
+                                                      finished_recving=res.finished_recving))
+    return res.finished_recving
 
 
 def decode(mnt, save, steps=48, nreq=8):
     """Seconds of `steps` decode steps of nreq requests, each step filling
     one block per request (a step of BS tokens each: a chunk of decode)."""
-    sched, worker, raw = engine(mnt, nreq * (steps + 2), "decode-%d" % save)
+    sched, worker, raw = engine(mnt, nreq * (steps + 2) + 1, "decode-%d" % save)
     if not save:
         worker.wait_for_save = lambda: None
     hasher = V.get_request_block_hasher(BS)
     reqs = [V.Request("r%d" % i, [i * 100000 + t for t in range(BS + 1)], block_hasher=hasher)
             for i in range(nreq)]
-    blocks = {r.request_id: [i * (steps + 2), i * (steps + 2) + 1] for i, r in enumerate(reqs)}
+    blocks = {r.request_id: [i * (steps + 2) + 1, i * (steps + 2) + 2]  # 0: the null block
+              for i, r in enumerate(reqs)}
     for r in reqs:
         sched.get_num_new_matched_tokens(r, 0)
         sched.update_state_after_alloc(r, V.kv_blocks(blocks[r.request_id]), 0)
@@ -93,27 +111,29 @@ def decode(mnt, save, steps=48, nreq=8):
 
 def load(mnt, nblocks=1000):
     """Seconds of one load of an nblocks-block prefix through the connector."""
-    sched, worker, raw = engine(mnt, nblocks + 1, "load")
+    sched, worker, raw = engine(mnt, nblocks + 2, "load")
     r = V.Request("p", list(range(nblocks * BS + 1)), block_hasher=V.get_request_block_hasher(BS))
-    ids = list(range(nblocks + 1))
+    ids = list(range(1, nblocks + 2))  # block 0 is vLLM's null block
     sched.get_num_new_matched_tokens(r, 0)
     sched.update_state_after_alloc(r, V.kv_blocks(ids), 0)
     step(sched, worker, V.scheduler_output(new=[V.NewRequestData.from_request(r, (ids,))],
                                            num_scheduled={"p": nblocks * BS + 1}), lambda: None)
     worker.shutdown()
     sched.shutdown()
-    sched, worker, raw = engine(mnt, nblocks + 1, "load")
+    sched, worker, raw = engine(mnt, nblocks + 2, "load")
     r2 = V.Request("q", list(r.all_token_ids), block_hasher=V.get_request_block_hasher(BS))
     matched, _ = sched.get_num_new_matched_tokens(r2, 0)
     assert matched == nblocks * BS, matched
     sched.update_state_after_alloc(r2, V.kv_blocks(ids), matched)
-    meta = sched.build_connector_meta(V.scheduler_output(
-        new=[V.NewRequestData.from_request(r2, (ids,))], num_scheduled={"q": 1}))
+    meta = sched.build_connector_meta(V.scheduler_output())
     worker.bind_connector_metadata(meta)
     t0 = time.monotonic()
     worker.start_load_kv(None)
+    while not worker.get_finished(set())[1]:  # as vLLM asks, each step
+        time.sleep(0.0005)
     elapsed = time.monotonic() - t0
     assert not worker.get_block_ids_with_load_errors()
+    assert worker.stats()["loaded_blocks"] == nblocks
     worker.shutdown()
     lookups = []
     for _ in range(30):
@@ -144,6 +164,68 @@ def lookup(mnt, nblocks=4000):
     return times[len(times) // 2], times[min(len(times) - 1, int(len(times) * 0.99))]
 
 
+def overlap(mnt, sync, nreq=8, hit=500, steps=40, arrive=5):
+    """(seconds of `steps` decode steps of nreq requests, seconds from the
+    arrival of a request with a `hit`-block prefix in kvfs to its first
+    step), loads asynchronous or synchronous."""
+    nb = hit + 2 + nreq * 2
+    sched, worker, raw = engine(mnt, nb, "overlap")
+    hasher = V.get_request_block_hasher(BS)
+    tokens = list(range(1, hit * BS + 2))
+    if not sched.get_num_new_matched_tokens(V.Request("seed", tokens, block_hasher=hasher), 0)[0]:
+        seed = V.Request("seed", tokens, block_hasher=hasher)  # put the prefix in kvfs once
+        ids = list(range(1, hit + 2))
+        sched.update_state_after_alloc(seed, V.kv_blocks(ids), 0)
+        step(sched, worker, V.scheduler_output(new=[V.NewRequestData.from_request(
+            seed, (ids,))], num_scheduled={"seed": len(tokens)}), lambda: None)
+        worker.drain()
+        sched.request_finished(seed, ids)
+    reqs = [V.Request("d%d" % i, [i * 7919 + t for t in range(3)], block_hasher=hasher)
+            for i in range(nreq)]
+    for i, r in enumerate(reqs):
+        sched.get_num_new_matched_tokens(r, 0)
+        sched.update_state_after_alloc(r, V.kv_blocks([hit + 2 + i]), 0)
+    step(sched, worker, V.scheduler_output(
+        new=[V.NewRequestData.from_request(r, ([hit + 2 + i],)) for i, r in enumerate(reqs)],
+        num_scheduled={r.request_id: 3 for r in reqs}), lambda: None)
+    for r in reqs:
+        r.num_computed_tokens = 3
+    torch.set_num_threads(1)  # the "GPU": one core, the other for the daemon and the connector
+    work = torch.ones(256, 256)
+    new = V.Request("new", tokens, block_hasher=hasher)
+    arrived = first = None
+    done_new = False
+    decode_s, longest = 0.0, 0.0
+    for s in range(steps):
+        new_reqs, sched_new = [], {}
+        if s == arrive:
+            arrived = time.monotonic()
+            matched, _ = sched.get_num_new_matched_tokens(new, 0)
+            assert matched == hit * BS, matched
+            sched.update_state_after_alloc(new, V.kv_blocks(list(range(1, hit + 2))), matched)
+        if done_new and first is None:
+            new.num_computed_tokens = hit * BS
+            new_reqs = [V.NewRequestData.from_request(new, (list(range(1, hit + 2)),))]
+            sched_new = {"new": 1}
+            first = time.monotonic() - arrived
+        out = V.scheduler_output(new=new_reqs, cached=V.CachedRequestData(
+            [r.request_id for r in reqs], set(), [[] for _ in reqs], {}, [None] * nreq,
+            [r.num_computed_tokens for r in reqs], [s] * nreq),
+            num_scheduled=dict({r.request_id: 1 for r in reqs}, **sched_new))
+        t0 = time.monotonic()
+        got = step(sched, worker, out, lambda: [work @ work for _ in range(4)],
+                   sync_load=sync)
+        decode_s += time.monotonic() - t0
+        longest = max(longest, time.monotonic() - t0)
+        done_new = done_new or "new" in (got or ())
+        for r in reqs:
+            r.num_computed_tokens += 1
+    assert first is not None, "the loaded request never ran"
+    worker.shutdown()
+    sched.shutdown()
+    return decode_s, longest, first
+
+
 def main():
     mnt, bench = sys.argv[1], sys.argv[2]
     block = LAYERS * BS * H * 2 * D * 2
@@ -171,6 +253,16 @@ def main():
         res["load"]["ratio_to_%s" % region] = round(mine / get["mib_s"], 3)
     p50, p99 = lookup(mnt)
     res["lookup_4000_blocks_ms"] = {"p50": round(p50 * 1000, 3), "p99": round(p99 * 1000, 3)}
+    overlap(mnt, False)  # puts the prefix in kvfs
+    a_steps, a_long, a_first = overlap(mnt, False)
+    s_steps, s_long, s_first = overlap(mnt, True)
+    res["loads_async_vs_sync"] = {
+        "decode_steps_s_async": round(a_steps, 3), "decode_steps_s_sync": round(s_steps, 3),
+        "decode_steps_ratio": round(a_steps / s_steps, 3),
+        "longest_step_s_async": round(a_long, 3), "longest_step_s_sync": round(s_long, 3),
+        "longest_step_ratio": round(a_long / s_long, 3),
+        "first_step_s_async": round(a_first, 3), "first_step_s_sync": round(s_first, 3),
+        "first_step_ratio": round(a_first / s_first, 3)}
     print(json.dumps(res, indent=1))
     return 0
 
