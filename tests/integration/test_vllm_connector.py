@@ -11,9 +11,17 @@ it in the LBNHC order: not contiguous):
   prefill, then decode steps that fill blocks) gets 40 blocks' tokens
   matched, and the load fills exactly those blocks of every layer, every
   other byte untouched; blocks held already are not saved again;
-- a request preempted after its first 5 blocks and resumed into other
-  blocks (resumed_req_ids: its block ids replaced) saves the other 7 from
-  the new blocks, and another engine loads all 12 byte-exact;
+- hits load asynchronously: get_num_new_matched_tokens answers
+  load-async, the steps go on while the daemon's get is held, and
+  get_finished reports the request (once) when its blocks are in memory;
+- a request preempted after its first 5 blocks while their save is held:
+  the next step gives its blocks to another request, and waits for the
+  save before it runs (a step allocating no such block does not wait); it
+  resumes into other blocks (resumed_req_ids: its block ids replaced),
+  saves the other 7 from the new blocks, and another engine loads all 12
+  byte-exact;
+- MLA (one latent vector per token, [B, 1, N, 576] views) saves and loads
+  byte-exact, under keys of its own;
 - keys come from vLLM's block hashes: the same tokens under another LoRA
   adapter, cache_salt or image match nothing; a prompt given as
   embeddings (no token ids) saves and loads;
@@ -68,11 +76,22 @@ def kv_caches():
     return raw, {n: raw[i].permute(0, 2, 1, 3) for i, n in enumerate(LAYER_NAMES)}
 
 
-def content(h, layer):
+def mla_spec():
+    return V.MLAAttentionSpec(block_size=BS, num_kv_heads=1, head_size=576,
+                              dtype=torch.bfloat16, head_size_v=0)
+
+
+def mla_caches():
+    """MLA: one latent vector per token; each layer a [B, 1, N, 576] view."""
+    raw = torch.zeros(LAYERS, NUM_BLOCKS, BS, 576, dtype=torch.bfloat16)
+    return raw, {n: raw[i].unsqueeze(1) for i, n in enumerate(LAYER_NAMES)}
+
+
+def content(h, layer, shape=(H, BS, 2 * D)):
     """What the 'model' computes for the block whose hash is h, in a layer."""
     g = torch.Generator().manual_seed(int.from_bytes(hashlib.sha256(h).digest()[:7], "big")
                                       + layer)
-    return torch.randint(0, 200, (H, BS, 2 * D), generator=g).to(torch.bfloat16)
+    return torch.randint(0, 200, shape, generator=g).to(torch.bfloat16)
 
 
 class Engine:
@@ -84,16 +103,17 @@ class Engine:
     get_transfer_results, get_block_ids_with_load_errors, stats, clear;
     scheduler: update_connector_output)."""
 
-    def __init__(self, test, mnt, **cfg):
+    def __init__(self, test, mnt, mla=False, **cfg):
         from kvfs import vllm as kc
         self.kc = kc
         conf = V.vllm_config(mnt, block_size=BS, **cfg)
-        kcc = V.kv_cache_config(NUM_BLOCKS, LAYER_NAMES, spec())
+        kcc = V.kv_cache_config(NUM_BLOCKS, LAYER_NAMES, mla_spec() if mla else spec())
         self.sched = kc.KvfsConnector(conf, kc.KVConnectorRole.SCHEDULER, kcc)
         self.worker = kc.KvfsConnector(conf, kc.KVConnectorRole.WORKER, kcc)
         test.addCleanup(self.sched.shutdown)
         test.addCleanup(self.worker.shutdown)
-        self.raw, self.caches = kv_caches()
+        self.raw, self.caches = mla_caches() if mla else kv_caches()
+        self.shape = tuple(next(iter(self.caches.values())).shape[1:])
         self.worker.register_kv_caches(self.caches)
         self.free = list(range(1, NUM_BLOCKS))  # block 0 is vLLM's null block
         self.blocks = {}  # req id -> block ids
@@ -111,7 +131,7 @@ class Engine:
             w.wait_for_layer_load(name)
             for req, b in compute:
                 self.caches[name][self.blocks[req.request_id][b]] = content(
-                    req.block_hashes[b], layer)
+                    req.block_hashes[b], layer, self.shape)
             w.save_kv_layer(name, self.caches[name], None)
         w.start_load_kv(None)
         w.wait_for_save()
@@ -351,6 +371,27 @@ class ConnectorTest(kvfstest.KvfsTestCase):
         self.assertEqual(a.worker.get_finished(set()), (None, None))  # reported once
         self.assertEqual(a.sched.get_num_new_matched_tokens(request("bg2", list(
             range(3 * BS + 1))), 0), (3 * BS, True))
+
+    def test_mla(self):
+        a = Engine(self, self.m.mnt, mla=True)
+        r = request("mla", list(range(40, 40 + 5 * BS + 1)))
+        a.prefill(r)
+        a.finish(r)
+        b = Engine(self, self.m.mnt, mla=True)
+        b.raw.fill_(7)
+        matched, errors = b.prefill(request("mla2", list(r.all_token_ids)))
+        self.assertEqual((matched, errors), (5 * BS, set()))
+        self.assertEqual(b.worker.stats()["loaded_bytes"], 5 * LAYERS * BS * 576 * 2)
+        ids = b.blocks["mla2"]
+        for layer in range(LAYERS):
+            for i in range(NUM_BLOCKS):
+                want = content(r.block_hashes[ids.index(i)], layer, (1, BS, 576)) \
+                    if i in ids[:5] else torch.full((1, BS, 576), 7, dtype=torch.bfloat16)
+                if i in ids[5:]:
+                    continue  # the last block: computed by the prefill
+                self.assertTrue(torch.equal(self.layer_block(b, layer, i), want), (layer, i))
+        # an MLA model's keys are not a GQA model's
+        self.assertNotEqual(a.worker.key("ab"), Engine(self, self.m.mnt).worker.key("ab"))
 
     def test_loads_land_in_the_background(self):
         import threading

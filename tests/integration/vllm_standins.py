@@ -205,6 +205,11 @@ class FullAttentionSpec:
     sliding_window: int = None
 
 
+@dataclass(frozen=True)
+class MLAAttentionSpec(FullAttentionSpec):
+    cache_dtype_str: str = None
+
+
 @dataclass(frozen=True, kw_only=True)
 class SlidingWindowSpec:
     block_size: int
