@@ -3,7 +3,9 @@
 # is missing. Sourced by run.sh and test.sh; runs apt-get only if needed.
 kvfs_install_deps() {
 	local pkgs=(build-essential cmake pkg-config fuse3 libfuse3-dev libnuma-dev
-		libxxhash-dev libaio-dev libcmocka-dev librados-dev python3 python3-venv python3-torch python3-prometheus-client fio attr rsync stress-ng)
+		libxxhash-dev libaio-dev libcmocka-dev librados-dev libmicrohttpd-dev libsystemd-dev
+		systemd scdoc python3 python3-venv python3-torch python3-prometheus-client fio attr
+		rsync stress-ng)
 	local missing=()
 	for p in "${pkgs[@]}"; do
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
