@@ -20,7 +20,12 @@
  *   all       write, then is_exist, then get
  *   memcpy    no store at all: a single copy of the same bytes a get moves
  *             (per block, its L slices from a contiguous source into the
- *             layer tensors) — the baseline for get
+ *             layer tensors) — the baseline for get. As each get reads
+ *             values no earlier request read, each request copies from a
+ *             source no earlier request touched: the source is as large as
+ *             all of the thread's requests (a source reused by every
+ *             request would come from the CPU cache, not from DRAM as a
+ *             get's values do, and the baseline would be too fast)
  *
  * --path=ioctl registers each thread's tensors as one region (--region=shm:
  * shared memory the daemon maps; --region=proc: process memory the daemon
@@ -82,7 +87,8 @@ struct worker {
 	int w_dirfd;
 	unsigned w_id;
 	uint8_t *w_mem; /* L tensors of N * B bytes */
-	uint8_t *w_src; /* memcpy: N * L * B bytes */
+	uint8_t *w_src; /* memcpy: N * L * B bytes per request of this worker */
+	uint64_t w_src_len;
 	uint32_t w_region, w_layout;
 	enum scenario w_scen;
 	/* results of the current scenario */
@@ -313,10 +319,11 @@ static void ioctl_request(struct worker *w, uint64_t r, struct kvfs_key *keys, c
 	}
 }
 
-static void memcpy_request(struct worker *w)
+/* The worker's i-th request copies the i-th N * L * B bytes of the source. */
+static void memcpy_request(struct worker *w, uint64_t i)
 {
 	const struct opts *o = w->w_o;
-	const uint8_t *src = w->w_src;
+	const uint8_t *src = w->w_src + i * o->o_blocks * o->o_layers * o->o_layer_bytes;
 
 	for (uint32_t b = 0; b < o->o_blocks; b++)
 		for (uint32_t l = 0; l < o->o_layers; l++) {
@@ -347,7 +354,7 @@ static void *worker_main(void *arg)
 		memset(bad, 0, o->o_blocks);
 		t0 = now_ns();
 		if (w->w_scen == SC_MEMCPY)
-			memcpy_request(w);
+			memcpy_request(w, w->w_requests);
 		else if (o->o_path == PATH_IOCTL)
 			ioctl_request(w, r, keys, names, nameps, st, bad);
 		else
@@ -666,6 +673,7 @@ static void free_local(void *p, uint64_t len)
 static void setup_worker(const struct opts *o, struct worker *w, bool need_src)
 {
 	uint64_t tensor = (uint64_t)o->o_blocks * o->o_layer_bytes, total = tensor * o->o_layers;
+	uint64_t mine = (o->o_requests - w->w_id + o->o_threads - 1) / o->o_threads;
 	struct kvfs_segment *seg;
 	void *mem;
 	int err;
@@ -673,8 +681,11 @@ static void setup_worker(const struct opts *o, struct worker *w, bool need_src)
 	w->w_lat_us = calloc(o->o_requests / o->o_threads + 1, sizeof(double));
 	if (!w->w_lat_us)
 		die("cannot allocate", ENOMEM);
-	if (need_src)
-		w->w_src = alloc_local(total);
+	if (need_src && mine) {
+		if (__builtin_mul_overflow(mine, total, &w->w_src_len))
+			die("the memcpy source", ENOMEM);
+		w->w_src = alloc_local(w->w_src_len);
+	}
 	if (o->o_path == PATH_POSIX || !w->w_kv) {
 		w->w_mem = alloc_local(total);
 		return;
@@ -735,8 +746,8 @@ int main(int argc, char **argv)
 	for (unsigned t = 0; t < o.o_threads; t++) {
 		ws[t] = (struct worker){.w_o = &o, .w_kv = kv, .w_dirfd = dirfd, .w_id = t};
 		setup_worker(&o, &ws[t], need_src);
-		if (need_src)
-			fill(ws[t].w_src, (uint64_t)o.o_blocks * o.o_layers * o.o_layer_bytes, t);
+		if (ws[t].w_src)
+			fill(ws[t].w_src, ws[t].w_src_len, t);
 	}
 	for (int i = 0; i < o.o_nscen; i++) {
 		err = run_scenario(&o, ws, o.o_scen[i], &res[i]);
@@ -752,7 +763,7 @@ int main(int argc, char **argv)
 		uint64_t total = (uint64_t)o.o_blocks * o.o_layers * o.o_layer_bytes;
 
 		free(ws[t].w_lat_us);
-		free_local(ws[t].w_src, total);
+		free_local(ws[t].w_src, ws[t].w_src_len);
 		if (!kv || o.o_proc_region) /* kvfs_close unmapped the shared memory */
 			free_local(ws[t].w_mem, total);
 	}
