@@ -22,6 +22,7 @@
 #include "core/shared.h"
 #include "fs/fs.h"
 #include "fs/options.h"
+#include "gpu/copy_pool.h"
 #include "gpu/dev.h"
 #include "gpu/region.h"
 #include "ssd/datadir.h"
@@ -111,7 +112,7 @@ static void tune_readahead(unsigned maj, unsigned min)
 static int open_ioctl_path(struct kv_fs *fs)
 {
 	const char *trace = fs->kf_cfg->kc_trace;
-	int err = kv_region_table_create(&fs->kf_regions);
+	int err = kv_region_table_create(kv_copy_pool_default_helpers(), &fs->kf_regions);
 
 	if (err) {
 		fprintf(stderr, "kvfs: %s\n", strerror(-err));

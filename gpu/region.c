@@ -18,6 +18,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "gpu/copy_pool.h"
 #include "gpu/dev.h"
 #ifdef KVFS_HAVE_CUDA
 #include "gpu/cuda.h"
@@ -28,6 +29,10 @@
 #define GEN_MAX		((UINT32_MAX >> SLOT_BITS) - 1)
 /* Pieces of daemon memory handed to one ro_copy call. */
 #define COPY_IOV 64
+/* A copy is cut into parts for the copy pool's helpers when each part gets this much at least. */
+#define COPY_PART_MIN (512u << 10)
+/* Parts start on this boundary of the logical bytes: two threads never write one cache line. */
+#define COPY_PART_ALIGN 4096u
 
 struct kv_lseg {
 	struct kv_region *ls_region;
@@ -65,6 +70,7 @@ struct kv_region_table {
 	pthread_mutex_t rt_tag_lock;
 	struct kv_tagref rt_tags[2 * KV_REGION_SLOTS];
 	uint32_t rt_ntags;
+	struct kv_copy_pool *rt_copy; /* immutable: helpers for large host copies */
 };
 
 const struct kv_region_ops *kv_region_ops_of(uint32_t kind)
@@ -93,7 +99,7 @@ uint32_t kv_region_kinds(void)
 	       (kv_dev_cuda() ? cuda : 0);
 }
 
-int kv_region_table_create(struct kv_region_table **out)
+int kv_region_table_create(unsigned copy_helpers, struct kv_region_table **out)
 {
 	struct kv_region_table *t = calloc(1, sizeof(*t));
 	pthread_rwlockattr_t attr;
@@ -107,6 +113,12 @@ int kv_region_table_create(struct kv_region_table **out)
 	err = -pthread_rwlock_init(&t->rt_lock, &attr);
 	pthread_rwlockattr_destroy(&attr);
 	if (err) {
+		free(t);
+		return err;
+	}
+	err = kv_copy_pool_create(copy_helpers, &t->rt_copy);
+	if (err) {
+		pthread_rwlock_destroy(&t->rt_lock);
 		free(t);
 		return err;
 	}
@@ -232,6 +244,7 @@ void kv_region_table_destroy(struct kv_region_table *t)
 	for (uint32_t s = 0; s < KV_REGION_SLOTS; s++)
 		if (t->rt_region[s])
 			region_free(t, t->rt_region[s]);
+	kv_copy_pool_destroy(t->rt_copy);
 	pthread_rwlock_destroy(&t->rt_lock);
 	pthread_mutex_destroy(&t->rt_tag_lock);
 	free(t);
@@ -293,6 +306,7 @@ int kv_region_register(struct kv_region_table *t, const struct kv_caller *c,
 	if (!r)
 		return -ENOMEM;
 	r->rg_kind = d->rd_kind;
+	r->rg_table = t;
 	r->rg_owner = c->kc_tgid;
 	r->rg_tag = c->kc_tag;
 	r->rg_len = d->rd_length;
@@ -512,20 +526,18 @@ int kv_layout_spans(struct kv_region_table *t, pid_t tgid, uint32_t id, uint64_t
 }
 
 /*
- * Walks the spans and the daemon's iov side by side: for each span that
- * overlaps [off, off + total), gathers the iov pieces covering the overlap
- * (at most COPY_IOV per call) and hands them to the span's backend.
+ * Hands each span's part of logical bytes [off, off + len) to its
+ * backend's ro_copy: walks the spans and the daemon's iov side by side,
+ * the iov from byte ioff of iov[i] on, and gathers the iov pieces
+ * covering each span's overlap (at most COPY_IOV per call).
  */
-/* Hands each span's part of [off, off + total of iov) to its backend's ro_copy. */
 static int copy_pieces(const struct kv_span *sp, int nsp, bool to_region, uint64_t off,
-		       const struct iovec *iov, int niov)
+		       uint64_t len, const struct iovec *iov, int i, uint64_t ioff)
 {
 	struct iovec piece[COPY_IOV];
-	uint64_t start = 0, cur = off, end = off, ioff = 0;
-	int i = 0, err = 0;
+	uint64_t start = 0, cur = off, end = off + len;
+	int err = 0;
 
-	for (int k = 0; k < niov; k++)
-		end += iov[k].iov_len;
 	for (int s = 0; !err && s < nsp && cur < end; s++) {
 		uint64_t s_end = start + sp[s].sp_len;
 
@@ -557,6 +569,92 @@ static int copy_pieces(const struct kv_span *sp, int nsp, bool to_region, uint64
 	return err;
 }
 
+/* One copy cut into parts for kv_copy_pool_run: part k is [cp_at[k], cp_at[k + 1]). */
+struct copy_job {
+	const struct kv_span *cj_sp;
+	int cj_nsp;
+	bool cj_to_region;
+	const struct iovec *cj_iov;
+	uint64_t cj_at[KV_COPY_PARTS_MAX + 1]; /* logical offsets */
+	int cj_i[KV_COPY_PARTS_MAX];	       /* where part k starts in the iov: iov[i] ... */
+	uint64_t cj_ioff[KV_COPY_PARTS_MAX];   /* ... at byte ioff */
+	int cj_err[KV_COPY_PARTS_MAX];
+};
+
+static void copy_part(void *arg, unsigned k)
+{
+	struct copy_job *j = arg;
+
+	j->cj_err[k] =
+	    copy_pieces(j->cj_sp, j->cj_nsp, j->cj_to_region, j->cj_at[k],
+			j->cj_at[k + 1] - j->cj_at[k], j->cj_iov, j->cj_i[k], j->cj_ioff[k]);
+}
+
+/* Whether two of the spans share a byte: a region byte written twice. */
+static bool spans_overlap(const struct kv_span *sp, int nsp)
+{
+	for (int a = 0; a < nsp; a++)
+		for (int b = a + 1; b < nsp; b++)
+			if (sp[a].sp_region == sp[b].sp_region &&
+			    sp[a].sp_off < sp[b].sp_off + sp[b].sp_len &&
+			    sp[b].sp_off < sp[a].sp_off + sp[a].sp_len)
+				return true;
+	return false;
+}
+
+/*
+ * Copies as copy_pieces does, the whole iov, on several threads when the
+ * copy is large and every span's backend copies synchronously (host
+ * memory: a device backend queues its copies on the calling thread, to be
+ * synced there). The parts are runs of logical bytes of about equal size
+ * starting on COPY_PART_ALIGN (page-aligned memory: no cache line written
+ * by two threads). Spans that overlap keep a copy into them on one thread,
+ * so that a byte they share gets the last span's, as in one pass.
+ */
+static int copy_all(const struct kv_span *sp, int nsp, bool to_region, uint64_t off,
+		    const struct iovec *iov, int niov)
+{
+	struct kv_copy_pool *pool = nsp ? sp[0].sp_region->rg_table->rt_copy : NULL;
+	struct copy_job j = {.cj_sp = sp, .cj_nsp = nsp, .cj_to_region = to_region, .cj_iov = iov};
+	uint64_t total = 0, step, at = 0;
+	unsigned parts = 0, k;
+	int i = 0;
+
+	for (int n = 0; n < niov; n++)
+		total += iov[n].iov_len;
+	if (pool) {
+		parts = kv_copy_pool_width(pool);
+		if (parts > total / COPY_PART_MIN)
+			parts = (unsigned)(total / COPY_PART_MIN);
+	}
+	for (int s = 0; parts > 1 && s < nsp; s++)
+		if (sp[s].sp_region->rg_ops->ro_sync)
+			parts = 1;
+	if (parts > 1 && to_region && spans_overlap(sp, nsp))
+		parts = 1;
+	if (parts < 2)
+		return copy_pieces(sp, nsp, to_region, off, total, iov, 0, 0);
+	step = (total / parts + COPY_PART_ALIGN - 1) / COPY_PART_ALIGN * COPY_PART_ALIGN;
+	for (k = 0; k < parts; k++) {
+		uint64_t from = k * step < total ? k * step : total;
+
+		/* Walk the iov from the previous part's start to this one's. */
+		while (i < niov && at + iov[i].iov_len <= from) {
+			at += iov[i].iov_len;
+			i++;
+		}
+		j.cj_at[k] = off + from;
+		j.cj_i[k] = i;
+		j.cj_ioff[k] = from - at;
+	}
+	j.cj_at[parts] = off + total;
+	kv_copy_pool_run(pool, copy_part, &j, parts);
+	for (k = 0; k < parts; k++)
+		if (j.cj_err[k])
+			return j.cj_err[k];
+	return 0;
+}
+
 /* Syncs every region of the spans (also after an error); 0 or the first error. */
 static int sync_all(const struct kv_span *sp, int nsp, int err)
 {
@@ -573,13 +671,13 @@ static int sync_all(const struct kv_span *sp, int nsp, int err)
 int kv_span_copy(const struct kv_span *sp, int nsp, bool to_region, uint64_t off,
 		 const struct iovec *iov, int niov)
 {
-	return sync_all(sp, nsp, copy_pieces(sp, nsp, to_region, off, iov, niov));
+	return sync_all(sp, nsp, copy_all(sp, nsp, to_region, off, iov, niov));
 }
 
 int kv_span_copy_start(const struct kv_span *sp, int nsp, bool to_region, uint64_t off,
 		       const struct iovec *iov, int niov, struct kv_copy_ticket *t)
 {
-	int err = copy_pieces(sp, nsp, to_region, off, iov, niov);
+	int err = copy_all(sp, nsp, to_region, off, iov, niov);
 
 	*t = (struct kv_copy_ticket){0};
 	for (int s = 0; !err && s < nsp; s++) {

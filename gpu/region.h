@@ -33,6 +33,11 @@
  * (gpu/cuda.c: cu_ipc_lock when a region is freed, a device's sp_lock when
  * a copy takes a stream); never take it while holding any of them.
  *
+ * Host copies. A copy to or from host regions only (synchronous backends)
+ * of a megabyte or more runs on several threads: the table's copy pool
+ * (gpu/copy_pool.h) takes parts of it, so one batch is not held to one
+ * core's memory bandwidth.
+ *
  * Every function returns 0 or a negative errno.
  */
 #ifndef KVFS_GPU_REGION_H
@@ -103,7 +108,7 @@ struct kv_copy_ticket {
 	void *ct_arg;
 };
 
-/* A region (the table owns it; fields after rg_len belong to the backend). */
+/* A region (the table owns it; the fields from rg_map on belong to the backend). */
 struct kv_region {
 	uint32_t rg_id;	   /* immutable */
 	uint32_t rg_kind;  /* immutable */
@@ -113,6 +118,7 @@ struct kv_region {
 	uint32_t rg_users; /* layouts using it (rt_lock) */
 	uint64_t rg_len;   /* immutable: bytes */
 	const struct kv_region_ops *rg_ops;
+	struct kv_region_table *rg_table; /* immutable: the table holding it */
 	/* backend state, immutable while registered */
 	void *rg_map; /* host_shm: the mapping; rg_base points into it */
 	size_t rg_map_len;
@@ -139,7 +145,12 @@ extern const struct kv_region_ops kv_host_proc_ops;
 /* Bit (1 << kind) for each kind this build serves (kvfs_ioc_version.vr_kinds). */
 uint32_t kv_region_kinds(void);
 
-int kv_region_table_create(struct kv_region_table **out);
+/*
+ * Creates the table and its copy pool of copy_helpers threads (at most
+ * KV_COPY_HELPERS_MAX; a daemon passes kv_copy_pool_default_helpers()).
+ * Returns 0, -ENOMEM or a thread's creation error.
+ */
+int kv_region_table_create(unsigned copy_helpers, struct kv_region_table **out);
 /* Releases every region and layout. Nothing else may run concurrently. */
 void kv_region_table_destroy(struct kv_region_table *t);
 

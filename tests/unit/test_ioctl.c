@@ -280,7 +280,7 @@ static void test_key_memory(void **state)
 	int n;
 
 	(void)state;
-	assert_int_equal(kv_region_table_create(&t), 0);
+	assert_int_equal(kv_region_table_create(0, &t), 0);
 	assert_int_equal(kv_region_register(t, &c, &d, &r), 0);
 	seg.sg_region = r;
 	assert_int_equal(kv_layout_register(t, &c, &seg, 1, &l, &blen, &nb), 0);

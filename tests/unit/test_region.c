@@ -3,7 +3,8 @@
  * tests/unit/test_region.c — the region table and its host backends
  * (gpu/region.h): registration checks, ownership, ids, layouts and their
  * block arithmetic, limits, release by tag and by process exit, the span
- * copier against a model, and a shared-memory object shrunk under a copy.
+ * copier against a model (also copies large enough to run in parts on the
+ * copy pool's helpers), and a shared-memory object shrunk under a copy.
  *
  * The "caller" of every call is this process (a HOST_PROC region of our own
  * memory is reachable with process_vm_readv without privileges), or a
@@ -34,6 +35,9 @@
 #endif
 
 #define PAGE 4096u
+#define MIB  (1u << 20)
+/* The copy pool of every table here: copies of a megabyte or more run in parts on helpers. */
+#define HELPERS 3
 
 static char shm_name[64];
 
@@ -78,7 +82,7 @@ static struct kv_region_table *table(void)
 {
 	struct kv_region_table *t = NULL;
 
-	assert_int_equal(kv_region_table_create(&t), 0);
+	assert_int_equal(kv_region_table_create(HELPERS, &t), 0);
 	return t;
 }
 
@@ -475,6 +479,121 @@ static void test_span_copy_model(void **state)
 	free(model);
 }
 
+/*
+ * Copies large enough to run in parts on the copy pool's helpers: random
+ * spans (up to 32, of up to 512 KiB) over a shared-memory and a process
+ * region, random iov cuts (some empty), random starts, against the model.
+ */
+static void test_span_copy_split(void **state)
+{
+	const uint64_t slot = 512 * 1024, size = 32 * slot;
+	struct kv_region_table *t = table();
+	struct kv_caller c = me(1);
+	char *mem = shm_new(size), *pm = malloc(size), *local = malloc(size), *model = malloc(size);
+	struct kv_region_desc d;
+	uint32_t rs, rp;
+	unsigned seed = 7;
+
+	(void)state;
+	d = shm_desc(0, size);
+	assert_int_equal(kv_region_register(t, &c, &d, &rs), 0);
+	d = proc_desc(pm, size);
+	assert_int_equal(kv_region_register(t, &c, &d, &rp), 0);
+	for (uint64_t i = 0; i < size; i++)
+		pm[i] = (char)(i * 13 + 5);
+	kv_region_begin(t);
+	for (int round = 0; round < 40; round++) {
+		struct kv_span sp[32];
+		struct iovec iov[300];
+		char *base[32];
+		int nsp = rand_r(&seed) % 32 + 1, niov = 0;
+		uint64_t total = 0, off, len, at = 0;
+		bool to_region = rand_r(&seed) & 1;
+
+		for (int s = 0; s < nsp; s++) {
+			bool shm = rand_r(&seed) & 1;
+			uint64_t l = (uint64_t)rand_r(&seed) % slot + 1;
+			uint64_t o = (uint64_t)s * slot + (uint64_t)rand_r(&seed) % (slot - l + 1);
+
+			assert_int_equal(kv_region_span(t, getpid(), shm ? rs : rp, o, l, &sp[s]),
+					 0);
+			base[s] = (shm ? mem : pm) + o;
+			total += l;
+		}
+		off = round % 2 ? (uint64_t)rand_r(&seed) % (total / 4 + 1) : 0;
+		len = total - off;
+		for (uint64_t done = 0; done < len; niov++) {
+			uint64_t n =
+			    rand_r(&seed) % 8 == 0 ? 0 : (uint64_t)rand_r(&seed) % (300 << 10);
+
+			n = n > len - done || niov == 299 ? len - done : n;
+			iov[niov] = (struct iovec){local + done, n};
+			done += n;
+		}
+		for (uint64_t i = 0; i < len; i++)
+			local[i] = (char)rand_r(&seed);
+		for (int s = 0; s < nsp; s++) {
+			memcpy(model + at, base[s], sp[s].sp_len);
+			at += sp[s].sp_len;
+		}
+		assert_int_equal(kv_span_copy(sp, nsp, to_region, off, iov, niov), 0);
+		if (to_region)
+			memcpy(model + off, local, len);
+		else
+			memcpy(local, model + off, len);
+		at = 0;
+		for (int s = 0; s < nsp; s++) {
+			assert_memory_equal(base[s], model + at, sp[s].sp_len);
+			at += sp[s].sp_len;
+		}
+		assert_memory_equal(local, model + off, len);
+	}
+	kv_region_end(t);
+	kv_region_table_destroy(t);
+	munmap(mem, size);
+	shm_unlink(shm_name);
+	free(pm);
+	free(local);
+	free(model);
+}
+
+/*
+ * Into spans that overlap, a large copy leaves what one pass would: the
+ * later span's bytes. Cut into parts, the end of the first span and the
+ * start of the second (where they overlap) would run at about the same
+ * time, the first's last.
+ */
+static void test_span_copy_overlap(void **state)
+{
+	const uint64_t at = 1920 * 1024; /* where the second span starts in the region */
+	struct kv_region_table *t = table();
+	struct kv_caller c = me(1);
+	char *mem = shm_new(4 * MIB), *local = malloc(4 * MIB);
+	struct kv_region_desc d = shm_desc(0, 4 * MIB);
+	struct kv_span sp[2];
+	struct iovec iov = {local, 4 * MIB};
+	uint32_t id;
+	unsigned seed = 3;
+
+	(void)state;
+	assert_int_equal(kv_region_register(t, &c, &d, &id), 0);
+	kv_region_begin(t);
+	assert_int_equal(kv_region_span(t, getpid(), id, 0, 2 * MIB, &sp[0]), 0);
+	assert_int_equal(kv_region_span(t, getpid(), id, at, 2 * MIB, &sp[1]), 0);
+	for (int round = 0; round < 20; round++) {
+		for (uint64_t i = 0; i < 4 * MIB; i++)
+			local[i] = (char)rand_r(&seed);
+		assert_int_equal(kv_span_copy(sp, 2, true, 0, &iov, 1), 0);
+		assert_memory_equal(mem, local, at);
+		assert_memory_equal(mem + at, local + 2 * MIB, 2 * MIB);
+	}
+	kv_region_end(t);
+	kv_region_table_destroy(t);
+	munmap(mem, 4 * MIB);
+	shm_unlink(shm_name);
+	free(local);
+}
+
 /* The owner shrinks its object under the daemon: the copy fails with EIO, nothing crashes. */
 static void test_shm_shrunk(void **state)
 {
@@ -505,6 +624,42 @@ static void test_shm_shrunk(void **state)
 	kv_region_table_destroy(t);
 	munmap(mem, 4 * PAGE);
 	shm_unlink(shm_name);
+}
+
+/* As above, in a copy large enough to run in parts: the parts past the end fail it. */
+static void test_shm_shrunk_split(void **state)
+{
+	struct kv_region_table *t = table();
+	struct kv_caller c = me(1);
+	char *mem = shm_new(4 * MIB), *out = malloc(4 * MIB);
+	struct kv_region_desc d = shm_desc(0, 4 * MIB);
+	struct kv_span sp;
+	struct iovec iov = {out, 4 * MIB};
+	uint32_t id;
+	int fd;
+
+	(void)state;
+	assert_int_equal(kv_region_register(t, &c, &d, &id), 0);
+	fd = shm_open(shm_name, O_RDWR, 0);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, MIB), 0);
+	close(fd);
+	kv_region_begin(t);
+	assert_int_equal(kv_region_span(t, getpid(), id, 0, 4 * MIB, &sp), 0);
+	for (int round = 0; round < 10; round++) {
+		assert_int_equal(kv_span_copy(&sp, 1, false, 0, &iov, 1), -EIO);
+		assert_int_equal(kv_span_copy(&sp, 1, true, 0, &iov, 1), -EIO);
+	}
+	assert_int_equal(kv_region_span(t, getpid(), id, 0, MIB, &sp), 0);
+	iov.iov_len = MIB;
+	memset(out, 0, MIB);
+	assert_int_equal(kv_span_copy(&sp, 1, false, 0, &iov, 1), 0);
+	assert_memory_equal(out, mem, MIB);
+	kv_region_end(t);
+	kv_region_table_destroy(t);
+	munmap(mem, 4 * MIB);
+	shm_unlink(shm_name);
+	free(out);
 }
 
 /* Spans the daemon maps, 4 KiB-aligned, become iovecs for O_DIRECT; nothing else does. */
@@ -615,7 +770,10 @@ int main(void)
 	    cmocka_unit_test(test_release_tag),
 	    cmocka_unit_test(test_reap),
 	    cmocka_unit_test(test_span_copy_model),
+	    cmocka_unit_test(test_span_copy_split),
+	    cmocka_unit_test(test_span_copy_overlap),
 	    cmocka_unit_test(test_shm_shrunk),
+	    cmocka_unit_test(test_shm_shrunk_split),
 	    cmocka_unit_test(test_span_direct),
 	};
 
