@@ -22,6 +22,7 @@
 #include "core/shared.h"
 #include "fs/fs.h"
 #include "fs/options.h"
+#include "fs/service.h"
 #include "gpu/copy_pool.h"
 #include "gpu/dev.h"
 #include "gpu/region.h"
@@ -257,6 +258,7 @@ static int serve(struct kv_fs *fs, struct fuse_args *args)
 		(unsigned long long)(kv_pool_size(kv_store_pool(fs->kf_store)) >> 20),
 		cfg->kc_mountpoint);
 	tell_parent(&fs->kf_ready_fd, 0);
+	kv_service_ready(fs->kf_store, cfg->kc_mountpoint);
 	/* Only now: on a few cores it would slow recovery and the mount down. */
 	kv_pool_fill(kv_store_pool(fs->kf_store));
 	loop = fuse_loop_cfg_create();
@@ -265,6 +267,7 @@ static int serve(struct kv_fs *fs, struct fuse_args *args)
 	fuse_loop_cfg_set_clone_fd(loop, 1);
 	fuse_loop_cfg_set_max_threads(loop, cfg->kc_threads);
 	rc = fuse_session_loop_mt(se, loop);
+	kv_service_stopping();
 	fuse_loop_cfg_destroy(loop);
 	/* A signal ends the loop with its number: that is a clean stop. */
 	ret = (rc == 0 || rc == SIGINT || rc == SIGTERM || rc == SIGHUP) ? 0 : 1;
@@ -347,9 +350,10 @@ int main(int argc, char **argv)
 		if (rc == KV_OPT_HELP)
 			fputs(kv_options_usage, stdout);
 		else
-			printf("kvfs %s (libfuse %s, gpu backend %s, rados %s)\n", KVFS_VERSION,
-			       fuse_pkgversion(), kv_dev_built(),
-			       kv_shared_built() ? "librados" : "none");
+			printf("kvfs %s (libfuse %s, gpu backend %s, rados %s, systemd %s)\n",
+			       KVFS_VERSION, fuse_pkgversion(), kv_dev_built(),
+			       kv_shared_built() ? "librados" : "none",
+			       kv_service_built() ? "sd_notify" : "none");
 		ret = 0;
 		goto out_cfg;
 	}
@@ -408,6 +412,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kvfs: --gpu=cuda: %s\n", err);
 		goto out_datadir;
 	}
+	kv_service_recovering(cfg.kc_data_dir);
 	rc = kv_store_create(&fs.kf_store, &cfg, dd.kd_dirfd);
 	if (rc) {
 		fprintf(stderr, "kvfs: cannot start on '%s' (pool %llu bytes): %s\n",
@@ -441,6 +446,7 @@ int main(int argc, char **argv)
 	ret = serve(&fs, &args);
 	fuse_opt_free_args(&args);
 out_store:
+	kv_service_stopping();
 	kv_shared_stop(fs.kf_shared);
 	fs.kf_shared = NULL;
 	close_ioctl_path(&fs);
@@ -454,6 +460,7 @@ out_store:
 		ret = ret ? ret : 1;
 	}
 out_datadir:
+	kv_service_stopping(); /* a recovery that failed: its STATUS= lines end */
 	kv_datadir_close(&dd);
 out_cfg:
 	free(fuse_opts);
