@@ -44,6 +44,7 @@ void kv_config_free(struct kv_config *cfg)
 	free(cfg->kc_data_dir);
 	free(cfg->kc_mountpoint);
 	free(cfg->kc_trace);
+	free(cfg->kc_metrics);
 	free(cfg->kc_rados_pool);
 	free(cfg->kc_rados_conf);
 	free(cfg->kc_rados_id);
@@ -51,6 +52,7 @@ void kv_config_free(struct kv_config *cfg)
 	cfg->kc_data_dir = NULL;
 	cfg->kc_mountpoint = NULL;
 	cfg->kc_trace = NULL;
+	cfg->kc_metrics = NULL;
 	cfg->kc_rados_pool = cfg->kc_rados_conf = NULL;
 	cfg->kc_rados_id = cfg->kc_rados_namespace = NULL;
 }
@@ -165,6 +167,7 @@ int kv_config_render(const struct kv_config *cfg, char **buf, size_t *len)
 	fprintf(f, "allow_other = %d\n", cfg->kc_allow_other);
 	fprintf(f, "debug = %d\n", cfg->kc_debug);
 	fprintf(f, "trace = %s\n", cfg->kc_trace ? cfg->kc_trace : "off");
+	fprintf(f, "metrics = %s\n", cfg->kc_metrics ? cfg->kc_metrics : "off");
 	fprintf(f, "gpu = %s\n", kv_dev_mode_name((enum kv_dev_mode)cfg->kc_gpu));
 #ifdef KVFS_FAULTS
 	fprintf(f, "faults = on\n"); /* KVFS_FAULT crash points compiled in (a test build) */

@@ -127,6 +127,23 @@ uint64_t kv_now_ns(void)
 void kv_hist_record(struct kv_hist *h, uint64_t ns)
 {
 	atomic_fetch_add_explicit(&h->kh_bucket[hist_bucket(ns)], 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&h->kh_sum_ns, ns, memory_order_relaxed);
+}
+
+void kv_hist_read(const struct kv_hist *h, struct kv_hist_snap *s)
+{
+	s->hs_count = hist_snapshot(h, s->hs_bucket);
+	s->hs_sum_ns = atomic_load_explicit(&h->kh_sum_ns, memory_order_relaxed);
+}
+
+unsigned int kv_hist_bucket_of(uint64_t ns)
+{
+	return hist_bucket(ns);
+}
+
+uint64_t kv_hist_bucket_max(unsigned int b)
+{
+	return b + 1 < HIST_USED_BUCKETS ? hist_upper_edge(b) : UINT64_MAX;
 }
 
 uint64_t kv_hist_percentile(const struct kv_hist *h, double pct)

@@ -66,6 +66,17 @@ enum kv_op {
 
 struct kv_hist {
 	_Atomic uint64_t kh_bucket[KV_HIST_BUCKETS];
+	_Atomic uint64_t kh_sum_ns; /* every sample added up: a Prometheus histogram's _sum */
+};
+
+/*
+ * A copy of a histogram (kv_hist_read): its buckets, their total and the
+ * sum of the samples, each loaded on its own (see core/stats.c on ordering).
+ */
+struct kv_hist_snap {
+	uint64_t hs_bucket[KV_HIST_BUCKETS];
+	uint64_t hs_count; /* the buckets added up */
+	uint64_t hs_sum_ns;
 };
 
 /* The batch ioctls, counted per kind (fs/ioctl.c); JSON names in kv_ioc_name(). */
@@ -145,6 +156,19 @@ uint64_t kv_hist_percentile(const struct kv_hist *h, double pct);
 
 /* Total samples in the histogram. */
 uint64_t kv_hist_count(const struct kv_hist *h);
+
+/* Copies h into s (relaxed loads: no lock, never waits). */
+void kv_hist_read(const struct kv_hist *h, struct kv_hist_snap *s);
+
+/* The bucket a sample of ns goes to. */
+unsigned int kv_hist_bucket_of(uint64_t ns);
+
+/*
+ * The largest sample, in ns, that bucket b holds: every sample in buckets
+ * 0..b is <= kv_hist_bucket_max(b), every one in a later bucket is larger.
+ * UINT64_MAX for the last bucket and past it.
+ */
+uint64_t kv_hist_bucket_max(unsigned int b);
 
 /*
  * Records one completed operation that started at `start_ns` (kv_now_ns()):

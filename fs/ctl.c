@@ -22,9 +22,10 @@
 #include "core/gc.h"
 #include "core/obj.h"
 #include "core/shared.h"
+#include "fs/metrics.h"
 #include "gpu/dev.h"
 
-const char *const kv_ctl_names[] = {"stats", "config", "ctl", NULL};
+const char *const kv_ctl_names[] = {"stats", "config", "ctl", "metrics", NULL};
 
 /* st_ino of control nodes: far from the store's inode numbers. */
 #define CTL_ST_INO_BASE (1ull << 62)
@@ -195,6 +196,8 @@ int kv_ctl_render(struct kv_fs *fs, fuse_ino_t ino, char **buf, size_t *len)
 		return render_stats(fs, buf, len);
 	case KV_CTL_CONFIG:
 		return render_config(fs, buf, len);
+	case KV_CTL_METRICS:
+		return kv_fs_metrics_render(fs, buf, len);
 	default:
 		return -EISDIR;
 	}

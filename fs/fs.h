@@ -79,6 +79,7 @@ enum {
 	KV_CTL_STATS,	/* MNT/.kvfs/stats */
 	KV_CTL_CONFIG,	/* MNT/.kvfs/config */
 	KV_CTL_CMD,	/* MNT/.kvfs/ctl: write-only commands (fs/ctl.c) */
+	KV_CTL_METRICS, /* MNT/.kvfs/metrics: Prometheus text (fs/metrics.h) */
 	KV_CTL__END,
 };
 

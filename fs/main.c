@@ -21,6 +21,7 @@
 
 #include "core/shared.h"
 #include "fs/fs.h"
+#include "fs/metrics.h"
 #include "fs/options.h"
 #include "fs/service.h"
 #include "gpu/copy_pool.h"
@@ -223,6 +224,8 @@ static int serve(struct kv_fs *fs, struct fuse_args *args)
 	struct kv_config *cfg = fs->kf_cfg;
 	struct fuse_loop_config *loop;
 	struct fuse_session *se;
+	struct kv_fs_metrics *metrics = NULL;
+	char why[320];
 	unsigned maj = 0, min = 0;
 	bool stuck = false;
 	int ret = 1, rc;
@@ -251,6 +254,11 @@ static int serve(struct kv_fs *fs, struct fuse_args *args)
 		goto out_unmount;
 	}
 	kv_store_set_evicted(fs->kf_store, kv_fs_notify_evicted, fs->kf_notify);
+	/* --metrics: after the notifier, whose counts it reads; stopped before it goes */
+	if (kv_fs_metrics_start(fs, cfg->kc_metrics, &metrics, why, sizeof(why))) {
+		fprintf(stderr, "kvfs: %s\n", why);
+		goto out_notify;
+	}
 	fprintf(stderr,
 		"kvfs: mounted at %s (data %s, pool %llu MiB); stop with fusermount3 -u %s or "
 		"Ctrl-C\n",
@@ -272,6 +280,7 @@ static int serve(struct kv_fs *fs, struct fuse_args *args)
 	/* A signal ends the loop with its number: that is a clean stop. */
 	ret = (rc == 0 || rc == SIGINT || rc == SIGTERM || rc == SIGHUP) ? 0 : 1;
 out_notify:
+	kv_fs_metrics_stop(metrics);
 	/* no hook call runs once this returns: nothing is queued after the stop */
 	kv_store_set_evicted(fs->kf_store, NULL, NULL);
 	stuck = !kv_fs_notify_stop(fs->kf_notify);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/readahead.h"
+#include "fs/metrics.h"
 #include "gpu/dev.h"
 
 const char kv_options_usage[] =
@@ -33,6 +34,9 @@ const char kv_options_usage[] =
     "                      on the SSD, at most 32M; 0 = none (default: 8M)\n"
     "  --trace=FILE        append a JSON line per ioctl batch and per key to FILE\n"
     "                      (default: off)\n"
+    "  --metrics=ADDR:PORT serve Prometheus metrics at http://ADDR:PORT/metrics;\n"
+    "                      :PORT for every address, [IPV6]:PORT (default: off;\n"
+    "                      the same text is always in MOUNTPOINT/.kvfs/metrics)\n"
     "  --gc=on|off         the compaction thread (default: on)\n"
     "  --gc-interval=TIME  how often it looks for buckets to compact (default: 1s)\n"
     "  --gc-dead-ratio=R   compact a bucket this dead, 0..1 (default: 0.25)\n"
@@ -223,6 +227,21 @@ static int set_trace(struct kv_config *cfg, const char *val)
 	return 0;
 }
 
+/* --metrics=ADDR:PORT (fs/metrics.h); the address is resolved when the server starts. */
+static int set_metrics(struct kv_config *cfg, const char *val)
+{
+	char *spec;
+
+	if (kv_fs_metrics_check(val))
+		return -EINVAL;
+	spec = strdup(val);
+	if (!spec)
+		return -ENOMEM;
+	free(cfg->kc_metrics);
+	cfg->kc_metrics = spec;
+	return 0;
+}
+
 /* --- compaction and cache mode --- */
 
 static int set_gc(struct kv_config *cfg, const char *val)
@@ -378,6 +397,7 @@ static const struct setting settings[] = {
     {"promote", set_promote},
     {"readahead", set_readahead},
     {"trace", set_trace},
+    {"metrics", set_metrics},
     {"gc", set_gc},
     {"gc-interval", set_gc_interval},
     {"gc-dead-ratio", set_gc_dead_ratio},
