@@ -115,6 +115,37 @@ def need_http(test):
                       "no --metrics endpoint to test")
 
 
+def check_histograms(t, fams):
+    """Every histogram of fams is cumulative, ends with +Inf == _count, and
+    kvfs has one per FUSE op, batch ioctl kind and ioctl stage."""
+    checked = 0
+    for fam in (f for f in fams.values() if f.type == "histogram"):
+        series = {}
+        for s in fam.samples:
+            key = frozenset((k, v) for k, v in s.labels.items() if k != "le")
+            series.setdefault(key, {"buckets": []})
+            if s.name.endswith("_bucket"):
+                series[key]["buckets"].append((float(s.labels["le"]), s.value))
+            elif s.name.endswith("_count"):
+                series[key]["count"] = s.value
+            elif s.name.endswith("_sum"):
+                series[key]["sum"] = s.value
+        for key, h in series.items():
+            les = [le for le, _ in h["buckets"]]
+            counts = [c for _, c in h["buckets"]]
+            t.assertEqual(les, sorted(les), (fam.name, key))
+            t.assertEqual(les[-1], float("inf"), (fam.name, key))
+            t.assertGreater(len(les), 20, (fam.name, key))
+            for lo, hi in zip(counts, counts[1:]):
+                t.assertLessEqual(lo, hi, (fam.name, key, "not cumulative"))
+            t.assertEqual(counts[-1], h["count"], (fam.name, key))
+            t.assertGreaterEqual(h["sum"], 0, (fam.name, key))
+            if h["count"] == 0:
+                t.assertEqual(h["sum"], 0, (fam.name, key))
+            checked += 1
+    t.assertEqual(checked, len(kvfstest.OP_NAMES) + 4 + 5)  # ops, ioctl kinds, stages
+
+
 class MetricsTest(kvfstest.KvfsTestCase):
     """Each test gets a mount serving --metrics on a free port (self.port)."""
 
@@ -218,32 +249,7 @@ class MetricsTest(kvfstest.KvfsTestCase):
         for i in range(N):
             write_file(m.path("h%d" % i), b"y" * 1000)
         fams = parse(self.scrape())
-        checked = 0
-        for fam in (f for f in fams.values() if f.type == "histogram"):
-            series = {}
-            for s in fam.samples:
-                key = frozenset((k, v) for k, v in s.labels.items() if k != "le")
-                series.setdefault(key, {"buckets": []})
-                if s.name.endswith("_bucket"):
-                    series[key]["buckets"].append((float(s.labels["le"]), s.value))
-                elif s.name.endswith("_count"):
-                    series[key]["count"] = s.value
-                elif s.name.endswith("_sum"):
-                    series[key]["sum"] = s.value
-            for key, h in series.items():
-                les = [le for le, _ in h["buckets"]]
-                counts = [c for _, c in h["buckets"]]
-                self.assertEqual(les, sorted(les), (fam.name, key))
-                self.assertEqual(les[-1], float("inf"), (fam.name, key))
-                self.assertGreater(len(les), 20, (fam.name, key))
-                for lo, hi in zip(counts, counts[1:]):
-                    self.assertLessEqual(lo, hi, (fam.name, key, "not cumulative"))
-                self.assertEqual(counts[-1], h["count"], (fam.name, key))
-                self.assertGreaterEqual(h["sum"], 0, (fam.name, key))
-                if h["count"] == 0:
-                    self.assertEqual(h["sum"], 0, (fam.name, key))
-                checked += 1
-        self.assertEqual(checked, len(kvfstest.OP_NAMES) + 4 + 5)  # ops, ioctl kinds, stages
+        check_histograms(self, fams)
         smp = samples(fams)
         create = val(smp, "kvfs_request_duration_seconds_count", path="fuse", op="create")
         self.assertEqual(create, N)
@@ -349,6 +355,41 @@ class MetricsTest(kvfstest.KvfsTestCase):
         self.assertEqual(len(os.listdir(d)), 4)
         self.assertIn("kvfs_requests", parse(self.scrape()))
         self.assertIn("ops", self.m.stats())
+
+
+class MetricsFileTest(kvfstest.KvfsTestCase):
+    """MNT/.kvfs/metrics, which every build has (no --metrics)."""
+
+    MOUNT_OPTS = ("--mem-size=64M",)
+
+    def test_file_counters_and_histograms(self):
+        m = self.m
+        a = samples(parse(read_ctl(m)))
+        for i in range(N):
+            os.mkdir(m.path("d%d" % i))
+        fams = parse(read_ctl(m))
+        check_histograms(self, fams)
+        b = samples(fams)
+        mkdir = {"path": "fuse", "op": "mkdir"}
+        for name in ("kvfs_requests_total", "kvfs_request_duration_seconds_count"):
+            self.assertEqual(val(b, name, **mkdir) - val(a, name, **mkdir), N, name)
+        self.assertIn("metrics", os.listdir(m.path(".kvfs")))
+        self.assertEqual(os.stat(m.path(".kvfs", "metrics")).st_mode & 0o777, 0o444)
+
+    def test_without_http(self):
+        if http_built():
+            self.skipTest("this kvfs has libmicrohttpd: test_port_in_use covers the start")
+        m = kvfstest.Mount(["--mem-size=64M", "--metrics=127.0.0.1:%d" % free_port()],
+                           name="nohttp")
+        try:
+            with self.assertRaises(AssertionError):
+                m.start()
+            self.assertEqual(m.returncode, 1)
+            lines = [ln for ln in m.log_text().splitlines() if not ln.startswith("$ ")]
+            self.assertEqual(len(lines), 1, lines)
+            self.assertIn("without libmicrohttpd", lines[0])
+        finally:
+            m.cleanup()
 
 
 class MetricsStartTest(kvfstest.KvfsTestCase):
