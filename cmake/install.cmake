@@ -14,7 +14,9 @@
 # The build tree stays usable as it is: nothing here changes a target.
 include(CMakePackageConfigHelpers)
 
-set(KVFS_PYTHON_DIR lib/python3/dist-packages CACHE PATH
+# STRING, not PATH: cmake makes a relative PATH given with -D absolute
+# against the build folder.
+set(KVFS_PYTHON_DIR lib/python3/dist-packages CACHE STRING
 	"Where the kvfs Python package is installed, relative to the prefix (Debian's directory for /usr) or absolute")
 set(KVFS_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/kvfs)
 
