@@ -8,7 +8,7 @@
 # The copy holds what git knows of (tracked files, and new files git does
 # not ignore) as they are in the working tree, so nothing a build or a mount
 # left in the checkout gets in. OUTDIR receives the .deb files, the
-# .changes and .buildinfo, and lintian.txt. DEB_BUILD_OPTIONS is passed on
+# .changes and .buildinfo, build.log and lintian.txt. DEB_BUILD_OPTIONS is passed on
 # (nocheck skips the unit tests, parallel=N sets the build's jobs).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -27,11 +27,13 @@ git ls-files -z --cached --others --exclude-standard |
 export DEB_BUILD_OPTIONS="${DEB_BUILD_OPTIONS:-parallel=$(nproc)}"
 echo "== dpkg-buildpackage -us -uc -b (in $src; DEB_BUILD_OPTIONS=$DEB_BUILD_OPTIONS)"
 if ! (cd "$src" && dpkg-buildpackage -us -uc -b) >"$work/build.log" 2>&1; then
+	cp "$work/build.log" "$out/build.log"
 	tail -60 "$work/build.log" >&2
 	echo "package.sh: dpkg-buildpackage failed (log above)" >&2
 	exit 1
 fi
 rm -f "$out"/*.deb "$out"/*.changes "$out"/*.buildinfo
+cp "$work/build.log" "$out/build.log"
 cp "$work"/*.deb "$work"/*.changes "$work"/*.buildinfo "$out/"
 changes=$(ls "$out"/*.changes)
 
