@@ -145,6 +145,10 @@ class Package(unittest.TestCase):
             self.assertIn(f, files)
             self.assertTrue(os.path.lexists(f), f)
 
+        # where kvfs@NAME.service reads NAME.conf: the package makes it
+        self.assertIn("/etc/kvfs", files)
+        self.assertTrue(os.path.isdir("/etc/kvfs"))
+
         self.mount_and_use(libdir)
 
         run(["dpkg", "--purge"] + list(PACKAGES), env=user_env(DEBIAN_FRONTEND="noninteractive"))
