@@ -36,6 +36,7 @@
 #include "core/obj.h"
 #include "core/shared.h"
 #include "fs/fs.h"
+#include "fs/metrics_http.h"
 #include "gpu/dev.h"
 
 #define NS_PER_S UINT64_C(1000000000)

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "core/readahead.h"
-#include "fs/metrics.h"
+#include "fs/metrics_http.h"
 #include "gpu/dev.h"
 
 const char kv_options_usage[] =
@@ -227,7 +227,7 @@ static int set_trace(struct kv_config *cfg, const char *val)
 	return 0;
 }
 
-/* --metrics=ADDR:PORT (fs/metrics.h); the address is resolved when the server starts. */
+/* --metrics=ADDR:PORT (fs/metrics_http.h); the address is resolved when the server starts. */
 static int set_metrics(struct kv_config *cfg, const char *val)
 {
 	char *spec;
