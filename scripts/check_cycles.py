@@ -12,7 +12,7 @@ definitions themselves:
    visible in its own file only, so it never ties two files; a name defined
    non-static in several files is reported (and tied to each of them).
 2. Each .c file is tokenized with its comments, string and character
-   literals removed; an identifier token that names a non-static definition
+   literals and struct/union/enum tags removed; an identifier token that names a non-static definition
    of another file is a use of that file: an edge from the user to the
    definer (unless the user defines the name statically itself, which
    shadows it).
@@ -131,10 +131,18 @@ def _static_aggregate(root, path, line, cache):
     return False
 
 
+_TAG = re.compile(r"\b(?:struct|union|enum)\s+[A-Za-z_][A-Za-z0-9_]*")
+
+
 def uses(root, path):
-    """The set of identifier tokens in path, comments and literals removed."""
+    """The identifier tokens in path, comments, literals and struct/union/enum tags removed.
+
+    A tag lives in a namespace of its own: `struct kv_store_usage` does not
+    use the function kv_store_usage.
+    """
     with open(os.path.join(root, path), encoding="utf-8", errors="replace") as f:
-        return set(_IDENT.findall(strip_source(f.read())))
+        text = _TAG.sub(" ", strip_source(f.read()))
+    return set(_IDENT.findall(text))
 
 
 def build_graph(root, files):

@@ -6,7 +6,8 @@
 - an acyclic tree (a -> b -> c, a -> c): exit 0, no cycle printed;
 - the same static function in two files, each calling its own: no edge,
   exit 0; a global (non-static) variable used from another file is an edge;
-- names in comments and string literals are not uses;
+- names in comments and string literals are not uses, nor is a struct tag
+  spelled like a function;
 - tests/ and examples/ are not product code: a test calling back into the
   product makes no cycle;
 - a name defined non-static in two files is reported, not a crash.
@@ -150,6 +151,21 @@ class CheckCyclesTest(unittest.TestCase):
             """)
         rc, out = self.check()
         self.assertEqual(rc, 0, out)
+
+    def test_struct_tag_is_not_a_use(self):
+        # `struct usage` names a type, not the function usage() of a.c.
+        self.write("core/a.c", """
+            struct usage { int n; };
+            int b_fn(void);
+            int usage(struct usage *u) { return u->n + b_fn(); }
+            """)
+        self.write("core/b.c", """
+            struct usage;
+            int b_fn(void) { struct usage *u = 0; return u != 0; }
+            """)
+        rc, out = self.check()
+        self.assertEqual(rc, 0, out)
+        self.assertIn("(1 uses between files)", out)
 
     def test_tests_and_examples_excluded(self):
         self.write("core/a.c", "int a_fn(void) { return 1; }\n")
