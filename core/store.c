@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 #include "core/store.h"
 #include "core/gc.h"
-#include "core/readahead.h"
+#include "core/persist.h"
 #include "core/store_int.h"
+#include "core/tier.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -14,12 +15,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-void kv_store_now(struct timespec *ts)
-{
-	clock_gettime(CLOCK_REALTIME, ts);
-}
-
-#define now kv_store_now
+#define now kv_inode_now
 
 /* Stamps ino as used now (cache mode evicts the least recently used). */
 static void touch(struct kv_inode *ino)
@@ -37,16 +33,6 @@ static uint64_t name_hash(const char *name, size_t len)
 	return XXH3_64bits(name, len);
 }
 
-bool kv_inode_is_dir(const struct kv_inode *ino)
-{
-	return S_ISDIR(ino->ki_type);
-}
-
-mode_t kv_inode_type(const struct kv_inode *ino)
-{
-	return ino->ki_type;
-}
-
 /* The counter of named nodes of ino's type: keys, directories, symlinks, FIFOs and sockets. */
 static _Atomic uint64_t *name_count(struct kv_store *st, mode_t type)
 {
@@ -61,11 +47,6 @@ static _Atomic uint64_t *name_count(struct kv_store *st, mode_t type)
 static int no_value(const struct kv_inode *ino)
 {
 	return S_ISDIR(ino->ki_type) ? -EISDIR : -EINVAL;
-}
-
-uint64_t kv_inode_ino(const struct kv_inode *ino)
-{
-	return ino->ki_ino;
 }
 
 struct kv_inode *kv_store_root(struct kv_store *st)
@@ -96,61 +77,6 @@ void kv_store_usage(struct kv_store *st, struct kv_store_usage *u)
 uint64_t kv_store_last_seq(struct kv_store *st)
 {
 	return atomic_load(&st->ks_seq);
-}
-
-enum {
-	INO_OBJ = 1,	 /* a regular file gets an empty value in DRAM */
-	INO_NO_TIME = 2, /* times left 0: the caller sets them (recovery's keys) */
-};
-
-/*
- * A new inode named `name` (len bytes, its hash h), kept in the same
- * allocation (ki_iname). A regular file has no value in DRAM without
- * INO_OBJ (a recovered key's is on the SSD; a put brings its own).
- */
-static int inode_new(struct kv_store *st, mode_t mode, const struct kv_cred *cred, const char *name,
-		     size_t len, uint64_t h, unsigned flags, struct kv_inode **out)
-{
-	struct kv_inode *ino = calloc(1, sizeof(*ino) + len + 1);
-	int err = -ENOMEM;
-
-	if (!ino)
-		return -ENOMEM;
-	memcpy(ino->ki_iname, name, len);
-	ino->ki_name = ino->ki_iname;
-	ino->ki_hash = h;
-	if (pthread_rwlock_init(&ino->ki_lock, NULL))
-		goto out_free;
-	if (S_ISDIR(mode)) {
-		ino->kd_nbuckets = 8;
-		ino->kd_table = calloc(ino->kd_nbuckets, sizeof(*ino->kd_table));
-		if (!ino->kd_table)
-			goto out_lock;
-	} else if (S_ISREG(mode) && (flags & INO_OBJ)) {
-		err = kv_obj_new(st->ks_pool, &ino->ki_obj);
-		if (err)
-			goto out_lock;
-	}
-	atomic_init(&ino->ki_ref, 0);
-	ino->ki_ino = atomic_fetch_add(&st->ks_next_ino, 1);
-	ino->ki_store = st;
-	ino->ki_type = mode & S_IFMT;
-	ino->ki_mode = mode;
-	ino->ki_uid = cred->kc_uid;
-	ino->ki_gid = cred->kc_gid;
-	if (!(flags & INO_NO_TIME)) {
-		now(&ino->ki_mtime);
-		ino->ki_atime = ino->ki_ctime = ino->ki_mtime;
-	}
-	atomic_fetch_add(&st->ks_inodes, 1);
-	*out = ino;
-	return 0;
-
-out_lock:
-	pthread_rwlock_destroy(&ino->ki_lock);
-out_free:
-	free(ino);
-	return err;
 }
 
 /* The size of a regular file's current value (ki_lock held). */
@@ -277,7 +203,12 @@ static void unpromise(struct kv_store *st, uint64_t n)
 		kv_pool_unreserve(st->ks_pool, n * KV_EXTENT);
 }
 
-static void inode_free(struct kv_inode *ino)
+/*
+ * What ino's last reference releases in the layers above the object model
+ * (struct kv_inode_ops): its place in the tier, its pinned records, its
+ * bytes in the count of named keys, the promise of its reserved extents.
+ */
+static void inode_release(struct kv_inode *ino)
 {
 	struct kv_store *st = ino->ki_store;
 
@@ -287,39 +218,19 @@ static void inode_free(struct kv_inode *ino)
 		pin_records(ino, false);
 	if (atomic_load(&ino->ki_nlink) && S_ISREG(ino->ki_type))
 		atomic_fetch_sub(&st->ks_bytes, cur_size(ino));
-	if (ino->ki_obj)
-		kv_obj_put(ino->ki_obj);
-	kv_xmap_clear(&ino->ki_map);
-	kv_spill_free(ino);
-	if (S_ISREG(ino->ki_type)) {
+	if (S_ISREG(ino->ki_type))
 		unpromise(st, kv_resv_count(ino->ki_resv)); /* what it still holds reserved */
-		kv_resv_free(ino->ki_resv);
-	} else {
-		free(ino->ki_link);
-	}
-	atomic_fetch_sub(&st->ks_inodes, 1);
-	pthread_rwlock_destroy(&ino->ki_lock);
-	free(ino->kd_table);
-	if (ino->ki_name != ino->ki_iname)
-		free(ino->ki_name);
-	free(ino);
 }
 
-void kv_inode_get(struct kv_inode *ino)
-{
-	atomic_fetch_add_explicit(&ino->ki_ref, 1, memory_order_relaxed);
-}
-
-void kv_inode_put(struct kv_inode *ino)
-{
-	if (atomic_fetch_sub_explicit(&ino->ki_ref, 1, memory_order_acq_rel) == 1)
-		inode_free(ino);
-}
+/* What the object model calls back (core/inode.h). */
+static const struct kv_inode_ops inode_ops = {
+    .io_release = inode_release,
+};
 
 void kv_store_forget(struct kv_store *st, struct kv_inode *ino, uint64_t n)
 {
-	if (atomic_fetch_sub_explicit(&ino->ki_ref, n, memory_order_acq_rel) == n)
-		inode_free(ino);
+	(void)st;
+	kv_inode_put_many(ino, n);
 }
 
 static void tree_free(struct kv_inode *dir);
@@ -330,6 +241,36 @@ static int evict_key(struct kv_store *st, struct kv_inode *ino, uint64_t used, u
 static const struct kv_gc_ops gc_ops = {
     .go_evict = evict_key,
     .go_checkpoint = kv_persist_checkpoint,
+};
+
+static struct kv_inode *ns_child(const struct kv_inode *dir, const char *name);
+static int ns_make(struct kv_store *st, struct kv_inode *dir, const char *name, mode_t mode,
+		   const char *link, struct kv_inode **out);
+static int ns_child_make(struct kv_store *st, struct kv_inode *dir, const char *name, size_t len,
+			 mode_t mode, struct kv_inode **out);
+static void ns_unname(struct kv_store *st, struct kv_inode *dir, struct kv_inode *ino);
+static int ns_rename(struct kv_store *st, struct kv_inode *odir, const char *oname,
+		     struct kv_inode *ndir, const char *nname, unsigned flags);
+
+/* Opens the SSD tier for recovery (struct kv_persist_ns, pn_open_tier). */
+static int open_tier(struct kv_store *st, int datadir_fd, struct kv_tier **tier,
+		     struct kv_bucket_set **bs)
+{
+	int err = kv_tier_create(st, datadir_fd, tier);
+
+	if (!err)
+		*bs = kv_tier_buckets(*tier);
+	return err;
+}
+
+/* What recovery and salvage call to rebuild the namespace (core/persist.h). */
+static const struct kv_persist_ns persist_ns = {
+    .pn_child = ns_child,
+    .pn_make = ns_make,
+    .pn_child_make = ns_child_make,
+    .pn_unname = ns_unname,
+    .pn_rename = ns_rename,
+    .pn_open_tier = open_tier,
 };
 
 int kv_store_create(struct kv_store **out, const struct kv_config *cfg, int datadir_fd)
@@ -349,7 +290,8 @@ int kv_store_create(struct kv_store **out, const struct kv_config *cfg, int data
 	pthread_mutex_init(&st->ks_ckpt_lock, NULL);
 	pthread_mutex_init(&st->ks_evict_lock, NULL);
 	atomic_init(&st->ks_next_ino, 1);
-	err = inode_new(st, S_IFDIR | 0755, &cred, "", 0, name_hash("", 0), 0, &st->ks_root);
+	st->ks_iops = &inode_ops;
+	err = kv_inode_new(st, S_IFDIR | 0755, &cred, "", 0, name_hash("", 0), 0, &st->ks_root);
 	if (err)
 		goto out_lock;
 	atomic_init(&st->ks_root->ki_ref, 1);
@@ -358,11 +300,15 @@ int kv_store_create(struct kv_store **out, const struct kv_config *cfg, int data
 	st->ks_cfg = cfg;
 	st->ks_datadir_fd = datadir_fd;
 	if (datadir_fd >= 0 && cfg->kc_ssd_size > 0) {
-		err = kv_persist_recover(st, datadir_fd);
+		struct kv_persist_recovered rec;
+
+		err = kv_persist_recover(st, datadir_fd, &persist_ns, &rec);
 		if (err && !st->ks_tier)
 			goto out_root;
-		if (!err)
-			err = kv_gc_create(st, kv_tier_buckets(st->ks_tier), &gc_ops, &st->ks_gc);
+		if (err)
+			goto out_tier;
+		kv_tier_recovered(st->ks_tier, rec.pr_ns, rec.pr_keys, rec.pr_lost);
+		err = kv_gc_create(st, kv_tier_buckets(st->ks_tier), &gc_ops, &st->ks_gc);
 		if (err)
 			goto out_tier;
 		kv_tier_start(st->ks_tier);
@@ -377,6 +323,7 @@ out_tier:
 		kv_journal_close(st->ks_journal);
 	kv_tier_destroy(st->ks_tier);
 	st->ks_tier = NULL;
+	st->ks_buckets = NULL;
 out_root:
 	tree_free(st->ks_root);
 out_lock:
@@ -402,11 +349,11 @@ static void tree_free(struct kv_inode *dir)
 			if (S_ISDIR(c->ki_type))
 				tree_free(c);
 			else
-				inode_free(c);
+				kv_inode_free(c);
 			c = next;
 		}
 	}
-	inode_free(dir);
+	kv_inode_free(dir);
 }
 
 /* Counts keys whose newest value is not durable (ks_ns_lock held). */
@@ -441,6 +388,7 @@ uint64_t kv_store_destroy(struct kv_store *st)
 		kv_journal_close(st->ks_journal);
 		kv_tier_destroy(st->ks_tier);
 		st->ks_tier = NULL;
+		st->ks_buckets = NULL;
 	}
 	tree_free(st->ks_root);
 	pthread_mutex_destroy(&st->ks_evict_lock);
@@ -449,6 +397,45 @@ uint64_t kv_store_destroy(struct kv_store *st)
 	kv_pool_destroy(st->ks_pool);
 	free(st);
 	return lost;
+}
+
+int kv_store_fsck(const struct kv_config *cfg, int datadir_fd, FILE *out)
+{
+	struct kv_config c = *cfg;
+	struct kv_store_usage u;
+	struct kv_store *st;
+	uint64_t bad;
+	int err;
+
+	c.kc_mem_size = 16u << 20;
+	c.kc_ssd_size = UINT64_MAX;
+	c.kc_gc = false;
+	err = kv_store_create(&st, &c, datadir_fd);
+	if (err) {
+		fprintf(out, "fsck: cannot recover the data directory: %s\nfsck: DAMAGED\n",
+			strerror(-err));
+		return 1;
+	}
+	kv_store_usage(st, &u);
+	bad = kv_persist_fsck(st, &u, out);
+	kv_store_destroy(st);
+	fprintf(out, "fsck: %s\n", bad ? "DAMAGED" : "clean");
+	return bad ? 1 : 0;
+}
+
+int kv_store_salvage(const struct kv_config *cfg, int datadir_fd, FILE *out)
+{
+	struct kv_config c = *cfg;
+	struct kv_store *st;
+	int err;
+
+	c.kc_mem_size = 16u << 20;
+	err = kv_store_create(&st, &c, -1);
+	if (err)
+		return err;
+	err = kv_persist_salvage(st, &persist_ns, datadir_fd, out);
+	kv_store_destroy(st);
+	return err;
 }
 
 /* --- directory tables (ks_ns_lock held) --- */
@@ -559,40 +546,7 @@ static int dir_check(const struct kv_inode *dir)
 	return 0;
 }
 
-/* Appends "/name" (or "name" at the root) to a path of len bytes. Returns the new length or
- * -ENAMETOOLONG. */
-static int join(char *buf, int len, const char *name, size_t size)
-{
-	size_t nlen = strlen(name), at = (size_t)len + (len ? 1 : 0);
-
-	if (at + nlen >= size)
-		return -ENAMETOOLONG;
-	if (len)
-		buf[len] = '/';
-	memcpy(buf + at, name, nlen + 1);
-	return (int)(at + nlen);
-}
-
-int kv_store_path(const struct kv_inode *ino, char *buf, size_t len)
-{
-	const struct kv_inode *chain[KV_JPATH_MAX / 2];
-	int depth = 0, n = 0;
-
-	for (; ino && ino->ki_parent; ino = ino->ki_parent) {
-		if (depth == (int)(sizeof(chain) / sizeof(chain[0])))
-			return -ENAMETOOLONG;
-		chain[depth++] = ino;
-	}
-	buf[0] = '\0';
-	while (depth-- > 0) {
-		n = join(buf, n, chain[depth]->ki_name, len);
-		if (n < 0)
-			return n;
-	}
-	return n;
-}
-
-struct kv_inode *kv_store_child(const struct kv_inode *dir, const char *name)
+static struct kv_inode *ns_child(const struct kv_inode *dir, const char *name)
 {
 	return dir_find(dir, name);
 }
@@ -1031,15 +985,14 @@ static void seal(struct kv_inode *ino)
 				       ino->ki_obj->ko_size);
 }
 
-void kv_store_settle(struct kv_inode *ino)
+/* Seals an open version nobody has open any more (ki_lock held exclusive). */
+static void settle(struct kv_inode *ino)
 {
 	struct kv_obj *obj = ino->ki_obj;
 
 	if (ino->ki_nopen == 0 && obj && !obj->ko_sealed)
 		seal(ino);
 }
-
-#define settle kv_store_settle
 
 /*
  * Ends a change made to version obj (from writable()): with err it is
@@ -1258,7 +1211,7 @@ static int new_node(struct kv_store *st, struct kv_inode *dir, const char *name,
 
 	if (err)
 		return err;
-	err = inode_new(st, mode, cred, name, len, h, INO_OBJ, &ino);
+	err = kv_inode_new(st, mode, cred, name, len, h, KV_INODE_OBJ, &ino);
 	if (err)
 		return err;
 	/* One reference for the name, one for the caller (a kernel lookup). */
@@ -1267,7 +1220,7 @@ static int new_node(struct kv_store *st, struct kv_inode *dir, const char *name,
 	if (link) {
 		ino->ki_link = strdup(link);
 		if (!ino->ki_link) {
-			inode_free(ino);
+			kv_inode_free(ino);
 			return -ENOMEM;
 		}
 	}
@@ -1281,7 +1234,7 @@ static int new_node(struct kv_store *st, struct kv_inode *dir, const char *name,
 			err = owed < 0 ? (int)owed : 0;
 		} while (retry_for_room(st, NULL, &err, 0));
 		if (err) {
-			inode_free(ino);
+			kv_inode_free(ino);
 			return err;
 		}
 		owe_set(st, ino->ki_obj, &ch);
@@ -1302,7 +1255,7 @@ static int new_node(struct kv_store *st, struct kv_inode *dir, const char *name,
 		pthread_rwlock_unlock(&st->ks_ns_lock);
 		if (opened)
 			atomic_fetch_sub(&st->ks_open, 1);
-		inode_free(ino);
+		kv_inode_free(ino);
 		return err;
 	}
 	dir_insert(dir, ino);
@@ -1384,7 +1337,7 @@ int kv_store_create_open(struct kv_store *st, struct kv_inode *dir, const char *
 	return new_node(st, dir, name, S_IFREG | (mode & 07777), NULL, cred, true, out, attr);
 }
 
-/* kv_store_make with the name's length and hash. */
+/* ns_make with the name's length and hash. */
 static int make_node(struct kv_store *st, struct kv_inode *dir, const char *name, size_t len,
 		     uint64_t h, mode_t mode, const char *link, struct kv_inode **out)
 {
@@ -1393,14 +1346,14 @@ static int make_node(struct kv_store *st, struct kv_inode *dir, const char *name
 	int err = check_len(len);
 
 	if (!err)
-		err = inode_new(st, (mode & S_IFMT) | (S_ISDIR(mode) ? 0755 : 0644), &root, name,
-				len, h, S_ISREG(mode) ? INO_NO_TIME : 0, &ino);
+		err = kv_inode_new(st, (mode & S_IFMT) | (S_ISDIR(mode) ? 0755 : 0644), &root, name,
+				   len, h, S_ISREG(mode) ? KV_INODE_NO_TIME : 0, &ino);
 	if (err)
 		return err;
 	if (link) {
 		ino->ki_link = strdup(link);
 		if (!ino->ki_link) {
-			inode_free(ino);
+			kv_inode_free(ino);
 			return -ENOMEM;
 		}
 	}
@@ -1412,16 +1365,16 @@ static int make_node(struct kv_store *st, struct kv_inode *dir, const char *name
 	return 0;
 }
 
-int kv_store_make(struct kv_store *st, struct kv_inode *dir, const char *name, mode_t mode,
-		  const char *link, struct kv_inode **out)
+static int ns_make(struct kv_store *st, struct kv_inode *dir, const char *name, mode_t mode,
+		   const char *link, struct kv_inode **out)
 {
 	size_t len = strlen(name);
 
 	return make_node(st, dir, name, len, name_hash(name, len), mode, link, out);
 }
 
-int kv_store_child_make(struct kv_store *st, struct kv_inode *dir, const char *name, size_t len,
-			mode_t mode, struct kv_inode **out)
+static int ns_child_make(struct kv_store *st, struct kv_inode *dir, const char *name, size_t len,
+			 mode_t mode, struct kv_inode **out)
 {
 	uint64_t h = name_hash(name, len);
 
@@ -1485,12 +1438,12 @@ static void journal_del(struct kv_store *st, struct kv_inode *ino)
 
 	if (!st->ks_journal)
 		return;
-	len = kv_store_path(ino, path, sizeof(path));
+	len = kv_inode_path(ino, path, sizeof(path));
 	if (len > 0)
 		kv_persist_del(st, path, len);
 }
 
-void kv_store_unname(struct kv_store *st, struct kv_inode *dir, struct kv_inode *ino)
+static void ns_unname(struct kv_store *st, struct kv_inode *dir, struct kv_inode *ino)
 {
 	drop_name(st, dir, ino);
 	kv_inode_put(ino);
@@ -1609,7 +1562,7 @@ int kv_store_path_of(struct kv_store *st, struct kv_inode *ino, char **out)
 	pthread_rwlock_rdlock(&st->ks_ns_lock);
 	while (top->ki_parent)
 		top = top->ki_parent;
-	len = top == st->ks_root ? kv_store_path(ino, p + 1, KV_JPATH_MAX) : -ENOENT;
+	len = top == st->ks_root ? kv_inode_path(ino, p + 1, KV_JPATH_MAX) : -ENOENT;
 	pthread_rwlock_unlock(&st->ks_ns_lock);
 	if (len < 0) {
 		free(p);
@@ -1753,8 +1706,8 @@ static int do_rename(struct kv_store *st, struct kv_inode *odir, const char *ona
 	return 0;
 }
 
-int kv_store_rename_locked(struct kv_store *st, struct kv_inode *odir, const char *oname,
-			   struct kv_inode *ndir, const char *nname, unsigned flags)
+static int ns_rename(struct kv_store *st, struct kv_inode *odir, const char *oname,
+		     struct kv_inode *ndir, const char *nname, unsigned flags)
 {
 	struct kv_inode *victim;
 	int err = do_rename(st, odir, oname, ndir, nname, flags, &victim);
@@ -1777,14 +1730,14 @@ int kv_store_rename(struct kv_store *st, struct kv_inode *odir, const char *onam
 		return err;
 	pthread_rwlock_wrlock(&st->ks_ns_lock);
 	if (st->ks_journal && !dir_check(odir) && !dir_check(ndir)) {
-		flen = kv_store_path(odir, from, sizeof(from));
-		tlen = kv_store_path(ndir, to, sizeof(to));
+		flen = kv_inode_path(odir, from, sizeof(from));
+		tlen = kv_inode_path(ndir, to, sizeof(to));
 	}
 	dst = S_ISDIR(ndir->ki_type) ? dir_find(ndir, nname) : NULL;
 	err = do_rename(st, odir, oname, ndir, nname, flags, &victim);
 	if (!err && flen >= 0 && tlen >= 0 && st->ks_journal) {
-		flen = join(from, flen, oname, sizeof(from));
-		tlen = join(to, tlen, nname, sizeof(to));
+		flen = kv_inode_path_join(from, flen, oname, sizeof(from));
+		tlen = kv_inode_path_join(to, tlen, nname, sizeof(to));
 		if (flen > 0 && tlen > 0)
 			kv_persist_rename(st, from, flen, to, tlen, flags);
 	}
@@ -1873,7 +1826,7 @@ int kv_store_publish(struct kv_store *st, struct kv_inode *dir, const char *name
 	int err = check_len(len);
 
 	if (!err)
-		err = inode_new(st, S_IFREG | 0644, cred, name, len, h, 0, &ino);
+		err = kv_inode_new(st, S_IFREG | 0644, cred, name, len, h, 0, &ino);
 	if (err) {
 		kv_obj_put(obj);
 		return err;
@@ -1894,7 +1847,7 @@ int kv_store_publish(struct kv_store *st, struct kv_inode *dir, const char *name
 	if (err) {
 		pthread_rwlock_unlock(&st->ks_ns_lock);
 		atomic_store(&ino->ki_nlink, 0);
-		inode_free(ino);
+		kv_inode_free(ino);
 		return err;
 	}
 	/* As a rename over the old name: its record is dead, open handles keep its bytes. */
@@ -1968,6 +1921,7 @@ static int read_value(struct kv_store *st, struct kv_inode *ino, uint64_t off, u
 	struct kv_obj *obj;
 	int n;
 
+again:
 	touch(ino);
 	pthread_rwlock_rdlock(&ino->ki_lock);
 	obj = ino->ki_obj;
@@ -1980,7 +1934,10 @@ static int read_value(struct kv_store *st, struct kv_inode *ino, uint64_t off, u
 	}
 	if (!obj) {
 		pthread_rwlock_unlock(&ino->ki_lock);
-		return kv_tier_read(st->ks_tier, ino, off, len, iov, maxiov, bytes, guard);
+		n = kv_tier_read(st->ks_tier, ino, off, len, iov, maxiov, bytes, guard);
+		if (n == -EAGAIN) /* promoted, or a newer version: read what is there now */
+			goto again;
+		return n;
 	}
 	kv_obj_get(obj);
 	atomic_store_explicit(&ino->ki_referenced, true, memory_order_relaxed);
@@ -2028,18 +1985,6 @@ int kv_store_read_direct(struct kv_store *st, struct kv_inode *ino, const struct
 	if (!st->ks_tier || !S_ISREG(ino->ki_type) || len % KV_PAGE_SIZE)
 		return -EAGAIN;
 	return kv_tier_read_direct(st->ks_tier, ino, iov, n, len);
-}
-
-void kv_read_done(struct kv_read_guard *guard)
-{
-	if (guard->krg_locked)
-		pthread_rwlock_unlock(&guard->krg_locked->ki_lock);
-	if (guard->krg_obj)
-		kv_obj_put(guard->krg_obj);
-	for (int i = 0; i < KV_READ_EXTENTS; i++) {
-		kv_bucket_read_free(guard->krg_buf[i]);
-		kv_ra_put(guard->krg_ra[i]);
-	}
 }
 
 /* Reserved extents one write fills at most (a FUSE write is at most 1 MiB: two). */

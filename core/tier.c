@@ -56,10 +56,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/tier.h"
+
 #include "core/gc.h"
+#include "core/persist.h"
 #include "core/readahead.h"
-#include "core/store_int.h"
 #include "core/stats.h"
+#include "core/store_int.h"
 
 #define BATCH_KEYS  256
 #define BATCH_BYTES (64ull << 20)
@@ -614,7 +617,7 @@ static void item_prepare(struct kv_store *st, struct item *it)
 	pthread_rwlock_rdlock(&ino->ki_lock);
 	obj = ino->ki_obj;
 	if (obj && obj->ko_sealed && obj->ko_seq > ino->ki_map.xm_seq && ino->ki_parent)
-		len = kv_store_path(ino, path, sizeof(path));
+		len = kv_inode_path(ino, path, sizeof(path));
 	if (len > 0 || len == -ENAMETOOLONG) {
 		kv_obj_get(obj);
 		it->it_obj = obj;
@@ -931,7 +934,7 @@ static uint64_t spill(struct kv_tier *t, struct kv_inode *ino, uint64_t want)
 	obj = ino->ki_obj;
 	/* A file deleted while open spills too: its records have no key, and are dead at once. */
 	if (obj && !obj->ko_sealed && obj->ko_size > KV_EXTENT)
-		len = ino->ki_parent ? kv_store_path(ino, path, sizeof(path)) : 0;
+		len = ino->ki_parent ? kv_inode_path(ino, path, sizeof(path)) : 0;
 	pthread_rwlock_unlock(&st->ks_ns_lock);
 	if (len >= 0) /* the writer may close, seal and replace it while it is written */
 		kv_obj_get(obj);
@@ -1759,10 +1762,10 @@ int kv_tier_read(struct kv_tier *t, struct kv_inode *ino, uint64_t off, uint64_t
 
 	*bytes = 0;
 	if (st->ks_cfg->kc_promote && kv_tier_promote(t, ino, off, len) == 0)
-		return kv_store_read(st, ino, off, len, iov, maxiov, bytes, guard);
+		return -EAGAIN; /* in DRAM now: the caller reads it there */
 	err = want_range(t, ino, off, len, false, &w);
-	if (err == -EAGAIN) /* a newer version arrived meanwhile: read that */
-		return kv_store_read(st, ino, off, len, iov, maxiov, bytes, guard);
+	if (err == -EAGAIN) /* a newer version arrived meanwhile: the caller reads that */
+		return -EAGAIN;
 	if (err)
 		return err;
 	guard->krg_size = w.w_size;
@@ -1811,7 +1814,8 @@ int kv_tier_read(struct kv_tier *t, struct kv_inode *ino, uint64_t off, uint64_t
 	pthread_rwlock_unlock(&ino->ki_lock);
 	if (err == -EAGAIN) {
 		kv_read_done(guard);
-		return kv_store_read(st, ino, off, len, iov, maxiov, bytes, guard);
+		memset(guard, 0, sizeof(*guard));
+		return -EAGAIN;
 	}
 	if (err)
 		return err == -ENOENT ? -EIO : err;
