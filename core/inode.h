@@ -4,13 +4,14 @@
  * read guards (core/inode.c).
  *
  * Layer. The bottom of the store's layers, above only the values
- * (core/obj.h, core/xmap.h, core/resv.h), the pool and ssd/: every core
- * module may call it, it calls none of them. From the top down:
+ * (core/obj.h, core/xmap.h, core/resv.h), the read-ahead buffers, the pool
+ * and ssd/: every core module may call it, it calls none of them. From the
+ * top down (core/store_int.h):
  *
  *   core/store.c     the namespace (kv_store_*): names, directories, writes
  *   core/tier.c      offload, eviction, reads from the SSD, fsync
- *   core/gc.c        compaction and cache-mode eviction
- *   core/persist.c   journal, checkpoints, recovery, fsck and salvage
+ *   core/gc.c        compaction and cache-mode eviction  } side by side:
+ *   core/persist.c   journal, checkpoints, recovery...    } neither calls the other
  *   core/inode.c     this: inode lifetime, paths, read guards
  *
  * A lower module that must tell an upper one something does it through a

@@ -16,6 +16,20 @@
  * Replay applies entries by path, forgivingly: an entry about a name that
  * is not there (its value never became durable) changes nothing. A key's
  * value is only ever replaced by one with a higher sequence number.
+ *
+ * Layer (core/persist.h): below the namespace and the tier, beside
+ * compaction, above the object model (core/inode.h) and ssd/. Replay and
+ * salvage change the tree only through the struct kv_persist_ns the
+ * namespace passed down (the directory tables are its own), and recovery
+ * opens the tier through it on a thread of its own while the checkpoint
+ * loads; --fsck and --salvage get a store the namespace made for them
+ * (kv_store_fsck, kv_store_salvage in core/store.c).
+ *
+ * Locks, outermost first: ks_ckpt_lock (one checkpoint at a time) >
+ * ks_ns_lock (exclusive while a checkpoint snapshots the tree and during
+ * replay; journal entries are appended under the lock the change holds) >
+ * ki_lock (shared, to encode one inode) > the journal's own lock (ssd/).
+ * The whole order is in core/store_int.h.
  */
 #include <dirent.h>
 #include <errno.h>

@@ -1,4 +1,20 @@
 /* SPDX-License-Identifier: MIT */
+/*
+ * core/store.c — the namespace (core/store.h): directories and names,
+ * attributes, writes and copy-on-write versions, sealing, reads, the
+ * SSD quota promised to each change, and the store's start and stop.
+ *
+ * Layer: the top of the store's layers. It calls down into the tier
+ * (core/tier.h), compaction (core/gc.h), persistence (core/persist.h) and
+ * the object model (core/inode.h), and none of them calls it: what they
+ * need of it they get through the callback tables it passes down, made
+ * here: inode_ops (what an inode's last reference releases), persist_ns
+ * (recovery and salvage rebuilding the tree, opening the tier) and gc_ops
+ * (cache-mode eviction, checkpoints after a pass).
+ *
+ * Locks: ks_ns_lock > ki_lock, and the tier's and the buckets' below
+ * them; the whole order, across the layers, is in core/store_int.h.
+ */
 #include "core/store.h"
 #include "core/gc.h"
 #include "core/persist.h"

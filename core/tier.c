@@ -35,6 +35,13 @@
  * placed past the quota (bp_over), its room counted on the version it
  * replaces.
  *
+ * Layer (core/tier.h): below the namespace (core/store.c), above
+ * compaction (kv_gc_make_room), persistence (kv_persist_put,
+ * kv_persist_checkpoint) and the object model (core/inode.h). It never
+ * calls the namespace: a read that must start over returns -EAGAIN to
+ * kv_store_read, and what an inode's last reference releases here
+ * (kv_tier_forget) the namespace calls from its struct kv_inode_ops.
+ *
  * Locks: kt_lock guards the queue, kt_stop, kt_busy, kt_batches and the
  * spill list (kt_shead, ki_snext, ki_spillable; while the offloader holds
  * the list taken off kt_shead, it alone walks ki_snext), and goes with two
