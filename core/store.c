@@ -259,6 +259,7 @@ static const struct kv_gc_ops gc_ops = {
     .go_checkpoint = kv_persist_checkpoint,
 };
 
+/* Recovery's and salvage's changes to the tree (struct kv_persist_ns): not journaled. */
 static struct kv_inode *ns_child(const struct kv_inode *dir, const char *name);
 static int ns_make(struct kv_store *st, struct kv_inode *dir, const char *name, mode_t mode,
 		   const char *link, struct kv_inode **out);
