@@ -414,7 +414,7 @@ typedef void (*kv_store_evicted_fn)(void *arg, struct kv_inode *dir, const char 
 void kv_store_set_evicted(struct kv_store *st, kv_store_evicted_fn fn, void *arg);
 
 /*
- * Hooks for the shared tier (core/shared.h), set before the store serves
+ * Hooks for the shared tier (rados/shared.h), set before the store serves
  * (kv_store_set_hooks, not thread-safe; NULL members: none).
  *
  * kh_sealed: a named file's value was sealed (its last close, fsync, a

@@ -19,7 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/shared.h"
+#include "rados/shared.h"
 #include "fs/fs.h"
 #include "fs/metrics.h"
 #include "fs/metrics_http.h"

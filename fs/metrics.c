@@ -34,7 +34,7 @@
 
 #include "core/gc.h"
 #include "core/obj.h"
-#include "core/shared.h"
+#include "rados/shared.h"
 #include "fs/fs.h"
 #include "fs/metrics_http.h"
 #include "gpu/dev.h"

@@ -324,7 +324,7 @@ static int set_gpu(struct kv_config *cfg, const char *val)
 	return 0;
 }
 
-/* --- the shared tier on RADOS (core/shared.h) --- */
+/* --- the shared tier on RADOS (rados/shared.h) --- */
 
 /* Replaces *slot with a copy of val; an empty val is refused unless empty_ok. */
 static int set_string(char **slot, const char *val, bool empty_ok)

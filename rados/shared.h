@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * core/shared.h — the shared tier on Ceph RADOS: its policy and state.
+ * rados/shared.h — the shared tier on Ceph RADOS: its policy and state.
  *
  * With --rados-pool a kvfs node is a local cache (DRAM + SSD) in front of a
  * pool that many nodes share (issue 10; the data model is drawn in the
  * design notes). This module owns the node's connection to the cluster and,
  * in the steps to come, the write-back queue, the read-miss path and the
- * TTL cache of directory entries. It calls down to ssd/rados.h for every
+ * TTL cache of directory entries. It calls down to rados/rados.h for every
  * librados call; the store will call it through this header.
  *
  * It connects in the background: kv_shared_start returns at once and its
@@ -17,7 +17,7 @@
  * apart, until it works or kv_shared_stop. Local keys are served all along.
  *
  * Once connected, the same thread sends the node's changes to the cluster
- * in the order they were made (core/shared.c): the store's hooks queue a
+ * in the order they were made (rados/shared.c): the store's hooks queue a
  * put for every sealed value of a named file, and a change for every
  * mkdir, unlink, rmdir and rename. The FUSE layer asks the cluster before
  * a lookup (kv_shared_lookup: brings a key in, or drops a local copy the
@@ -39,18 +39,18 @@
  * readdir answer from the local store at once, and the queue waits.
  *
  * Locks: sh_lock, sh_known_lock and sh_dc_lock (struct kv_shared,
- * core/shared.c) are leaves: held for a few field accesses only, never
+ * rados/shared.c) are leaves: held for a few field accesses only, never
  * across a librados call (a connection is closed after sh_lock is dropped)
  * or a call into the store, and never taken with each other. sh_lock also
  * orders DATA_DIR/rados.log: each change's record is appended under it
  * (one write(2) to the page cache), and a rewrite of a log grown past
  * KV_RLOG_REWRITE runs under it (rare; fdatasync included). rados.known
- * has its own leaf mutex (ssd/rados_known.h), taken with none of these. The hooks run
+ * has its own leaf mutex (rados/rados_known.h), taken with none of these. The hooks run
  * under store locks and take only sh_lock. The functions below take store
  * locks through the store's API, holding none of their own.
  */
-#ifndef KVFS_CORE_SHARED_H
-#define KVFS_CORE_SHARED_H
+#ifndef KVFS_RADOS_SHARED_H
+#define KVFS_RADOS_SHARED_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -97,7 +97,7 @@ bool kv_shared_built(void);
  * Starts the tier for cfg->kc_rados_pool (which must be set) and the other
  * kc_rados_* settings, copied: cfg may go after this returns, st may not.
  * node is this node's id (kv_datadir_node). dirfd is DATA_DIR (-1: none):
- * its change log (ssd/rados_log.h) is read and what it holds queued again,
+ * its change log (rados/rados_log.h) is read and what it holds queued again,
  * to be sent before anything newer. Installs the store's hooks
  * (kv_store_set_hooks): call it before the store serves. Never waits for
  * the cluster. Returns 0 and sets *out, -ENOTSUP when built without

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * core/shared.c — the shared tier on RADOS (see core/shared.h; the objects
- * are drawn in ssd/rados_format.h).
+ * rados/shared.c — the shared tier on RADOS (see rados/shared.h; the objects
+ * are drawn in rados/rados_format.h).
  *
  * One thread, sh_thread, does everything that changes the cluster: it
  * connects (attempts until one works or kv_shared_stop, sleeping on sh_cond
@@ -19,7 +19,7 @@
  * from the cluster and must not go back to it.
  *
  * Every change queued is also appended to DATA_DIR/rados.log
- * (ssd/rados_log.h), under sh_lock so the log is in queue order, and the
+ * (rados/rados_log.h), under sh_lock so the log is in queue order, and the
  * thread records there how far it got: what a stop, a kill -9 or an outage
  * left unsent is queued again at the next start. A put is logged by its
  * local sequence number; the thread finds the key that still has it (one
@@ -29,11 +29,11 @@
  * version (sequence number) is the same bytes as which cluster version
  * (node, seq), and when that was last checked against the directory entry.
  * What it says of clean versions is also kept in DATA_DIR/rados.known
- * (ssd/rados_known.h), by sequence number, so that after a restart a copy
+ * (rados/rados_known.h), by sequence number, so that after a restart a copy
  * is still known as a copy (replaced or removed with the cluster's
  * version) and a key made here (kept until it is sent) is not.
  */
-#include "core/shared.h"
+#include "rados/shared.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -51,10 +51,10 @@
 #include "core/pool.h"
 #include "core/stats.h"
 #include "core/store.h"
-#include "ssd/rados.h"
-#include "ssd/rados_format.h"
-#include "ssd/rados_known.h"
-#include "ssd/rados_log.h"
+#include "rados/rados.h"
+#include "rados/rados_format.h"
+#include "rados/rados_known.h"
+#include "rados/rados_log.h"
 
 /* the known table: its chains (a power of two), and its records (about 200 MiB) */
 #define KNOWN_BUCKETS 65536
@@ -123,7 +123,7 @@ struct kv_shared {
 	pthread_t sh_thread;
 
 	/*
-	 * sh_lock guards the fields below it and is a leaf (core/shared.h,
+	 * sh_lock guards the fields below it and is a leaf (rados/shared.h,
 	 * "Locks"); sh_cond (CLOCK_MONOTONIC) wakes the thread for a stop or
 	 * a change.
 	 */
