@@ -30,7 +30,7 @@
  * none of ks_ns_lock, ki_lock or the tier's locks held (a pass's
  * kg_pass_lock may be), and held across the hook: the hook's own locks
  * (fs/notify.c's kn_lock) come below it, and it takes none of the store's.
- * rados/shared.c's sh_lock (the RADOS tier's connection state) is a leaf
+ * rados/shared_int.h's sh_lock (the RADOS tier's connection state) is a leaf
  * outside this order: never taken with any of these held, it takes none.
  * core/readahead.c's kr_lock comes below ki_lock, kt_lock and
  * kt_clock_lock (taken with any of them held, it takes none of them) and

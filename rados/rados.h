@@ -2,8 +2,9 @@
 /*
  * rados/rados.h — the RADOS object layer: kvfs's only door to librados.
  *
- * It knows objects and a cluster, nothing of the store: rados/shared.c
- * decides what to do with them (the objects are drawn in
+ * The bottom of rados/: it knows objects and a cluster, nothing of the
+ * store; the shared tier (rados/shared*.c, whose contract is
+ * rados/shared.h) decides what to do with them (the objects are drawn in
  * rados/rados_format.h). It connects (one cluster handle and one I/O context
  * on a pool and namespace, with every client timeout set so that no call
  * ever blocks for longer than that: librados's defaults wait forever),

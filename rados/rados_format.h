@@ -32,7 +32,8 @@
  * A 2 MiB KV block is one data object and one omap entry: one data write
  * and one compare-and-set per put.
  *
- * Protocols (rados/shared.c):
+ * Protocols (publish and delete: rados/shared_publish.c; read:
+ *   rados/shared_fetch.c):
  *   publish  write every x.* object of the version (LIBRADOS_OPERATION_
  *            FULL_TRY: a full cluster answers -ENOSPC, not a hang), then ONE
  *            write op on the parent d.* object: create (idempotent) +

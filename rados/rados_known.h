@@ -7,7 +7,7 @@
  * it, is a cache entry of a cluster version (node, seq): when the cluster
  * deletes or replaces that version, the local copy goes too. A key made
  * here and not yet sent is not: it stays until it is sent. The shared tier
- * (rados/shared.c) keeps that knowledge here, by the local value's sequence
+ * (rados/shared_known.c) keeps that knowledge here, by the local value's sequence
  * number (which the store keeps across restarts and never reuses), so
  * that it holds after a restart too.
  *

@@ -2,7 +2,7 @@
 /*
  * rados/rados_log.h — the shared tier's change log: DATA_DIR/rados.log.
  *
- * The shared tier (rados/shared.c) sends the node's changes to the cluster
+ * The shared tier (rados/shared_queue.c) sends the node's changes to the cluster
  * in the background, in order. The log keeps the changes not yet sent, so
  * that a restart (clean, kill -9, or with the cluster down all along)
  * sends them at the next start instead of losing them. A change is
