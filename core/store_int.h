@@ -5,7 +5,15 @@
  * across those layers. Not for use outside core/. It declares no module's
  * functions: each has its header, top to bottom
  *
- *   core/store.h     the namespace (core/store.c): kv_store_*
+ *   core/store.h     the namespace: kv_store_*, in parts, top to bottom
+ *                    core/store.c     start, stop, the callback tables
+ *                    core/ns.c        directories, names (core/ns.h)
+ *                    core/attr.c      getattr, setattr (core/attr.h)
+ *                    core/fallocate.c fallocate, punch
+ *                    core/write.c     writes, versions, sealing (core/write.h)
+ *                    core/quota.c     the SSD quota, reserved extents
+ *                                     (core/quota.h)
+ *                    core/read.c      reads, seek (beside them: calls none)
  *   core/tier.h      offload, eviction, reads from the SSD, fsync (core/tier.c)
  *   core/gc.h        compaction, cache-mode eviction (core/gc.c)
  *   core/persist.h   journal, checkpoints, recovery, fsck, salvage (core/persist.c)

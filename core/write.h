@@ -48,9 +48,9 @@ int kv_write_set_size(struct kv_inode *ino, uint64_t size);
  * True when a change that failed with *errp should be tried again: the
  * pool was full and the tier made room (evicted clean values, or waited for
  * the offloader to make some clean or to spill files being written). Call
- * without ki_lock. -EDQUOT, inside this file, is a refusal for lack of room
- * on the SSD (or in the whole store), not in the pool: never retried, it
- * reaches the caller as -ENOSPC.
+ * without ki_lock. -EDQUOT, inside the store's files, is a refusal for
+ * lack of room on the SSD (or in the whole store), not in the pool: never
+ * retried, it reaches the caller as -ENOSPC.
  */
 bool kv_write_retry_for_room(struct kv_store *st, struct kv_inode *ino, int *errp, uint64_t bytes);
 
