@@ -8,7 +8,9 @@
  * and ssd/: every core module may call it, it calls none of them. From the
  * top down (core/store_int.h):
  *
- *   core/store.c     the namespace (kv_store_*): names, directories, writes
+ *   core/store.c     the namespace (kv_store_*): start, stop, callback tables,
+ *                    and its parts: ns.c > attr.c > fallocate.c > write.c >
+ *                    quota.c, read.c (core/store_int.h)
  *   core/tier.c      offload, eviction, reads from the SSD, fsync
  *   core/gc.c        compaction and cache-mode eviction  } side by side:
  *   core/persist.c   journal, checkpoints, recovery...    } neither calls the other

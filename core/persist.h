@@ -4,7 +4,8 @@
  * goes in the journal, checkpoints of the whole namespace, recovery at
  * start, and the offline --fsck and --salvage passes.
  *
- * Layer: below the namespace (core/store.c) and the tier (core/tier.c,
+ * Layer: below the namespace (core/store.c and its parts: core/ns.c,
+ * core/attr.c, core/quota.c journal its changes) and the tier (core/tier.c,
  * which journals each put it makes durable and writes checkpoints), above
  * the object model (core/inode.h) and ssd/ (journal.h, bucket.h). It never
  * calls the namespace: recovery and salvage rebuild the tree through the
@@ -26,8 +27,8 @@ struct kv_bucket_set;
 struct kv_store_usage;
 
 /*
- * What recovery and salvage ask of the namespace (core/store.c), which
- * owns the directory tables. Every call but pn_open_tier runs with
+ * What recovery and salvage ask of the namespace (core/ns.c, handed down
+ * by core/store.c), which owns the directory tables. Every call but pn_open_tier runs with
  * ks_ns_lock held exclusive and journals nothing.
  */
 struct kv_persist_ns {

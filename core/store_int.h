@@ -5,7 +5,15 @@
  * across those layers. Not for use outside core/. It declares no module's
  * functions: each has its header, top to bottom
  *
- *   core/store.h     the namespace (core/store.c): kv_store_*
+ *   core/store.h     the namespace: kv_store_*, in parts, top to bottom
+ *                    core/store.c     start, stop, the callback tables
+ *                    core/ns.c        directories, names (core/ns.h)
+ *                    core/attr.c      getattr, setattr (core/attr.h)
+ *                    core/fallocate.c fallocate, punch
+ *                    core/write.c     writes, versions, sealing (core/write.h)
+ *                    core/quota.c     the SSD quota, reserved extents
+ *                                     (core/quota.h)
+ *                    core/read.c      reads, seek (beside them: calls none)
  *   core/tier.h      offload, eviction, reads from the SSD, fsync (core/tier.c)
  *   core/gc.h        compaction, cache-mode eviction (core/gc.c)
  *   core/persist.h   journal, checkpoints, recovery, fsck, salvage (core/persist.c)
@@ -39,7 +47,10 @@
 #ifndef KVFS_CORE_STORE_INT_H
 #define KVFS_CORE_STORE_INT_H
 
+#include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "core/inode.h"
 #include "core/resv.h"
@@ -84,18 +95,18 @@ struct kv_inode {
 	struct kv_xmap ki_map; /* the newest durable version on SSD (xm_seq 0: none) */
 	struct kv_xmap *ki_spill; /* NULL, or extents of ki_obj written to the SSD early (a file
 				     larger than DRAM: core/tier.c, "Spill") or borrowed from
-				     ki_map (core/store.c, borrow): holes in ki_obj's memory,
+				     ki_map (core/write.c, borrow): holes in ki_obj's memory,
 				     their bytes are here; xm_seq is the version's sequence
 				     number. Only while ki_obj is open, or sealed and not yet
 				     durable */
 	int ki_offload_err;   /* why the newest version could not be offloaded, or 0 */
 	bool ki_pinned;	      /* deleted while open: ki_map's buckets are pinned until the last close */
 	bool ki_resv_dirty;   /* its reservations changed, not its durable version: journal them
-				 (resv_journal in core/store.c) */
+				 (kv_quota_resv_journal in core/quota.c) */
 	uint64_t ki_credit_seq, ki_credit; /* SSD quota promised to newer versions on the
 					      strength of ki_map's bytes (which die once they
 					      are durable) while ki_map.xm_seq was ki_credit_seq
-					      (core/store.c, owe) */
+					      (core/quota.c, kv_quota_owe) */
 	_Atomic uint64_t ki_used; /* last read or write (CLOCK_MONOTONIC_COARSE ns): cache mode */
 
 	/* kt_lock */
@@ -158,6 +169,29 @@ static inline void kv_spill_free(struct kv_inode *ino)
 		kv_xmap_clear(ino->ki_spill);
 	free(ino->ki_spill);
 	ino->ki_spill = NULL;
+}
+
+/* Stamps ino as used now (cache mode evicts the least recently used). */
+static inline void kv_touch(struct kv_inode *ino)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	atomic_store_explicit(&ino->ki_used,
+			      (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec,
+			      memory_order_relaxed);
+}
+
+/* What a call about a value answers for a node that has none: -EISDIR or -EINVAL. */
+static inline int kv_no_value(const struct kv_inode *ino)
+{
+	return S_ISDIR(ino->ki_type) ? -EISDIR : -EINVAL;
+}
+
+/* The size of a regular file's current value (ki_lock held). */
+static inline uint64_t kv_cur_size(const struct kv_inode *ino)
+{
+	return ino->ki_obj ? ino->ki_obj->ko_size : ino->ki_map.xm_size;
 }
 
 #endif

@@ -35,9 +35,10 @@
  * placed past the quota (bp_over), its room counted on the version it
  * replaces.
  *
- * Layer (core/tier.h): below the namespace (core/store.c), above
- * compaction (kv_gc_make_room), persistence (kv_persist_put,
- * kv_persist_checkpoint) and the object model (core/inode.h). It never
+ * Layer (core/tier.h): below the namespace (core/store.c, core/write.c,
+ * core/read.c), above compaction (kv_gc_make_room), persistence
+ * (kv_persist_put, kv_persist_checkpoint) and the object model
+ * (core/inode.h). It never
  * calls the namespace: a read that must start over returns -EAGAIN to
  * kv_store_read, and what an inode's last reference releases here
  * (kv_tier_forget) the namespace calls from its struct kv_inode_ops.
@@ -918,7 +919,7 @@ static void append_with_room(struct kv_tier *t, struct kv_bucket_put *puts, unsi
  * seal leaves the records unnamed: dead space, never a visible half-file.
  * Reads of the version take their bytes from the records
  * (kv_tier_read_mixed); a change to a spilled extent reads it back
- * first (core/store.c, unspill). The seal writes the rest and the
+ * first (core/write.c, kv_write_unspill). The seal writes the rest and the
  * manifest, and the version becomes a value on the SSD (item_finish).
  */
 static uint64_t spill(struct kv_tier *t, struct kv_inode *ino, uint64_t want)
@@ -1644,7 +1645,7 @@ static bool room_for(struct kv_tier *t, const struct kv_inode *spare, uint64_t b
  * its memory where the durable map has a record is data on the SSD, read
  * from there (kv_tier_read_mixed); user.kvfs.tier says partly-dram+ssd.
  * A version made from it borrows the records of the extents not in DRAM
- * (core/store.c, borrow), and a spilled version, once durable, stays in
+ * (core/write.c, borrow), and a spilled version, once durable, stays in
  * DRAM as far as it is. A promotion never changes an object readers may
  * hold, nor holds one while it reads: it reads the missing extents into an
  * object of their own, then, if the value is still the same version, swaps

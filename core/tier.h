@@ -5,8 +5,9 @@
  * DRAM, reads from the SSD, promotion, fsync and syncfs. The policy in
  * plain words opens core/tier.c.
  *
- * Layer: below the namespace (core/store.c, which creates it, queues
- * sealed values and reads through it), above compaction (core/gc.h: an
+ * Layer: below the namespace (core/store.c, which creates it; core/write.c,
+ * which queues sealed values; core/read.c, which reads through it), above
+ * compaction (core/gc.h: an
  * offload the quota refuses runs an urgent pass), persistence
  * (core/persist.h: each put made durable is journaled, and a journal grown
  * past its bound is checkpointed) and the object model (core/inode.h). It
