@@ -10,7 +10,7 @@
  */
 #include "core/batch.h"
 #include "core/perm.h"
-#include "core/shared.h"
+#include "rados/shared.h"
 
 #include <errno.h>
 #include <stdio.h>

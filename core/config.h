@@ -43,9 +43,9 @@ struct kv_config {
 	bool kc_debug;
 	bool kc_allow_other; /* -o allow_other or allow_root: others may use the mount */
 	char *kc_trace; /* --trace=FILE: JSON lines per ioctl batch and key; NULL: off */
-	char *kc_metrics; /* --metrics=ADDR:PORT: Prometheus over HTTP (fs/metrics.h); NULL: off */
+	char *kc_metrics; /* --metrics=ADDR:PORT: Prometheus over HTTP (fs/metrics_http.h); NULL: off */
 	int kc_gpu;	/* --gpu=auto|cuda|off: enum kv_dev_mode (gpu/dev.h) */
-	/* the shared tier on Ceph RADOS (core/shared.h): on when kc_rados_pool is set */
+	/* the shared tier on Ceph RADOS (rados/shared.h): on when kc_rados_pool is set */
 	char *kc_rados_pool;	      /* --rados-pool; NULL: the tier is off */
 	char *kc_rados_conf;	      /* NULL: KV_RADOS_CONF_DEFAULT */
 	char *kc_rados_id;	      /* client id; NULL: KV_RADOS_ID_DEFAULT */

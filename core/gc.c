@@ -233,7 +233,7 @@ static void at_point(struct kv_gc *gc, enum kv_gc_point pt)
 static void journal_move(struct kv_store *st, struct kv_inode *ino, const struct kv_loc *to)
 {
 	char path[KV_JPATH_MAX];
-	int len = kv_store_path(ino, path, sizeof(path));
+	int len = kv_inode_path(ino, path, sizeof(path));
 	struct kv_jent e = {
 	    .je_type = KV_J_MOVE,
 	    .je_seq = to->kl_seq,

@@ -68,10 +68,12 @@
  * uses the disk, a pass that is not urgent moves 64 KiB at a time.
  *
  * Calls. The collector reads the index (struct kv_inode, core/store_int.h)
- * under its locks, writes buckets and journal entries (ssd/), and calls
+ * under its locks, takes references and paths through the object model
+ * (core/inode.h), writes buckets and journal entries (ssd/), and calls
  * into the store only through the callbacks given to kv_gc_create;
  * the store and the tier call the kv_gc_* functions below. It never calls
- * the tier. After a pass the thread writes a checkpoint when the journal
+ * the tier, the namespace or persistence: its layer is below the tier,
+ * beside core/persist.c, above the object model. After a pass the thread writes a checkpoint when the journal
  * has grown past 64 MiB, so moves and tombstones are folded into it like
  * every other entry and replay stays bounded.
  *

@@ -18,7 +18,7 @@
  * Lifecycle, two states:
  *
  *   open    being written: its bytes, size and extents change. Whoever
- *           owns it (the inode in core/store.c) serialises every access
+ *           owns it (the inode: core/write.c) serialises every access
  *           with its own lock; the object has none.
  *   sealed  immutable: bytes, size and extents never change again, so any
  *           thread holding a reference may read it without a lock. A

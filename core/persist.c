@@ -16,6 +16,20 @@
  * Replay applies entries by path, forgivingly: an entry about a name that
  * is not there (its value never became durable) changes nothing. A key's
  * value is only ever replaced by one with a higher sequence number.
+ *
+ * Layer (core/persist.h): below the namespace and the tier, beside
+ * compaction, above the object model (core/inode.h) and ssd/. Replay and
+ * salvage change the tree only through the struct kv_persist_ns the
+ * namespace passed down (the directory tables are its own), and recovery
+ * opens the tier through it on a thread of its own while the checkpoint
+ * loads; --fsck and --salvage get a store the namespace made for them
+ * (kv_store_fsck, kv_store_salvage in core/store.c).
+ *
+ * Locks, outermost first: ks_ckpt_lock (one checkpoint at a time) >
+ * ks_ns_lock (exclusive while a checkpoint snapshots the tree and during
+ * replay; journal entries are appended under the lock the change holds) >
+ * ki_lock (shared, to encode one inode) > the journal's own lock (ssd/).
+ * The whole order is in core/store_int.h.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -26,6 +40,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/persist.h"
 #include "core/stats.h"
 #include "core/store_int.h"
 
@@ -93,7 +108,7 @@ static int root_path(struct kv_store *st, const struct kv_inode *ino, char *buf,
 {
 	if (ino == st->ks_root)
 		return snprintf(buf, len, ROOT_PATH);
-	return kv_store_path(ino, buf, len);
+	return kv_inode_path(ino, buf, len);
 }
 
 static bool is_root_path(const struct kv_jent *e)
@@ -109,7 +124,7 @@ void kv_persist_mkdir(struct kv_store *st, struct kv_inode *dir)
 
 	if (!st->ks_journal)
 		return;
-	len = kv_store_path(dir, path, sizeof(path));
+	len = kv_inode_path(dir, path, sizeof(path));
 	if (len <= 0)
 		return;
 	pthread_rwlock_rdlock(&dir->ki_lock);
@@ -123,7 +138,7 @@ void kv_persist_mkdir(struct kv_store *st, struct kv_inode *dir)
 /* A NODE entry for ino, its path in path (size bytes). Returns 0, or -ENOENT when unnamed. */
 static int node_entry(const struct kv_inode *ino, char *path, size_t size, struct kv_jent *e)
 {
-	int len = kv_store_path(ino, path, size);
+	int len = kv_inode_path(ino, path, size);
 
 	if (len <= 0)
 		return -ENOENT;
@@ -221,7 +236,7 @@ static int put_entry(const struct kv_inode *ino, char *path, size_t size, struct
 	const struct kv_xmap *m = &ino->ki_map;
 	const struct kv_resv *rv = ino->ki_resv;
 	uint32_t nr = rv ? rv->rv_n : 0;
-	int len = kv_store_path(ino, path, size);
+	int len = kv_inode_path(ino, path, size);
 
 	if (len <= 0)
 		return -ENOENT;
@@ -305,6 +320,7 @@ struct live {
 	uint64_t lv_keys, lv_lost;
 	bool lv_inexact; /* a record not counted (no memory), or a key gone uncounted */
 	struct kv_bucket_set *lv_bs;
+	const struct kv_persist_ns *lv_ns; /* check_key takes the names of keys lost with it */
 };
 
 /* The position of bucket id in lv_b, or where it would go. */
@@ -415,6 +431,8 @@ static bool live_checked(const struct live *lv, struct kv_store *st)
  */
 struct replay {
 	struct kv_store *rp_st;
+	/* the namespace's calls (core/persist.h) */
+	const struct kv_persist_ns *rp_ns;
 	uint64_t rp_n;		 /* journal entries replayed */
 	struct live *rp_live;	 /* the keys' records are counted here (NULL: salvage) */
 	struct kv_inode *rp_dir; /* the directory at rp_path, or NULL */
@@ -451,8 +469,8 @@ static struct kv_inode *walk_to_parent(struct replay *rp, const char *path, uint
 		struct kv_inode *c;
 
 		*slash = '\0';
-		if (make ? kv_store_child_make(st, dir, p, (size_t)(slash - p), S_IFDIR, &c)
-			 : !(c = kv_store_child(dir, p)))
+		if (make ? rp->rp_ns->pn_child_make(st, dir, p, (size_t)(slash - p), S_IFDIR, &c)
+			 : !(c = rp->rp_ns->pn_child(dir, p)))
 			return NULL;
 		if (!S_ISDIR(c->ki_type))
 			return NULL;
@@ -578,7 +596,7 @@ static int map_of(const struct kv_jent *e, struct kv_xmap *m, struct kv_resv **r
  */
 static void set_resv(struct kv_store *st, struct kv_inode *f, struct kv_resv *rv)
 {
-	struct kv_bucket_set *bs = st->ks_tier ? kv_tier_buckets(st->ks_tier) : NULL;
+	struct kv_bucket_set *bs = st->ks_buckets;
 
 	if (bs && f->ki_resv)
 		kv_bucket_unreserve(bs, kv_resv_count(f->ki_resv) * KV_RESV_BYTES);
@@ -624,31 +642,34 @@ static void apply_put(struct kv_store *st, struct live *lv, struct kv_inode *f,
 }
 
 /* Removes a replayed name, a directory with whatever it still holds, uncounting its keys. */
-static void apply_del(struct kv_store *st, struct live *lv, struct kv_inode *dir,
-		      struct kv_inode *c)
+static void apply_del(struct replay *rp, struct kv_inode *dir, struct kv_inode *c)
 {
+	struct live *lv = rp->rp_live;
+
 	while (S_ISDIR(c->ki_type) && c->kd_count) {
 		for (uint32_t b = 0; b < c->kd_nbuckets; b++)
 			if (c->kd_table[b]) {
-				apply_del(st, lv, c, c->kd_table[b]);
+				apply_del(rp, c, c->kd_table[b]);
 				break;
 			}
 	}
 	if (lv && S_ISREG(c->ki_type))
 		live_unkey(lv, &c->ki_map);
-	kv_store_unname(st, dir, c);
+	rp->rp_ns->pn_unname(rp->rp_st, dir, c);
 }
 
 /*
  * Makes the symlink, FIFO or socket of a NODE entry at dir/name, replacing a
  * non-directory of another type or target that holds the name.
  */
-static void apply_node(struct kv_store *st, struct kv_inode *dir, const char *name,
+static void apply_node(struct replay *rp, struct kv_inode *dir, const char *name,
 		       const struct kv_jent *e)
 {
+	const struct kv_persist_ns *ns = rp->rp_ns;
+	struct kv_store *st = rp->rp_st;
 	mode_t type = e->je_mode & S_IFMT;
 	char target[KV_JPATH_MAX + 1];
-	struct kv_inode *c = kv_store_child(dir, name);
+	struct kv_inode *c = ns->pn_child(dir, name);
 
 	if (type != S_IFLNK && type != S_IFIFO && type != S_IFSOCK)
 		return;
@@ -662,10 +683,10 @@ static void apply_node(struct kv_store *st, struct kv_inode *dir, const char *na
 	if (c && S_ISDIR(c->ki_type))
 		return;
 	if (c && (c->ki_type != type || (c->ki_link && strcmp(c->ki_link, target)))) {
-		kv_store_unname(st, dir, c);
+		ns->pn_unname(st, dir, c);
 		c = NULL;
 	}
-	if (!c && kv_store_make(st, dir, name, type, type == S_IFLNK ? target : NULL, &c))
+	if (!c && ns->pn_make(st, dir, name, type, type == S_IFLNK ? target : NULL, &c))
 		return;
 	attrs_from(c, e);
 }
@@ -698,6 +719,7 @@ static int apply(const struct kv_jent *e, uint64_t lsn, void *arg)
 {
 	struct replay *rp = arg;
 	struct kv_store *st = rp->rp_st;
+	const struct kv_persist_ns *ns = rp->rp_ns;
 	char buf[KV_JPATH_MAX + 1], buf2[KV_JPATH_MAX + 1];
 	const char *name, *name2;
 	struct kv_inode *dir, *dir2, *c;
@@ -713,8 +735,8 @@ static int apply(const struct kv_jent *e, uint64_t lsn, void *arg)
 	case KV_J_MKDIR:
 	case KV_J_PUT:
 		dir = walk_to_parent(rp, e->je_path, e->je_path_len, true, buf, &name, &nlen);
-		if (!dir || kv_store_child_make(st, dir, name, nlen,
-						e->je_type == KV_J_MKDIR ? S_IFDIR : S_IFREG, &c))
+		if (!dir || ns->pn_child_make(st, dir, name, nlen,
+					      e->je_type == KV_J_MKDIR ? S_IFDIR : S_IFREG, &c))
 			return 0;
 		if (e->je_type == KV_J_MKDIR && S_ISDIR(c->ki_type))
 			attrs_from(c, e);
@@ -723,38 +745,38 @@ static int apply(const struct kv_jent *e, uint64_t lsn, void *arg)
 		return 0;
 	case KV_J_NODE:
 		dir = walk_to_parent(rp, e->je_path, e->je_path_len, true, buf, &name, &nlen);
-		if (dir && rp->rp_live && kv_store_child(dir, name))
+		if (dir && rp->rp_live && ns->pn_child(dir, name))
 			rp->rp_live->lv_inexact = true; /* it may replace a key counted */
 		if (dir)
-			apply_node(st, dir, name, e);
+			apply_node(rp, dir, name, e);
 		return 0;
 	case KV_J_DEL:
 		dir = walk_to_parent(rp, e->je_path, e->je_path_len, false, buf, &name, &nlen);
-		c = dir ? kv_store_child(dir, name) : NULL;
+		c = dir ? ns->pn_child(dir, name) : NULL;
 		if (c)
-			apply_del(st, rp->rp_live, dir, c);
+			apply_del(rp, dir, c);
 		rp->rp_dir = NULL; /* it may have been below c */
 		return 0;
 	case KV_J_RENAME:
 		dir = walk_to_parent(rp, e->je_path, e->je_path_len, false, buf, &name, &nlen);
 		dir2 = walk_to_parent(rp, e->je_path2, e->je_path2_len, true, buf2, &name2, &nlen2);
-		c = dir2 ? kv_store_child(dir2, name2) : NULL;
+		c = dir2 ? ns->pn_child(dir2, name2) : NULL;
 		if (rp->rp_live && c && !S_ISDIR(c->ki_type) && !(e->je_flags & RENAME_EXCHANGE))
 			rp->rp_live->lv_inexact = true; /* it may replace a key counted */
 		if (dir && dir2)
-			kv_store_rename_locked(st, dir, name, dir2, name2, e->je_flags);
+			ns->pn_rename(st, dir, name, dir2, name2, e->je_flags);
 		rp->rp_dir = NULL; /* it may have moved or replaced a directory */
 		return 0;
 	case KV_J_SETATTR:
 		dir = walk_to_parent(rp, e->je_path, e->je_path_len, false, buf, &name, &nlen);
-		c = dir ? kv_store_child(dir, name) : NULL;
+		c = dir ? ns->pn_child(dir, name) : NULL;
 		if (c)
 			attrs_from(c, e);
 		return 0;
 	case KV_J_MOVE:
 		/* Only onto the very value moved: a later put or delete voids it. */
 		dir = walk_to_parent(rp, e->je_path, e->je_path_len, false, buf, &name, &nlen);
-		c = dir ? kv_store_child(dir, name) : NULL;
+		c = dir ? ns->pn_child(dir, name) : NULL;
 		if (c && S_ISREG(c->ki_type))
 			apply_move(rp->rp_live, c, e);
 		return 0;
@@ -805,7 +827,7 @@ static void check_key(struct kv_store *st, struct kv_inode *dir, struct kv_inode
 		return; /* metadata only: nothing on disk to check */
 	if (!ino->ki_map.xm_seq || !kv_xmap_valid(lv->lv_bs, &ino->ki_map)) {
 		lv->lv_lost++;
-		kv_store_unname(st, dir, ino);
+		lv->lv_ns->pn_unname(st, dir, ino);
 		return;
 	}
 	live_key(lv, &ino->ki_map);
@@ -826,7 +848,9 @@ static void drop_orphan(uint64_t id, void *arg)
 struct opener {
 	struct kv_store *op_st;
 	int op_datadir_fd;
+	const struct kv_persist_ns *op_ns;
 	struct kv_tier *op_tier;
+	struct kv_bucket_set *op_bs;
 	int op_err;
 };
 
@@ -834,23 +858,26 @@ static void *open_tier(void *arg)
 {
 	struct opener *op = arg;
 
-	op->op_err = kv_tier_create(op->op_st, op->op_datadir_fd, &op->op_tier);
+	op->op_err =
+	    op->op_ns->pn_open_tier(op->op_st, op->op_datadir_fd, &op->op_tier, &op->op_bs);
 	return NULL;
 }
 
 /*
  * Recovery. The checkpoint only names things (MKDIR, PUT, NODE: no entry
  * removes or moves one), so it loads into the tree while another thread
- * opens the bucket set; ks_tier stays NULL until both are done, and
- * nothing the load calls looks at it then. The journal, which removes and
- * renames, is replayed after, with the tier there.
+ * opens the bucket set (ns->pn_open_tier); ks_tier and ks_buckets stay
+ * NULL until both are done, and nothing the load calls looks at them then.
+ * The journal, which removes and renames, is replayed after, with the tier
+ * there.
  */
-int kv_persist_recover(struct kv_store *st, int datadir_fd)
+int kv_persist_recover(struct kv_store *st, int datadir_fd, const struct kv_persist_ns *ns,
+		       struct kv_persist_recovered *rec)
 {
 	uint64_t t0 = kv_now_ns(), next_seq = 1, next_bucket = 1, gen = 0, last_gen, last_lsn;
-	struct opener op = {.op_st = st, .op_datadir_fd = datadir_fd};
-	struct live lv = {0};
-	struct replay rp = {.rp_st = st, .rp_live = &lv};
+	struct opener op = {.op_st = st, .op_datadir_fd = datadir_fd, .op_ns = ns};
+	struct live lv = {.lv_ns = ns};
+	struct replay rp = {.rp_st = st, .rp_ns = ns, .rp_live = &lv};
 	struct kv_bucket_set *bs;
 	bool have_ckpt, opening;
 	pthread_t opener;
@@ -867,7 +894,7 @@ int kv_persist_recover(struct kv_store *st, int datadir_fd)
 	if (op.op_err)
 		return op.op_err;
 	st->ks_tier = op.op_tier;
-	bs = lv.lv_bs = kv_tier_buckets(st->ks_tier);
+	bs = lv.lv_bs = st->ks_buckets = op.op_bs;
 	kv_bucket_reserve(bs, st->ks_resv_loaded * KV_RESV_BYTES, true); /* the checkpoint's */
 	have_ckpt = !err;
 	if (err == -ENOENT)
@@ -878,7 +905,7 @@ int kv_persist_recover(struct kv_store *st, int datadir_fd)
 	if (!err && (!have_ckpt || !live_checked(&lv, st))) {
 		/* Keys may be gone, replaced or invalid: check each one. */
 		free(lv.lv_b);
-		lv = (struct live){.lv_bs = bs};
+		lv = (struct live){.lv_bs = bs, .lv_ns = ns};
 		visit(st, st->ks_root, check_key, &lv);
 	}
 	if (!err) {
@@ -914,7 +941,8 @@ int kv_persist_recover(struct kv_store *st, int datadir_fd)
 		err = kv_persist_checkpoint(st);
 	else if (last_gen != gen)
 		st->ks_ckpt_due = true;
-	kv_tier_recovered(st->ks_tier, kv_now_ns() - t0, lv.lv_keys, lv.lv_lost);
+	*rec = (struct kv_persist_recovered){
+	    .pr_ns = kv_now_ns() - t0, .pr_keys = lv.lv_keys, .pr_lost = lv.lv_lost};
 	return err;
 }
 
@@ -1017,7 +1045,7 @@ int kv_persist_checkpoint(struct kv_store *st)
 	if (!err)
 		snapshot(st, &sn);
 	next_seq = atomic_load(&st->ks_seq) + 1;
-	next_bucket = kv_bucket_next_id(kv_tier_buckets(st->ks_tier));
+	next_bucket = kv_bucket_next_id(st->ks_buckets);
 	pthread_rwlock_unlock(&st->ks_ns_lock);
 	if (!err)
 		err = sn.sn_err;
@@ -1073,7 +1101,7 @@ static void fsck_key(struct kv_store *st, struct kv_inode *dir, struct kv_inode 
 		char path[KV_JPATH_MAX];
 
 		fk->fk_bad_keys++;
-		if (kv_store_path(ino, path, sizeof(path)) > 0)
+		if (kv_inode_path(ino, path, sizeof(path)) > 0)
 			fprintf(fk->fk_out, "damaged: %s (%s)\n", path, strerror(-err));
 	} else {
 		fk->fk_bytes += ino->ki_map.xm_size;
@@ -1106,26 +1134,11 @@ static int count_rec(const struct kv_bucket_rec *r, void *arg)
 	return 0;
 }
 
-int kv_store_fsck(const struct kv_config *cfg, int datadir_fd, FILE *out)
+uint64_t kv_persist_fsck(struct kv_store *st, const struct kv_store_usage *u, FILE *out)
 {
-	struct kv_config c = *cfg;
-	struct kv_store_usage u;
-	struct kv_store *st;
-	struct fsck fk = {.fk_out = out};
+	struct fsck fk = {.fk_out = out, .fk_bs = st->ks_buckets};
 	uint64_t records = 0, bad = 0;
-	int err;
 
-	c.kc_mem_size = 16u << 20;
-	c.kc_ssd_size = UINT64_MAX;
-	c.kc_gc = false;
-	err = kv_store_create(&st, &c, datadir_fd);
-	if (err) {
-		fprintf(out, "fsck: cannot recover the data directory: %s\nfsck: DAMAGED\n",
-			strerror(-err));
-		return 1;
-	}
-	kv_store_usage(st, &u);
-	fk.fk_bs = kv_tier_buckets(st->ks_tier);
 	kv_bucket_scan(fk.fk_bs, true, count_rec, &records, &bad);
 	pthread_rwlock_rdlock(&st->ks_ns_lock);
 	visit(st, st->ks_root, fsck_key, &fk);
@@ -1138,14 +1151,11 @@ int kv_store_fsck(const struct kv_config *cfg, int datadir_fd, FILE *out)
 		"fsck: %" PRIu64 " keys read back (%" PRIu64 " bytes), %" PRIu64 " damaged\n"
 		"fsck: %" PRIu64 " keys dropped: the metadata points at records not there\n"
 		"fsck: %" PRIu64 " symlinks, %" PRIu64 " FIFOs and sockets (metadata only)\n",
-		u.ku_recovery_ns / 1e9, u.ku_keys, u.ku_dirs - 1, u.ku_buckets, u.ku_ssd_used,
-		u.ku_ssd_dead, u.ku_torn_buckets, records, bad, fk.fk_keys, fk.fk_bytes,
-		fk.fk_bad_keys, u.ku_lost_keys, u.ku_symlinks, u.ku_specials);
+		u->ku_recovery_ns / 1e9, u->ku_keys, u->ku_dirs - 1, u->ku_buckets, u->ku_ssd_used,
+		u->ku_ssd_dead, u->ku_torn_buckets, records, bad, fk.fk_keys, fk.fk_bytes,
+		fk.fk_bad_keys, u->ku_lost_keys, u->ku_symlinks, u->ku_specials);
 	fsck_buckets(fk.fk_bs, out);
-	kv_store_destroy(st);
-	bad += fk.fk_bad_keys + u.ku_lost_keys;
-	fprintf(out, "fsck: %s\n", bad ? "DAMAGED" : "clean");
-	return bad ? 1 : 0;
+	return bad + fk.fk_bad_keys + u->ku_lost_keys;
 }
 
 /*
@@ -1173,6 +1183,7 @@ struct sv_man {
 
 struct salvage {
 	struct kv_store *sv_st;
+	const struct kv_persist_ns *sv_ns;
 	struct sv_ext *sv_ext;
 	size_t sv_next, sv_maxext;
 	struct sv_man *sv_man;
@@ -1180,15 +1191,14 @@ struct salvage {
 	int sv_err;
 };
 
-static int salvage_put(struct kv_store *st, const char *key, uint32_t key_len,
-		       struct kv_jent *e)
+static int salvage_put(struct salvage *sv, const char *key, uint32_t key_len, struct kv_jent *e)
 {
-	struct replay rp = {.rp_st = st};
+	struct replay rp = {.rp_st = sv->sv_st, .rp_ns = sv->sv_ns};
 	struct timespec now_ts;
 
 	e->je_type = KV_J_PUT;
 	e->je_mode = 0644;
-	kv_store_now(&now_ts);
+	kv_inode_now(&now_ts);
 	e->je_atime_ns = e->je_mtime_ns = e->je_ctime_ns = ns_of(&now_ts);
 	e->je_path = key;
 	e->je_path_len = key_len;
@@ -1223,7 +1233,7 @@ static int salvage_rec(const struct kv_bucket_rec *r, void *arg)
 		e.je_off = r->br_loc.kl_off;
 		e.je_len = r->br_loc.kl_len;
 		e.je_head_len = r->br_loc.kl_head_len;
-		return salvage_put(sv->sv_st, r->br_key, r->br_key_len, &e);
+		return salvage_put(sv, r->br_key, r->br_key_len, &e);
 	}
 	if (r->br_flags == KV_REC_EXTENT) {
 		if (!grow((void **)&sv->sv_ext, &sv->sv_maxext, sv->sv_next, sizeof(*sv->sv_ext)))
@@ -1321,7 +1331,7 @@ static int salvage_manifest(struct salvage *sv, const struct sv_man *sm)
 		e.je_len = mf.mf_size;
 		e.je_next = mf.mf_count + 1;
 		e.je_ext = x;
-		err = salvage_put(sv->sv_st, sm->sm_key, sm->sm_key_len, &e);
+		err = salvage_put(sv, sm->sm_key, sm->sm_key_len, &e);
 	}
 	free(x);
 	return err > 0 ? 0 : err;
@@ -1371,27 +1381,23 @@ static uint64_t max_gen(int dirfd)
 	return max;
 }
 
-int kv_store_salvage(const struct kv_config *cfg, int datadir_fd, FILE *out)
+int kv_persist_salvage(struct kv_store *st, const struct kv_persist_ns *ns, int datadir_fd,
+		       FILE *out)
 {
-	struct kv_config c = *cfg;
+	const struct kv_config *cfg = st->ks_cfg;
 	struct kv_bucket_opts bo = {.bo_bucket_size = cfg->kc_bucket_size,
 				    .bo_bucket_keys = cfg->kc_bucket_keys,
 				    .bo_cap = UINT64_MAX};
 	struct kv_bucket_set *bs;
-	struct kv_store *st;
 	struct kv_aio *aio;
 	struct snap sn = {0};
 	struct salvage sv = {0};
 	uint64_t bad = 0, gen;
 	int err;
 
-	c.kc_mem_size = 16u << 20;
-	err = kv_store_create(&st, &c, -1);
-	if (err)
-		return err;
 	err = kv_aio_create(&aio, 64);
 	if (err)
-		goto out_store;
+		return err;
 	err = kv_bucket_open(&bs, datadir_fd, &bo, aio);
 	if (err)
 		goto out_aio;
@@ -1400,6 +1406,7 @@ int kv_store_salvage(const struct kv_config *cfg, int datadir_fd, FILE *out)
 		goto out_buckets;
 	pthread_rwlock_wrlock(&st->ks_ns_lock);
 	sv.sv_st = st;
+	sv.sv_ns = ns;
 	err = kv_bucket_scan(bs, true, salvage_rec, &sv, &bad);
 	if (!err)
 		err = sv.sv_err;
@@ -1426,7 +1433,5 @@ out_buckets:
 	kv_bucket_close(bs);
 out_aio:
 	kv_aio_destroy(aio);
-out_store:
-	kv_store_destroy(st);
 	return err;
 }

@@ -59,6 +59,7 @@
 #include <time.h>
 
 #include "core/config.h"
+#include "core/inode.h" /* the object model: kv_inode_get/put, struct kv_read_guard */
 #include "core/obj.h"
 #include "core/pool.h"
 
@@ -139,25 +140,6 @@ struct kv_dir_snap {
 	struct kv_dirent *kds_ent;
 };
 
-/*
- * Held by a reader between kv_store_read and the end of its reply: a
- * reference to the version read and, when that version is still open, the
- * inode's ki_lock shared. krg_size and krg_seq name the version read, the
- * whole of it, however few of its bytes one read covers.
- */
-#define KV_READ_EXTENTS 5 /* extents one read from the SSD covers: 8 MiB at any offset */
-struct kv_ra_buf;
-struct kv_read_guard {
-	struct kv_obj *krg_obj;		/* the DRAM version read, or NULL */
-	struct kv_inode *krg_locked;	/* NULL when the version was sealed */
-	uint64_t krg_size;		/* the version's size */
-	uint64_t krg_seq;		/* its sequence number: 0 while open */
-	void *krg_buf[KV_READ_EXTENTS]; /* bytes read from the SSD, one buffer per extent */
-	struct kv_ra_buf *krg_ra[KV_READ_EXTENTS]; /* or read ahead: a reference to the buffer
-						      (core/readahead.h); both NULL in slot 0:
-						      nothing came from the SSD */
-};
-
 /* The store's counters, sampled for statistics. */
 struct kv_store_usage {
 	uint64_t ku_keys; /* regular files with a name */
@@ -222,10 +204,6 @@ int kv_store_fsck(const struct kv_config *cfg, int datadir_fd, FILE *out);
  * journal. Returns 0 or -errno.
  */
 int kv_store_salvage(const struct kv_config *cfg, int datadir_fd, FILE *out);
-
-/* Takes and drops a reference on an inode (one unit of nlookup, or transient). */
-void kv_inode_get(struct kv_inode *ino);
-void kv_inode_put(struct kv_inode *ino);
 
 /* Drops n kernel lookup references. */
 void kv_store_forget(struct kv_store *st, struct kv_inode *ino, uint64_t n);
@@ -324,7 +302,6 @@ void kv_store_release(struct kv_store *st, struct kv_inode *ino, int flags);
  */
 int kv_store_read(struct kv_store *st, struct kv_inode *ino, uint64_t off, uint64_t len,
 		  struct iovec *iov, int maxiov, uint64_t *bytes, struct kv_read_guard *guard);
-void kv_read_done(struct kv_read_guard *guard);
 
 /*
  * When the file's current value lives only on the SSD and is len bytes (a
@@ -415,12 +392,6 @@ int kv_store_seek(struct kv_store *st, struct kv_inode *ino, uint64_t off, int w
 int kv_store_readdir(struct kv_store *st, struct kv_inode *dir, struct kv_dir_snap *snap);
 void kv_dir_snap_free(struct kv_dir_snap *snap);
 
-/* True for directories. Immutable. */
-bool kv_inode_is_dir(const struct kv_inode *ino);
-/* The S_IFMT bits of ino's type. Immutable. */
-mode_t kv_inode_type(const struct kv_inode *ino);
-uint64_t kv_inode_ino(const struct kv_inode *ino);
-
 /* --- compaction (core/gc.h) --- */
 
 /*
@@ -443,7 +414,7 @@ typedef void (*kv_store_evicted_fn)(void *arg, struct kv_inode *dir, const char 
 void kv_store_set_evicted(struct kv_store *st, kv_store_evicted_fn fn, void *arg);
 
 /*
- * Hooks for the shared tier (core/shared.h), set before the store serves
+ * Hooks for the shared tier (rados/shared.h), set before the store serves
  * (kv_store_set_hooks, not thread-safe; NULL members: none).
  *
  * kh_sealed: a named file's value was sealed (its last close, fsync, a

@@ -35,6 +35,14 @@
  * placed past the quota (bp_over), its room counted on the version it
  * replaces.
  *
+ * Layer (core/tier.h): below the namespace (core/store.c, core/write.c,
+ * core/read.c), above compaction (kv_gc_make_room), persistence
+ * (kv_persist_put, kv_persist_checkpoint) and the object model
+ * (core/inode.h). It never
+ * calls the namespace: a read that must start over returns -EAGAIN to
+ * kv_store_read, and what an inode's last reference releases here
+ * (kv_tier_forget) the namespace calls from its struct kv_inode_ops.
+ *
  * Locks: kt_lock guards the queue, kt_stop, kt_busy, kt_batches and the
  * spill list (kt_shead, ki_snext, ki_spillable; while the offloader holds
  * the list taken off kt_shead, it alone walks ki_snext), and goes with two
@@ -56,10 +64,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/tier.h"
+
 #include "core/gc.h"
+#include "core/persist.h"
 #include "core/readahead.h"
-#include "core/store_int.h"
 #include "core/stats.h"
+#include "core/store_int.h"
 
 #define BATCH_KEYS  256
 #define BATCH_BYTES (64ull << 20)
@@ -614,7 +625,7 @@ static void item_prepare(struct kv_store *st, struct item *it)
 	pthread_rwlock_rdlock(&ino->ki_lock);
 	obj = ino->ki_obj;
 	if (obj && obj->ko_sealed && obj->ko_seq > ino->ki_map.xm_seq && ino->ki_parent)
-		len = kv_store_path(ino, path, sizeof(path));
+		len = kv_inode_path(ino, path, sizeof(path));
 	if (len > 0 || len == -ENAMETOOLONG) {
 		kv_obj_get(obj);
 		it->it_obj = obj;
@@ -908,7 +919,7 @@ static void append_with_room(struct kv_tier *t, struct kv_bucket_put *puts, unsi
  * seal leaves the records unnamed: dead space, never a visible half-file.
  * Reads of the version take their bytes from the records
  * (kv_tier_read_mixed); a change to a spilled extent reads it back
- * first (core/store.c, unspill). The seal writes the rest and the
+ * first (core/write.c, kv_write_unspill). The seal writes the rest and the
  * manifest, and the version becomes a value on the SSD (item_finish).
  */
 static uint64_t spill(struct kv_tier *t, struct kv_inode *ino, uint64_t want)
@@ -931,7 +942,7 @@ static uint64_t spill(struct kv_tier *t, struct kv_inode *ino, uint64_t want)
 	obj = ino->ki_obj;
 	/* A file deleted while open spills too: its records have no key, and are dead at once. */
 	if (obj && !obj->ko_sealed && obj->ko_size > KV_EXTENT)
-		len = ino->ki_parent ? kv_store_path(ino, path, sizeof(path)) : 0;
+		len = ino->ki_parent ? kv_inode_path(ino, path, sizeof(path)) : 0;
 	pthread_rwlock_unlock(&st->ks_ns_lock);
 	if (len >= 0) /* the writer may close, seal and replace it while it is written */
 		kv_obj_get(obj);
@@ -1634,7 +1645,7 @@ static bool room_for(struct kv_tier *t, const struct kv_inode *spare, uint64_t b
  * its memory where the durable map has a record is data on the SSD, read
  * from there (kv_tier_read_mixed); user.kvfs.tier says partly-dram+ssd.
  * A version made from it borrows the records of the extents not in DRAM
- * (core/store.c, borrow), and a spilled version, once durable, stays in
+ * (core/write.c, borrow), and a spilled version, once durable, stays in
  * DRAM as far as it is. A promotion never changes an object readers may
  * hold, nor holds one while it reads: it reads the missing extents into an
  * object of their own, then, if the value is still the same version, swaps
@@ -1759,10 +1770,10 @@ int kv_tier_read(struct kv_tier *t, struct kv_inode *ino, uint64_t off, uint64_t
 
 	*bytes = 0;
 	if (st->ks_cfg->kc_promote && kv_tier_promote(t, ino, off, len) == 0)
-		return kv_store_read(st, ino, off, len, iov, maxiov, bytes, guard);
+		return -EAGAIN; /* in DRAM now: the caller reads it there */
 	err = want_range(t, ino, off, len, false, &w);
-	if (err == -EAGAIN) /* a newer version arrived meanwhile: read that */
-		return kv_store_read(st, ino, off, len, iov, maxiov, bytes, guard);
+	if (err == -EAGAIN) /* a newer version arrived meanwhile: the caller reads that */
+		return -EAGAIN;
 	if (err)
 		return err;
 	guard->krg_size = w.w_size;
@@ -1811,7 +1822,8 @@ int kv_tier_read(struct kv_tier *t, struct kv_inode *ino, uint64_t off, uint64_t
 	pthread_rwlock_unlock(&ino->ki_lock);
 	if (err == -EAGAIN) {
 		kv_read_done(guard);
-		return kv_store_read(st, ino, off, len, iov, maxiov, bytes, guard);
+		memset(guard, 0, sizeof(*guard));
+		return -EAGAIN;
 	}
 	if (err)
 		return err == -ENOENT ? -EIO : err;

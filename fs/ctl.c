@@ -21,7 +21,7 @@
 
 #include "core/gc.h"
 #include "core/obj.h"
-#include "core/shared.h"
+#include "rados/shared.h"
 #include "fs/metrics.h"
 #include "gpu/dev.h"
 

@@ -40,7 +40,7 @@ struct kv_fs {
 	struct fs_handle *kf_open;
 	/* cache mode's evicted names, told to the kernel (fs/notify.c); NULL when not mounted */
 	struct kv_fs_notify *kf_notify;
-	/* the shared tier on RADOS (core/shared.h); NULL when off. Immutable while mounted */
+	/* the shared tier on RADOS (rados/shared.h); NULL when off. Immutable while mounted */
 	struct kv_shared *kf_shared;
 	/* the daemon checks permissions, not the kernel (fs/perm.c); immutable */
 	bool kf_own_perms;

@@ -47,7 +47,7 @@
 
 #include "core/batch.h"
 #include "fs/ioctl.h"
-#include "core/shared.h"
+#include "rados/shared.h"
 #include "gpu/dev.h"
 #include "gpu/region.h"
 #include "kvfs/kvfs_ioctl.h"

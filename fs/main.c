@@ -19,9 +19,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/shared.h"
+#include "rados/shared.h"
 #include "fs/fs.h"
 #include "fs/metrics.h"
+#include "fs/metrics_http.h"
 #include "fs/options.h"
 #include "fs/service.h"
 #include "gpu/copy_pool.h"
@@ -255,7 +256,8 @@ static int serve(struct kv_fs *fs, struct fuse_args *args)
 	}
 	kv_store_set_evicted(fs->kf_store, kv_fs_notify_evicted, fs->kf_notify);
 	/* --metrics: after the notifier, whose counts it reads; stopped before it goes */
-	if (kv_fs_metrics_start(fs, cfg->kc_metrics, &metrics, why, sizeof(why))) {
+	if (kv_fs_metrics_start(fs, kv_fs_metrics_render, cfg->kc_metrics, &metrics, why,
+				sizeof(why))) {
 		fprintf(stderr, "kvfs: %s\n", why);
 		goto out_notify;
 	}

@@ -34,8 +34,9 @@
 
 #include "core/gc.h"
 #include "core/obj.h"
-#include "core/shared.h"
+#include "rados/shared.h"
 #include "fs/fs.h"
+#include "fs/metrics_http.h"
 #include "gpu/dev.h"
 
 #define NS_PER_S UINT64_C(1000000000)

@@ -5,9 +5,11 @@
  * Two parts, one text. fs/metrics.c renders every figure MNT/.kvfs/stats
  * has in the Prometheus text exposition format, version 0.0.4; both
  * MNT/.kvfs/metrics (for node_exporter's textfile collector) and the HTTP
- * endpoint serve that one rendering. fs/metrics_http.c is the endpoint:
- * `--metrics=ADDR:PORT` serves GET /metrics with libmicrohttpd, on its own
- * threads.
+ * endpoint serve that one rendering. fs/metrics_http.c (fs/metrics_http.h)
+ * is the endpoint: `--metrics=ADDR:PORT` serves GET /metrics with
+ * libmicrohttpd, on its own threads. It sits below this file: it is handed
+ * kv_fs_metrics_render when it starts (fs/main.c) and never calls up here;
+ * this file asks it only whether it was built (kv_fs_metrics_built).
  *
  * Names follow Prometheus' conventions: a kvfs_ prefix, base units
  * (_bytes, _seconds), counters end in _total, and what differs only by
@@ -33,43 +35,11 @@
 
 struct kv_fs;
 
-/* The Content-Type of the rendering. */
-#define KV_METRICS_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
-
 /*
  * Renders the figures of fs into a malloc'ed buffer the caller frees
  * (*len bytes, newline-terminated, NUL after). Safe from any thread while
  * fs's store, shared tier and notifier live. Returns 0 or -ENOMEM.
  */
 int kv_fs_metrics_render(struct kv_fs *fs, char **buf, size_t *len);
-
-/* --- the HTTP endpoint (fs/metrics_http.c) --- */
-
-struct kv_fs_metrics;
-
-/* Whether this kvfs was built with libmicrohttpd (CMake KVFS_METRICS_HTTP). */
-bool kv_fs_metrics_built(void);
-
-/*
- * Checks an --metrics value: HOST:PORT, [IPV6]:PORT or :PORT (every
- * address), PORT 1..65535. HOST may be a name (resolved when the server
- * starts). Returns 0 or -EINVAL.
- */
-int kv_fs_metrics_check(const char *spec);
-
-/*
- * Starts serving fs's figures at spec (kv_fs_metrics_check's form); a NULL
- * spec starts nothing and sets *out to NULL. The listening socket is bound
- * before this returns, so a port in use fails here. Requests are served on
- * libmicrohttpd's threads until kv_fs_metrics_stop: stop it before fs's
- * store, shared tier or notifier go. On failure writes one line (without
- * "kvfs: " or a newline) to err. Returns 0, -ENOTSUP (built without
- * libmicrohttpd), or -errno of resolving, binding or starting.
- */
-int kv_fs_metrics_start(struct kv_fs *fs, const char *spec, struct kv_fs_metrics **out, char *err,
-			size_t err_len);
-
-/* Stops the server and waits for its threads; a request in flight finishes first. NULL: no-op. */
-void kv_fs_metrics_stop(struct kv_fs_metrics *m);
 
 #endif

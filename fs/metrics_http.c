@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fs/metrics_http.c — `--metrics=ADDR:PORT`: GET /metrics over HTTP, with
- * libmicrohttpd (fs/metrics.h).
+ * libmicrohttpd (fs/metrics_http.h).
  *
- * Protocol: GET or HEAD /metrics answers 200 with fs/metrics.c's rendering
+ * Protocol: GET or HEAD /metrics answers 200 with the rendering it was
+ * started with (fs/metrics.c's kv_fs_metrics_render, passed in by fs/main.c)
  * (Content-Type text/plain; version=0.0.4); any other path 404; any other
  * method 405 with "Allow: GET, HEAD". A query string is ignored.
  *
@@ -21,7 +22,7 @@
  * kv_fs_metrics_start refuses a spec with -ENOTSUP; MNT/.kvfs/metrics
  * works either way.
  */
-#include "fs/metrics.h"
+#include "fs/metrics_http.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -134,7 +135,8 @@ static int listen_at(const char *spec, char *err, size_t err_len)
 
 struct kv_fs_metrics {
 	struct MHD_Daemon *km_daemon;
-	struct kv_fs *km_fs; /* immutable; outlives the daemon (fs/metrics.h) */
+	struct kv_fs *km_fs;		   /* immutable; outlives the daemon (fs/metrics.h) */
+	kv_fs_metrics_render_fn km_render; /* immutable: makes the text of a scrape */
 };
 
 bool kv_fs_metrics_built(void)
@@ -187,7 +189,7 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *c, const char *u
 	if (strcmp(url, "/metrics"))
 		return reply_text(c, MHD_HTTP_NOT_FOUND, "not found: the metrics are at /metrics\n",
 				  false);
-	if (kv_fs_metrics_render(m->km_fs, &buf, &len))
+	if (m->km_render(m->km_fs, &buf, &len))
 		return reply_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory\n", false);
 	r = MHD_create_response_from_buffer(len, buf, MHD_RESPMEM_MUST_FREE);
 	if (!r) {
@@ -204,8 +206,8 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *c, const char *u
 	return ret;
 }
 
-int kv_fs_metrics_start(struct kv_fs *fs, const char *spec, struct kv_fs_metrics **out, char *err,
-			size_t err_len)
+int kv_fs_metrics_start(struct kv_fs *fs, kv_fs_metrics_render_fn render, const char *spec,
+			struct kv_fs_metrics **out, char *err, size_t err_len)
 {
 	struct kv_fs_metrics *m;
 	int fd;
@@ -219,6 +221,7 @@ int kv_fs_metrics_start(struct kv_fs *fs, const char *spec, struct kv_fs_metrics
 		return -ENOMEM;
 	}
 	m->km_fs = fs;
+	m->km_render = render;
 	fd = listen_at(spec, err, err_len);
 	if (fd < 0) {
 		free(m);
@@ -260,10 +263,11 @@ bool kv_fs_metrics_built(void)
 	return false;
 }
 
-int kv_fs_metrics_start(struct kv_fs *fs, const char *spec, struct kv_fs_metrics **out, char *err,
-			size_t err_len)
+int kv_fs_metrics_start(struct kv_fs *fs, kv_fs_metrics_render_fn render, const char *spec,
+			struct kv_fs_metrics **out, char *err, size_t err_len)
 {
 	(void)fs;
+	(void)render;
 	*out = NULL;
 	if (!spec)
 		return 0;

@@ -20,7 +20,7 @@
  * pool's memory: no copy in the daemon.
  */
 #include "fs/fs.h"
-#include "core/shared.h"
+#include "rados/shared.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -473,7 +473,7 @@ static void kv_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 }
 
 /*
- * The shared tier names directories by their path (ssd/rados_format.h):
+ * The shared tier names directories by their path (rados/rados_format.h):
  * renaming one, or exchanging two names, would move every key below in
  * the cluster. Refused with -EXDEV, as between filesystems: mv copies and
  * deletes instead.

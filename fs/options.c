@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "core/readahead.h"
-#include "fs/metrics.h"
+#include "fs/metrics_http.h"
 #include "gpu/dev.h"
 
 const char kv_options_usage[] =
@@ -227,7 +227,7 @@ static int set_trace(struct kv_config *cfg, const char *val)
 	return 0;
 }
 
-/* --metrics=ADDR:PORT (fs/metrics.h); the address is resolved when the server starts. */
+/* --metrics=ADDR:PORT (fs/metrics_http.h); the address is resolved when the server starts. */
 static int set_metrics(struct kv_config *cfg, const char *val)
 {
 	char *spec;
@@ -324,7 +324,7 @@ static int set_gpu(struct kv_config *cfg, const char *val)
 	return 0;
 }
 
-/* --- the shared tier on RADOS (core/shared.h) --- */
+/* --- the shared tier on RADOS (rados/shared.h) --- */
 
 /* Replaces *slot with a copy of val; an empty val is refused unless empty_ok. */
 static int set_string(char **slot, const char *val, bool empty_ok)

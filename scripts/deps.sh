@@ -5,7 +5,7 @@ kvfs_install_deps() {
 	local pkgs=(build-essential cmake pkg-config fuse3 libfuse3-dev libnuma-dev
 		libxxhash-dev libaio-dev libcmocka-dev librados-dev libmicrohttpd-dev libsystemd-dev
 		systemd scdoc debhelper dh-python lintian python3 python3-venv python3-torch python3-prometheus-client fio attr
-		rsync stress-ng)
+		rsync stress-ng universal-ctags)
 	local missing=()
 	for p in "${pkgs[@]}"; do
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # The test suite: install what is missing, then
+#   0. scripts/check_cycles.py: no cycle of calls between the product's .c
+#      files (the layers of README.md, "Source layout"), before any build;
 #   1. a Release build with every test (unit, integration on real mounts, fio);
 #   2. the unit tests and the tests labelled asan (the ioctl path) again under
 #      AddressSanitizer + UndefinedBehaviorSanitizer;
@@ -15,6 +17,9 @@ cd "$root"
 . scripts/deps.sh
 kvfs_install_deps
 jobs=$(nproc)
+
+echo "== check_cycles: no cycle of calls between the product's .c files"
+python3 scripts/check_cycles.py
 
 build() { # dir, cmake args...
 	local dir=$1

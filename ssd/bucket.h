@@ -29,6 +29,9 @@
  * across the I/O so one appender at a time fills the active bucket.
  * Reads take bs_lock to find the bucket and count themselves in flight,
  * and again to count themselves out; the I/O runs unlocked.
+ *
+ * The implementation is split by job (ssd/bucket*.c, calls going down);
+ * ssd/bucket_int.h draws the files' layers and what they share.
  */
 #ifndef KVFS_SSD_BUCKET_H
 #define KVFS_SSD_BUCKET_H

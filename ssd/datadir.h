@@ -34,7 +34,7 @@ int kv_datadir_open(struct kv_datadir *dd, const char *path, pid_t *holder);
 int kv_datadir_default_quota(const struct kv_datadir *dd, uint64_t *quota);
 
 /*
- * This data directory's node id for the shared tier (ssd/rados_format.h):
+ * This data directory's node id for the shared tier (rados/rados_format.h):
  * a random nonzero 64-bit number made at the first call and kept in
  * DATA_DIR/node (16 hex digits), written and synced before it is used.
  * Returns 0 or -errno.

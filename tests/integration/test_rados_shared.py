@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 """The shared tier on Ceph RADOS: two kvfs nodes, one namespace (issue 10;
-core/shared.h, ssd/rados_format.h).
+rados/shared.h, rados/rados_format.h).
 
 Against the test cluster (scripts/ceph-cluster.sh), two daemons A and B with
 their own DATA_DIRs and mounts on one pool and namespace:

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 """The shared tier on Ceph RADOS, step 1: kvfs connects to a pool in the
-background and says how it goes (issue 10; core/shared.h).
+background and says how it goes (issue 10; rados/shared.h).
 
 - with the test cluster up, a mount with --rados-pool/--rados-conf (and
   -o / KVFS_* spellings of the others) reaches "connected" in .kvfs/stats,

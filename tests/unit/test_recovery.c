@@ -44,7 +44,8 @@
 
 #include "core/store.h"
 #include "pattern.h"
-#include "core/store_int.h" /* ks_ckpt_lock, ks_journal, kv_persist_stop: checkpoints after replay */
+#include "core/persist.h"   /* kv_persist_stop: checkpoints after replay */
+#include "core/store_int.h" /* ks_ckpt_lock, ks_journal */
 
 #define KIB	 1024u
 #define MIB	 (1024u * KIB)

@@ -1,15 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * tests/unit/test_shared.c — the shared tier's connection state machine
- * (core/shared.h) without a cluster: a conf file that does not exist makes
+ * (rados/shared.h) without a cluster: a conf file that does not exist makes
  * every attempt fail at once, so the mount-side behaviour shows in
  * milliseconds: kv_shared_start returns at once, the state goes
  * "unreachable" with the errno, attempts are retried, and a stop during
  * the backoff returns at once. Built without librados, start says
- * -ENOTSUP. The change log (ssd/rados_log.h) is tested here too: what it
+ * -ENOTSUP. The change log (rados/rados_log.h) is tested here too: what it
  * gives back after a reopen, a torn tail, a corrupt record, another
  * pool's log, shrinking and rewriting; and the known versions
- * (ssd/rados_known.h): set, forget, reopen, a torn tail, pruning,
+ * (rados/rados_known.h): set, forget, reopen, a torn tail, pruning,
  * rewriting, another pool's file. The real cluster is in
  * tests/integration/test_rados_tier.py and test_rados_shared.py.
  */
@@ -28,14 +28,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/shared.h"
+#include "rados/shared.h"
 #include "core/stats.h"
 #include "core/store.h"
-#include "ssd/rados.h"
+#include "rados/rados.h"
 #include "ssd/fileio.h"
-#include "ssd/rados_format.h"
-#include "ssd/rados_known.h"
-#include "ssd/rados_log.h"
+#include "rados/rados_format.h"
+#include "rados/rados_known.h"
+#include "rados/rados_log.h"
 
 /* A scratch data directory, removed with what is in it by rm_dir. */
 static int scratch_dir(char *path)
@@ -323,7 +323,7 @@ static void test_log(void **state)
 	rm_dir(dirfd, dir);
 }
 
-/* Object names (ssd/rados_format.h): fixed width, parsed back, nothing else parses. */
+/* Object names (rados/rados_format.h): fixed width, parsed back, nothing else parses. */
 static void test_names(void **state)
 {
 	char oid[KV_RADOS_OID_MAX], d1[KV_RADOS_OID_MAX], d2[KV_RADOS_OID_MAX];

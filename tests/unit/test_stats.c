@@ -22,7 +22,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "core/shared.h"
+#include "rados/shared.h"
 #include "core/stats.h"
 
 /* Where one value lands: its bucket index and that bucket's upper edge. */
@@ -527,7 +527,7 @@ static void test_render_pool_overcommit(void **state)
 	free(buf);
 }
 
-/* The shared tier's section (core/shared.h), as fs/ctl.c appends it: valid JSON, exact. */
+/* The shared tier's section (rados/shared.h), as fs/ctl.c appends it: valid JSON, exact. */
 static void test_render_rados(void **state)
 {
 	static struct kv_stats st;

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ssd/rados.h — the RADOS object layer: kvfs's only door to librados.
+ * rados/rados.h — the RADOS object layer: kvfs's only door to librados.
  *
- * It knows objects and a cluster, nothing of the store: core/shared.c
- * decides what to do with them (the objects are drawn in
- * ssd/rados_format.h). It connects (one cluster handle and one I/O context
+ * The bottom of rados/: it knows objects and a cluster, nothing of the
+ * store; the shared tier (rados/shared*.c, whose contract is
+ * rados/shared.h) decides what to do with them (the objects are drawn in
+ * rados/rados_format.h). It connects (one cluster handle and one I/O context
  * on a pool and namespace, with every client timeout set so that no call
  * ever blocks for longer than that: librados's defaults wait forever),
  * reads and writes whole objects several at a time, reads and
@@ -24,8 +25,8 @@
  * call the functions below on the same struct kv_rados at once (librados's
  * I/O contexts are thread-safe); kv_rados_close must run alone.
  */
-#ifndef KVFS_SSD_RADOS_H
-#define KVFS_SSD_RADOS_H
+#ifndef KVFS_RADOS_RADOS_H
+#define KVFS_RADOS_RADOS_H
 
 #include <errno.h>
 #include <stdbool.h>

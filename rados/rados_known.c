@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ssd/rados_known.c — which local values are copies of cluster versions
- * (ssd/rados_known.h).
+ * rados/rados_known.c — which local values are copies of cluster versions
+ * (rados/rados_known.h).
  *
  * In memory: an open-addressing table (linear probing, backward-shift
  * deletion) of local sequence number -> cluster version, kept at most half
  * full. Sequence number 0 marks an empty slot (the store's start at 1).
  */
-#include "ssd/rados_known.h"
+#include "rados/rados_known.h"
 
 #include <errno.h>
 #include <fcntl.h>

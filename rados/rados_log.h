@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ssd/rados_log.h — the shared tier's change log: DATA_DIR/rados.log.
+ * rados/rados_log.h — the shared tier's change log: DATA_DIR/rados.log.
  *
- * The shared tier (core/shared.c) sends the node's changes to the cluster
+ * The shared tier (rados/shared_queue.c) sends the node's changes to the cluster
  * in the background, in order. The log keeps the changes not yet sent, so
  * that a restart (clean, kill -9, or with the cluster down all along)
  * sends them at the next start instead of losing them. A change is
@@ -41,8 +41,8 @@
  * most of it done. One writer at a time: the caller serialises every call
  * on one log.
  */
-#ifndef KVFS_SSD_RADOS_LOG_H
-#define KVFS_SSD_RADOS_LOG_H
+#ifndef KVFS_RADOS_RADOS_LOG_H
+#define KVFS_RADOS_RADOS_LOG_H
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ssd/rados_names.c — the names of the shared tier's objects
- * (ssd/rados_format.h). Built with or without librados: --rados-gc's
+ * rados/rados_names.c — the names of the shared tier's objects
+ * (rados/rados_format.h). Built with or without librados: --rados-gc's
  * parsing and the tests use them too.
  */
 #include <inttypes.h>
@@ -9,7 +9,7 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "ssd/rados.h"
+#include "rados/rados.h"
 
 void kv_rados_data_oid(char *oid, uint64_t node, uint64_t seq, uint32_t i)
 {

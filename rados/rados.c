@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ssd/rados.c — the RADOS object layer on librados (see ssd/rados.h).
+ * rados/rados.c — the RADOS object layer on librados (see rados/rados.h).
  * Compiled only with librados (KVFS_HAVE_RADOS).
  */
-#include "ssd/rados.h"
+#include "rados/rados.h"
 
 #include <rados/librados.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ssd/rados_format.h — the shared tier's data model in RADOS (issue 10).
+ * rados/rados_format.h — the shared tier's data model in RADOS (issue 10).
  *
  * Every kvfs mount started with the same --rados-pool and --rados-namespace
  * shares one namespace of keys, kept in that pool and namespace as two
@@ -32,7 +32,8 @@
  * A 2 MiB KV block is one data object and one omap entry: one data write
  * and one compare-and-set per put.
  *
- * Protocols (core/shared.c):
+ * Protocols (publish and delete: rados/shared_publish.c; read:
+ *   rados/shared_fetch.c):
  *   publish  write every x.* object of the version (LIBRADOS_OPERATION_
  *            FULL_TRY: a full cluster answers -ENOSPC, not a hang), then ONE
  *            write op on the parent d.* object: create (idempotent) +
@@ -49,8 +50,8 @@
  *            entry means the version was replaced meanwhile: read the
  *            entry again.
  */
-#ifndef KVFS_SSD_RADOS_FORMAT_H
-#define KVFS_SSD_RADOS_FORMAT_H
+#ifndef KVFS_RADOS_RADOS_FORMAT_H
+#define KVFS_RADOS_RADOS_FORMAT_H
 
 #include <assert.h>
 #include <stdint.h>

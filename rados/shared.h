@@ -1,56 +1,107 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * core/shared.h — the shared tier on Ceph RADOS: its policy and state.
+ * rados/shared.h — the shared tier on Ceph RADOS: its contract.
  *
  * With --rados-pool a kvfs node is a local cache (DRAM + SSD) in front of a
- * pool that many nodes share (issue 10; the data model is drawn in the
- * design notes). This module owns the node's connection to the cluster and,
- * in the steps to come, the write-back queue, the read-miss path and the
- * TTL cache of directory entries. It calls down to ssd/rados.h for every
- * librados call; the store will call it through this header.
+ * pool that many nodes share (issue 10): every mount on the same pool and
+ * --rados-namespace sees one namespace of keys, and a block computed on
+ * node A is a hit on node B. Ceph does placement, replication and
+ * recovery; kvfs keeps no distributed state of its own. This header is
+ * what the rest of kvfs may rely on; rados/shared.c lists the files that
+ * keep it. The tier calls down to rados/rados.h for every librados call;
+ * the store calls it through the hooks it installs (kv_store_set_hooks),
+ * fs/ and core/batch.c through the functions below.
  *
- * It connects in the background: kv_shared_start returns at once and its
- * thread connects with every client timeout set to --rados-timeout, so a
- * mount never waits for the cluster. A failed attempt logs one line on
- * stderr (the first of a run of failures only), counts in the stats, and is
- * retried after 1 s, then 2 s, 4 s, ... at most KV_SHARED_RETRY_MAX_S
- * apart, until it works or kv_shared_stop. Local keys are served all along.
+ * The objects (drawn in rados/rados_format.h):
  *
- * Once connected, the same thread sends the node's changes to the cluster
- * in the order they were made (core/shared.c): the store's hooks queue a
- * put for every sealed value of a named file, and a change for every
- * mkdir, unlink, rmdir and rename. The FUSE layer asks the cluster before
- * a lookup (kv_shared_lookup: brings a key in, or drops a local copy the
- * cluster deleted, at most once per --rados-cache-ttl per key) and a
- * readdir (kv_shared_readdir).
+ *   d.<XXH3-128 of the directory's path>   a directory: its omap maps each
+ *       child's name to a struct kv_rdent (type, mode, owner, mtime, size,
+ *       the version (node, seq), one XXH3-64 checksum per data object).
+ *   x.<node>.<seq>.<i>   object i (2 MiB) of the version born (node, seq),
+ *       written whole once, never changed: node is the writing daemon's
+ *       random id (DATA_DIR/node, or new at each start without a data
+ *       directory), seq its own sequence number of the value, so versions
+ *       never collide. A 2 MiB KV block is one data object and one entry.
+ *
+ * A put writes the data objects first, then changes the entry in one
+ * atomic write op (a compare-and-set on the entry it replaces; the newer
+ * by (mtime, node) wins a race): another node sees a key only once it is
+ * complete, and a put replaces the key everywhere at once, as a rename
+ * would. A delete removes the entry first (the shared namespace forgets
+ * the key at once), then the version's objects, best effort. A delete or
+ * rename applies to the version the key was here (this node's own, or the
+ * one it had fetched): what another node wrote after that stays. When no
+ * version was known, the newer mtime wins, as between two puts.
+ *
+ * What is shared: the store's hooks queue a put for every sealed value of
+ * a named file, and a change for every mkdir, symlink, unlink, rmdir and
+ * rename; one thread sends them to the cluster in the order they were
+ * made (a delete never overtakes the put it follows). The FUSE layer asks
+ * the cluster before a lookup (kv_shared_lookup: brings a key in, or drops
+ * a local copy the cluster deleted, at most once per --rados-cache-ttl per
+ * key) and a readdir (kv_shared_readdir). A value brought in is a local
+ * key, evicted like any other. FIFOs and sockets stay local.
  *
  * Consistency (close-to-open): once kv_shared_sync returned 0 on node A
  * (fsync and the ioctl put call it with --rados-sync), a lookup on node B
  * that starts afterwards sees A's changes, or newer ones; B answers from
  * what it read of the same directory within the last --rados-cache-ttl,
- * so a name may be that stale. Without
- * --rados-sync, changes reach the cluster in the background, in order
- * (rados.backlog counts those waiting).
+ * so a name may be that stale. A local change not yet sent stays until it
+ * is. Without --rados-sync, changes reach the cluster in the background,
+ * in order (rados.backlog counts those waiting).
+ *
+ * Across a restart: every change queued is appended to DATA_DIR/rados.log
+ * (rados/rados_log.h; synced by kv_shared_persist, which fsync calls, so a
+ * kill -9 never loses one and a power cut none that was fsynced): what a
+ * clean stop could not send, or what a kill -9 or a power cut left, is
+ * queued again at the next start with the same pool and namespace, before
+ * anything newer. A log kept for another pool or namespace is set aside
+ * as rados.log.old, not sent. Which local values are copies of cluster
+ * versions is kept in DATA_DIR/rados.known (rados/rados_known.h), by
+ * sequence number: after a restart a copy is still replaced or removed
+ * with the cluster's version, while a key made here and not yet sent
+ * stays. Not kept: changes made while the tier is off (a mount without
+ * --rados-pool), and a directory or symlink brought in from the cluster,
+ * which is the node's own after its restart. A node killed in the middle
+ * of a put leaves data objects without an entry (others never see a
+ * partial key): the sweep (kv_shared_gc, and the thread every
+ * --rados-gc-interval) removes the data objects no entry refers to once
+ * they are older than --rados-gc-grace.
+ *
+ * Through an outage: the tier connects in the background. kv_shared_start
+ * returns at once and its thread connects with every client timeout set
+ * to --rados-timeout, so a mount never waits for the cluster. A failed
+ * attempt logs one line on stderr (the first of a run of failures only),
+ * counts in the stats, and is retried after 1 s, then 2 s, 4 s, ... at
+ * most KV_SHARED_RETRY_MAX_S apart, until it works or kv_shared_stop.
+ * Local keys are served all along. A lookup that needs the cluster waits
+ * for --rados-timeout and fails with -EIO; from then on, while "healthy"
+ * is false, lookups and readdir answer from the local store at once,
+ * changes queue (bounded by the SSD quota: they are local keys) and wait
+ * in order, and the thread asks the cluster every second, replacing a
+ * connection that keeps timing out. When it answers, the queue drains in
+ * order. A full cluster answers -ENOSPC at once; the change stays at the
+ * head of the queue and is tried again after a backoff.
  *
  * States: CONNECTING (the first attempt runs), CONNECTED (a cluster handle
  * and an I/O context on the pool and namespace are open), UNREACHABLE (the
  * last attempt failed; the next one is due). While connected, "healthy"
- * says whether the last operation answered: while it is false, lookups and
- * readdir answer from the local store at once, and the queue waits.
+ * says whether the last operation answered.
  *
  * Locks: sh_lock, sh_known_lock and sh_dc_lock (struct kv_shared,
- * core/shared.c) are leaves: held for a few field accesses only, never
+ * rados/shared_int.h) are leaves: held for a few field accesses only, never
  * across a librados call (a connection is closed after sh_lock is dropped)
  * or a call into the store, and never taken with each other. sh_lock also
  * orders DATA_DIR/rados.log: each change's record is appended under it
  * (one write(2) to the page cache), and a rewrite of a log grown past
  * KV_RLOG_REWRITE runs under it (rare; fdatasync included). rados.known
- * has its own leaf mutex (ssd/rados_known.h), taken with none of these. The hooks run
- * under store locks and take only sh_lock. The functions below take store
- * locks through the store's API, holding none of their own.
+ * has its own leaf mutex (rados/rados_known.h), taken with none of these.
+ * The hooks run under store locks and take only sh_lock. The functions
+ * below take store locks through the store's API, holding none of their
+ * own.
  */
-#ifndef KVFS_CORE_SHARED_H
-#define KVFS_CORE_SHARED_H
+#ifndef KVFS_RADOS_SHARED_H
+#define KVFS_RADOS_SHARED_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -97,7 +148,7 @@ bool kv_shared_built(void);
  * Starts the tier for cfg->kc_rados_pool (which must be set) and the other
  * kc_rados_* settings, copied: cfg may go after this returns, st may not.
  * node is this node's id (kv_datadir_node). dirfd is DATA_DIR (-1: none):
- * its change log (ssd/rados_log.h) is read and what it holds queued again,
+ * its change log (rados/rados_log.h) is read and what it holds queued again,
  * to be sent before anything newer. Installs the store's hooks
  * (kv_store_set_hooks): call it before the store serves. Never waits for
  * the cluster. Returns 0 and sets *out, -ENOTSUP when built without

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ssd/rados_log.c — the shared tier's change log (ssd/rados_log.h).
+ * rados/rados_log.c — the shared tier's change log (rados/rados_log.h).
  */
-#include "ssd/rados_log.h"
+#include "rados/rados_log.h"
 
 #include <errno.h>
 #include <fcntl.h>

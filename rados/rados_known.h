@@ -1,19 +1,19 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ssd/rados_known.h — which local values are copies of cluster versions:
+ * rados/rados_known.h — which local values are copies of cluster versions:
  * DATA_DIR/rados.known.
  *
  * A local key whose value was fetched from the cluster, or published to
  * it, is a cache entry of a cluster version (node, seq): when the cluster
  * deletes or replaces that version, the local copy goes too. A key made
  * here and not yet sent is not: it stays until it is sent. The shared tier
- * (core/shared.c) keeps that knowledge here, by the local value's sequence
+ * (rados/shared_known.c) keeps that knowledge here, by the local value's sequence
  * number (which the store keeps across restarts and never reuses), so
  * that it holds after a restart too.
  *
  * Format (little-endian, as ssd/format.h): struct kv_file_head
  * (ssd/fileio.h: KV_RKNOWN_MAGIC, KV_RKNOWN_VERSION), the pool and the
- * namespace (as in ssd/rados_log.h: another pool's file is begun
+ * namespace (as in rados/rados_log.h: another pool's file is begun
  * anew), then 32-byte records, each setting (rk_node, rk_rseq) for local
  * version rk_seq, or forgetting it (rk_node == KV_RKNOWN_FORGET and
  * rk_rseq == KV_RKNOWN_FORGET), with the XXH3-64 of its first 24 bytes.
@@ -24,8 +24,8 @@
  * Thread-safe: one mutex, a leaf, held for a table access and at most one
  * write(2) (or a rewrite).
  */
-#ifndef KVFS_SSD_RADOS_KNOWN_H
-#define KVFS_SSD_RADOS_KNOWN_H
+#ifndef KVFS_RADOS_RADOS_KNOWN_H
+#define KVFS_RADOS_RADOS_KNOWN_H
 
 #include <stdbool.h>
 #include <stdint.h>

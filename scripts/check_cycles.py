@@ -1,0 +1,250 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""check_cycles.py — fails when the product's .c files call each other in a circle.
+
+DESIGN.md: "No cycle of calls between .c files". Includes alone do not show
+a cycle (a module may be declared in another's header), so this reads the
+definitions themselves:
+
+1. Universal Ctags (Debian's `universal-ctags`) lists every function and
+   global variable each product .c file defines (fs/ core/ ssd/ gpu/
+   client/ rados/, never tests/ or examples/). A static definition is
+   visible in its own file only, so it never ties two files; a name defined
+   non-static in several files is reported (and tied to each of them).
+2. Each .c file is tokenized with its comments, string and character
+   literals and struct/union/enum tags removed; an identifier token that names a non-static definition
+   of another file is a use of that file: an edge from the user to the
+   definer (unless the user defines the name statically itself, which
+   shadows it).
+3. Tarjan's algorithm finds the strongly connected components of that file
+   graph; every component of more than one file is a cycle, printed as
+   `a.c <-> b.c <-> c.c` with, for each edge inside it, the names that tie
+   it.
+
+Usage: check_cycles.py [--root DIR] [DIR ...]   (default: the checkout this
+script sits in, and the folders above). Exits 0 with no cycle, 1 with one,
+2 when it cannot run (no ctags).
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+PRODUCT_DIRS = ("fs", "core", "ssd", "gpu", "client", "rados")
+EXCLUDED = ("tests", "examples")
+
+# Comments, string and character literals, in one pass so that a quote in a
+# comment or a comment marker in a string is never misread.
+_STRIP = re.compile(
+    r"""
+      /\*.*?\*/                 # block comment
+    | //[^\n]*                  # line comment
+    | "(?:\\.|[^"\\\n])*"       # string literal
+    | '(?:\\.|[^'\\\n])*'       # character literal
+    """,
+    re.S | re.X,
+)
+_IDENT = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\b")
+
+
+def strip_source(text):
+    """text with comments and literals replaced by a space (newlines kept)."""
+    def blank(m):
+        return " " + "\n" * m.group(0).count("\n")
+    return _STRIP.sub(blank, text)
+
+
+def product_files(root, dirs):
+    """The product .c files under root/dirs, as paths relative to root, sorted."""
+    out = []
+    for d in dirs:
+        top = os.path.join(root, d)
+        if not os.path.isdir(top):
+            continue
+        for cur, subdirs, files in os.walk(top):
+            subdirs[:] = sorted(s for s in subdirs if s not in EXCLUDED)
+            for f in files:
+                if f.endswith(".c"):
+                    out.append(os.path.relpath(os.path.join(cur, f), root))
+    return sorted(out)
+
+
+def definitions(root, files):
+    """{file: {name: is_static}} for the functions and global variables each file defines."""
+    defs = {f: {} for f in files}
+    lines = {}  # path -> its stripped lines, read when needed
+    if not files:
+        return defs
+    cmd = ["ctags", "--output-format=json", "--languages=C", "--language-force=C",
+           "--kinds-C=fv", "--fields=+Kn", "-f", "-"] + files
+    r = subprocess.run(cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       universal_newlines=True)
+    if r.returncode != 0:
+        sys.stderr.write(r.stderr)
+        raise SystemExit("check_cycles: ctags failed (exit %d)" % r.returncode)
+    for line in r.stdout.splitlines():
+        try:
+            tag = json.loads(line)
+        except ValueError:
+            continue
+        if tag.get("_type") != "tag" or tag.get("kind") not in ("function", "variable"):
+            continue
+        if tag.get("scope"):  # a static local, or a member ctags took for a variable
+            continue
+        if tag["name"] == "main":  # one per program, called by nobody
+            continue
+        path = os.path.normpath(tag["path"])
+        if path not in defs:
+            continue
+        static = bool(tag.get("file"))
+        if not static and tag["kind"] == "variable":
+            static = _static_aggregate(root, path, tag.get("line", 0), lines)
+        # A name both declared static and defined (a forward declaration) stays static.
+        defs[path][tag["name"]] = defs[path].get(tag["name"], False) or static
+    return defs
+
+
+def _static_aggregate(root, path, line, cache):
+    """Whether the variable declared at path:line is static after all.
+
+    ctags does not see the storage class of `static struct { ... } name;`:
+    read it on the declaration's line, or (`} name;`) walk back to the line
+    that opens the braces and read it there.
+    """
+    if path not in cache:
+        with open(os.path.join(root, path), encoding="utf-8", errors="replace") as f:
+            cache[path] = strip_source(f.read()).split("\n")
+    src = cache[path]
+    if not 0 < line <= len(src):
+        return False
+    if not src[line - 1].lstrip().startswith("}"):
+        return re.match(r"\s*static\b", src[line - 1]) is not None
+    depth = 0
+    for i in range(line - 1, -1, -1):
+        depth += src[i].count("}") - src[i].count("{")
+        if depth <= 0:
+            return re.match(r"\s*static\b", src[i]) is not None
+    return False
+
+
+_TAG = re.compile(r"\b(?:struct|union|enum)\s+[A-Za-z_][A-Za-z0-9_]*")
+
+
+def uses(root, path):
+    """The identifier tokens in path, comments, literals and struct/union/enum tags removed.
+
+    A tag lives in a namespace of its own: `struct kv_store_usage` does not
+    use the function kv_store_usage.
+    """
+    with open(os.path.join(root, path), encoding="utf-8", errors="replace") as f:
+        text = _TAG.sub(" ", strip_source(f.read()))
+    return set(_IDENT.findall(text))
+
+
+def build_graph(root, files):
+    """(edges {a: {b: sorted names}}, duplicates {name: [files]})."""
+    defs = definitions(root, files)
+    exported = {}  # name -> files that define it non-static
+    for f, names in defs.items():
+        for n, static in names.items():
+            if not static:
+                exported.setdefault(n, []).append(f)
+    duplicates = {n: sorted(fs) for n, fs in exported.items() if len(fs) > 1}
+    edges = {f: {} for f in files}
+    for f in files:
+        own = defs[f]
+        for n in uses(root, f):
+            if n in own:  # its own definition (static or not) is the one it means
+                continue
+            for g in exported.get(n, ()):
+                edges[f].setdefault(g, set()).add(n)
+    return {f: {g: sorted(ns) for g, ns in e.items()} for f, e in edges.items()}, duplicates
+
+
+def tarjan(nodes, edges):
+    """Strongly connected components of the graph, each sorted, iteratively."""
+    index = {}
+    low = {}
+    on_stack = set()
+    stack = []
+    comps = []
+    counter = 0
+    for start in nodes:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(edges.get(start, ()))))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            v, it = work[-1]
+            advanced = False
+            for w in it:
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(edges.get(w, ())))))
+                    advanced = True
+                    break
+                if w in on_stack:
+                    low[v] = min(low[v], index[w])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                u = work[-1][0]
+                low[u] = min(low[u], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                comps.append(sorted(comp))
+    return comps
+
+
+def main(argv=None):
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--root", default=here, help="the checkout (default: %(default)s)")
+    ap.add_argument("dirs", nargs="*", default=list(PRODUCT_DIRS),
+                    help="product folders under the root (default: %s)" % " ".join(PRODUCT_DIRS))
+    args = ap.parse_args(argv)
+    if not shutil.which("ctags"):
+        print("check_cycles: ctags not found (install universal-ctags)", file=sys.stderr)
+        return 2
+    root = os.path.abspath(args.root)
+    files = product_files(root, args.dirs)
+    edges, duplicates = build_graph(root, files)
+    for n in sorted(duplicates):
+        print("warning: %s defined non-static in %s" % (n, ", ".join(duplicates[n])))
+    cycles = [c for c in tarjan(files, edges) if len(c) > 1]
+    cycles.sort()
+    for c in cycles:
+        print(" <-> ".join(c))
+        members = set(c)
+        for a in c:
+            for b in sorted(edges[a]):
+                if b in members:
+                    print("  %s -> %s: %s" % (a, b, ", ".join(edges[a][b])))
+    nedges = sum(len(e) for e in edges.values())
+    if cycles:
+        print("check_cycles: %d cycle(s) among %d .c files (%d uses between files)"
+              % (len(cycles), len(files), nedges))
+        return 1
+    print("check_cycles: no cycle among %d .c files (%d uses between files)" % (len(files), nedges))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
