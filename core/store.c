@@ -174,7 +174,7 @@ int kv_store_create(struct kv_store **out, const struct kv_config *cfg, int data
 		if (err)
 			goto out_tier;
 		kv_tier_recovered(st->ks_tier, rec.pr_ns, rec.pr_keys, rec.pr_lost);
-		err = kv_gc_create(st, kv_tier_buckets(st->ks_tier), &gc_ops, &st->ks_gc);
+		err = kv_gc_create(st, st->ks_buckets, &gc_ops, &st->ks_gc);
 		if (err)
 			goto out_tier;
 		kv_tier_start(st->ks_tier);

@@ -1772,9 +1772,7 @@ int kv_tier_read(struct kv_tier *t, struct kv_inode *ino, uint64_t off, uint64_t
 	if (st->ks_cfg->kc_promote && kv_tier_promote(t, ino, off, len) == 0)
 		return -EAGAIN; /* in DRAM now: the caller reads it there */
 	err = want_range(t, ino, off, len, false, &w);
-	if (err == -EAGAIN) /* a newer version arrived meanwhile: the caller reads that */
-		return -EAGAIN;
-	if (err)
+	if (err) /* -EAGAIN: a newer version arrived meanwhile, the caller reads that */
 		return err;
 	guard->krg_size = w.w_size;
 	guard->krg_seq = w.w_seq;

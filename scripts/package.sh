@@ -26,21 +26,20 @@ git ls-files -z --cached --others --exclude-standard |
 	rsync -a --from0 --files-from=- ./ "$src/"
 export DEB_BUILD_OPTIONS="${DEB_BUILD_OPTIONS:-parallel=$(nproc)}"
 echo "== dpkg-buildpackage -us -uc -b (in $src; DEB_BUILD_OPTIONS=$DEB_BUILD_OPTIONS)"
-if ! (cd "$src" && dpkg-buildpackage -us -uc -b) >"$work/build.log" 2>&1; then
-	cp "$work/build.log" "$out/build.log"
-	tail -60 "$work/build.log" >&2
-	echo "package.sh: dpkg-buildpackage failed (log above)" >&2
+rc=0
+(cd "$src" && dpkg-buildpackage -us -uc -b) >"$out/build.log" 2>&1 || rc=$?
+if [ $rc -ne 0 ]; then
+	tail -60 "$out/build.log" >&2
+	echo "package.sh: dpkg-buildpackage failed (log above; all of it in $out/build.log)" >&2
 	exit 1
 fi
 rm -f "$out"/*.deb "$out"/*.changes "$out"/*.buildinfo
-cp "$work/build.log" "$out/build.log"
 cp "$work"/*.deb "$work"/*.changes "$work"/*.buildinfo "$out/"
 changes=$(ls "$out"/*.changes)
 
 echo "== lintian $(basename "$changes")"
 # Exit status 2 is lintian's "errors found" (with --fail-on error); the
 # whole report is kept, and printed, either way.
-rc=0
 lintian --fail-on error --info --display-info "$changes" >"$out/lintian.txt" 2>&1 || rc=$?
 cat "$out/lintian.txt"
 if [ $rc -ne 0 ]; then

@@ -35,7 +35,6 @@ import kvfstest  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(HERE))
 PACKAGES = ("kvfs", "libkvfs0", "libkvfs-dev", "python3-kvfs")
-MULTIARCH = None
 
 
 def run(cmd, env=None, cwd=None, timeout=300, check=True):
@@ -91,7 +90,6 @@ def tree(*tops):
 
 class Package(unittest.TestCase):
     def setUp(self):
-        global MULTIARCH
         if os.geteuid() != 0:
             self.skipTest("not root: installing packages needs root")
         for tool in ("dpkg-buildpackage", "apt-get", "lintian", "git", "pkg-config"):
@@ -103,7 +101,6 @@ class Package(unittest.TestCase):
         if here:
             self.skipTest("kvfs packages are installed on this machine already (%s): the test "
                           "would replace and then purge them" % ", ".join(here))
-        MULTIARCH = run(["dpkg-architecture", "-qDEB_HOST_MULTIARCH"])[1].strip()
         self.work = tempfile.mkdtemp(prefix="kvfs-it-package-", dir="/tmp")
         os.chmod(self.work, 0o755)
         self.addCleanup(shutil.rmtree, self.work, True)
@@ -136,7 +133,7 @@ class Package(unittest.TestCase):
         for p in PACKAGES:
             files.update(ln for ln in run(["dpkg", "-L", p])[1].splitlines()
                          if ln.startswith("/"))
-        libdir = "/usr/lib/%s" % MULTIARCH
+        libdir = "/usr/lib/" + run(["dpkg-architecture", "-qDEB_HOST_MULTIARCH"])[1].strip()
         for f in ("/usr/bin/kvfs", "/usr/bin/kvfs-bench", "/usr/share/man/man8/kvfs.8.gz",
                   "/lib/systemd/system/kvfs@.service", libdir + "/libkvfs.so.0",
                   libdir + "/pkgconfig/kvfs.pc", "/usr/include/kvfs/kvfs.h",
