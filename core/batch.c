@@ -10,7 +10,6 @@
  */
 #include "core/batch.h"
 #include "core/perm.h"
-#include "rados/shared.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -61,6 +60,12 @@ static void add_ns(struct kv_batch *b, enum kv_stage s, uint64_t t0)
 	b->kb_ns[s] += kv_now_ns() - t0;
 }
 
+/* Asks kb_remote about name in dir before the store is asked: 0 or its -errno; 0 without one. */
+static int remote_lookup(struct kv_batch *b, struct kv_inode *dir, const char *name)
+{
+	return b->kb_remote.br_lookup ? b->kb_remote.br_lookup(b->kb_remote.br_arg, dir, name) : 0;
+}
+
 /*
  * Copies a checked name into path and walks its directories from kb_dir:
  * sets *parent (a reference the caller drops), *pa (its attributes) and
@@ -93,7 +98,7 @@ static int walk(struct kv_batch *b, const char *name, size_t len, char *path, bo
 		if (err || !slash)
 			break;
 		*slash = '\0';
-		err = b->kb_shared ? kv_shared_lookup(b->kb_shared, dir, p) : 0;
+		err = remote_lookup(b, dir, p);
 		if (!err)
 			err = kv_store_lookup(st, dir, p, &c, &a);
 		if (err == -ENOENT && mkdir) {
@@ -156,7 +161,7 @@ static int find(struct kv_batch *b, const char *name, size_t len, int mask, stru
 	ki->kki_flags = 0;
 	err = walk(b, name, len, path, false, &dir, &a, &last);
 	if (!err) {
-		err = b->kb_shared ? kv_shared_lookup(b->kb_shared, dir, last) : 0;
+		err = remote_lookup(b, dir, last);
 		if (!err)
 			err = kv_store_lookup(b->kb_st, dir, last, &ino, &a);
 		kv_inode_put(dir);
@@ -194,7 +199,7 @@ void kv_batch_prefetch(struct kv_batch *b, const char *const *names, const size_
 	struct kv_inode *run = NULL;
 	unsigned from = 0, m = 0;
 
-	if (!b->kb_shared || n < 2)
+	if (!b->kb_remote.br_prefetch || n < 2)
 		return;
 	paths = malloc(n * sizeof(*paths));
 	lasts = malloc(n * sizeof(*lasts));
@@ -206,7 +211,7 @@ void kv_batch_prefetch(struct kv_batch *b, const char *const *names, const size_
 		if (i < n && walk(b, names[i], lens[i], paths[m], false, &dir, &a, &last))
 			continue;
 		if (run && (i == n || dir != run)) { /* the run of keys in run ends */
-			kv_shared_prefetch(b->kb_shared, run, lasts + from, m - from);
+			b->kb_remote.br_prefetch(b->kb_remote.br_arg, run, lasts + from, m - from);
 			kv_inode_put(run);
 			run = NULL;
 		}
@@ -250,8 +255,7 @@ static int may_replace(struct kv_batch *b, struct kv_inode *dir, const struct kv
 	struct kv_attr a;
 	int err = kv_may(&b->kb_cred, pa, W_OK);
 
-	if (err || !kv_sticky_for(&b->kb_cred, pa) ||
-	    (b->kb_shared && kv_shared_lookup(b->kb_shared, dir, name)) ||
+	if (err || !kv_sticky_for(&b->kb_cred, pa) || remote_lookup(b, dir, name) ||
 	    kv_store_lookup(b->kb_st, dir, name, &old, &a))
 		return err;
 	kv_inode_put(old);
@@ -744,7 +748,7 @@ int64_t kv_batch_remove(struct kv_batch *b, const char *name, size_t len, bool r
 	err = walk(b, name, len, path, false, &dir, &pa, &last);
 	if (err)
 		return err;
-	err = b->kb_shared ? kv_shared_lookup(b->kb_shared, dir, last) : 0;
+	err = remote_lookup(b, dir, last);
 	if (!err)
 		err = kv_store_lookup(b->kb_st, dir, last, &ino, &a);
 	if (err) {

@@ -41,7 +41,7 @@
  *
  * Locks: none of its own. Each call takes the store's locks through the
  * store's API, one key at a time, and calls km_copy with no store lock
- * held; kb_changed is called with none held either.
+ * held; kb_changed and kb_remote's calls are made with none held either.
  */
 #ifndef KVFS_CORE_BATCH_H
 #define KVFS_CORE_BATCH_H
@@ -136,16 +136,42 @@ struct kv_batch_inflight {
 	char bi_name[KV_NAME_MAX + 1]; /* put: the last component */
 };
 
-/* One batch's context: where names start, who asks, and where time went. */
-struct kv_shared;
+/*
+ * A tier above the store that may know names the store does not hold yet
+ * (the shared tier, rados/shared.h): the batch asks it before it looks a
+ * name up, through this table, so core/ calls nothing of it. The caller
+ * fills it (fs/ioctl.c); NULL members: none. Both are called with no lock
+ * of the store held, in the thread serving the batch, with dir referenced
+ * (and the names valid) for the call only; both may call the store.
+ *
+ * br_lookup: before each kv_store_lookup of name in dir (each directory of
+ * a path as it is walked, the last component of a lookup, get or remove,
+ * and the name a put in a sticky directory would replace): brings the
+ * store up to date for that name. Returns 0 (then look it up in the
+ * store), or -errno, which the batch reports as the lookup's own (-EIO:
+ * the name is not here and the tier does not answer), except in a put's
+ * sticky check, where an error means no name to check (the put goes on).
+ *
+ * br_prefetch: before the gets of a batch (kv_batch_prefetch), once per
+ * run of consecutive valid names in the same directory dir, n >= 1 last
+ * components: may bring those keys in together. Best effort: what it does
+ * not bring in, br_lookup does. Never called when there are fewer than two
+ * names in the batch.
+ */
+struct kv_batch_remote {
+	int (*br_lookup)(void *arg, struct kv_inode *dir, const char *name);
+	void (*br_prefetch)(void *arg, struct kv_inode *dir, const char *const *names, unsigned n);
+	void *br_arg;
+};
 
+/* One batch's context: where names start, who asks, and where time went. */
 struct kv_batch {
 	struct kv_store *kb_st;
-	struct kv_shared *kb_shared;	 /* the shared tier, asked before each lookup; NULL: off */
-	struct kv_inode *kb_dir;	 /* a directory; the caller holds a reference */
-	struct kv_cred kb_cred;		 /* who asks: checked, and owner of what a put creates */
-	uint64_t kb_ns[KV_STAGE__COUNT]; /* accumulated per stage, in ns */
-	uint64_t kb_direct;		 /* gets read from the SSD straight into client memory */
+	struct kv_batch_remote kb_remote; /* asked before each lookup; zero: none */
+	struct kv_inode *kb_dir;	  /* a directory; the caller holds a reference */
+	struct kv_cred kb_cred;		  /* who asks: checked, and owner of what a put creates */
+	uint64_t kb_ns[KV_STAGE__COUNT];  /* accumulated per stage, in ns */
+	uint64_t kb_direct;		  /* gets read from the SSD straight into client memory */
 	/*
 	 * A name in dir was replaced (gone NULL) or removed (gone: the inode it
 	 * named, still referenced during the call): drop cached entries. May
@@ -193,9 +219,10 @@ int64_t kv_batch_put(struct kv_batch *b, const char *name, size_t len, unsigned 
 
 /*
  * Before the gets of a batch of n keys (names[i], lens[i] bytes; invalid
- * ones are passed over): with the shared tier, the keys only the cluster
- * has are brought in together, one kv_shared_prefetch per run of keys in
- * the same directory, rather than one after the other by each get.
+ * ones are passed over): with kb_remote's br_prefetch (the shared tier),
+ * the keys only it has are brought in together, one br_prefetch per run
+ * of keys in the same directory, rather than one after the other by each
+ * get. Nothing when n < 2.
  */
 void kv_batch_prefetch(struct kv_batch *b, const char *const *names, const size_t *lens,
 		       unsigned n);

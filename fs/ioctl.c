@@ -520,13 +520,23 @@ static void prefetch(struct kv_batch *b, const struct kvfs_ioc_batch *bt)
 	kv_batch_prefetch(b, names, lens, n);
 }
 
+/* The shared tier as the batch's kb_remote (core/batch.h): arg is fs->kf_shared. */
+static int shared_lookup(void *arg, struct kv_inode *dir, const char *name)
+{
+	return kv_shared_lookup(arg, dir, name);
+}
+
+static void shared_prefetch(void *arg, struct kv_inode *dir, const char *const *names, unsigned n)
+{
+	kv_shared_prefetch(arg, dir, names, n);
+}
+
 static int do_batch(struct ioc *io, enum kv_ioc_kind kind, struct kvfs_ioc_batch *bt, uint64_t t0)
 {
 	struct kv_fs *fs = io->io_fs;
 	struct changed ch = {.ch_fs = fs};
 	struct kv_batch b = {
 	    .kb_st = fs->kf_store,
-	    .kb_shared = fs->kf_shared,
 	    .kb_cred = kv_fs_cred(io->io_req),
 	    .kb_changed = name_changed,
 	    .kb_arg = &ch,
@@ -538,6 +548,9 @@ static int do_batch(struct ioc *io, enum kv_ioc_kind kind, struct kvfs_ioc_batch
 
 	if (kv_ctl_is(io->io_ino))
 		return -ENOTDIR;
+	if (fs->kf_shared)
+		b.kb_remote =
+		    (struct kv_batch_remote){shared_lookup, shared_prefetch, fs->kf_shared};
 	b.kb_dir = kv_fs_inode(fs, io->io_ino);
 	if (!kv_inode_is_dir(b.kb_dir))
 		return -ENOTDIR;

@@ -10,7 +10,8 @@
  * what the rest of kvfs may rely on; rados/shared.c lists the files that
  * keep it. The tier calls down to rados/rados.h for every librados call;
  * the store calls it through the hooks it installs (kv_store_set_hooks),
- * fs/ and core/batch.c through the functions below.
+ * fs/ through the functions below, and core/batch.c through the table
+ * (struct kv_batch_remote) fs/ioctl.c fills with two of them.
  *
  * The objects (drawn in rados/rados_format.h):
  *

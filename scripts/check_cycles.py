@@ -1,25 +1,38 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""check_cycles.py — fails when the product's .c files call each other in a circle.
+"""check_cycles.py — fails on a cycle of calls or includes in the product, or between its folders.
 
-DESIGN.md: "No cycle of calls between .c files". Includes alone do not show
-a cycle (a module may be declared in another's header), so this reads the
-definitions themselves:
+DESIGN.md: "No cycle of calls between .c files", and issue 28: the include
+graph has no cycle, and dependencies between folders flow one way. Three
+checks, each printed with the edges that tie every cycle it finds:
 
-1. Universal Ctags (Debian's `universal-ctags`) lists every function and
-   global variable each product .c file defines (fs/ core/ ssd/ gpu/
-   client/ rados/, never tests/ or examples/). A static definition is
-   visible in its own file only, so it never ties two files; a name defined
-   non-static in several files is reported (and tied to each of them).
-2. Each .c file is tokenized with its comments, string and character
-   literals and struct/union/enum tags removed; an identifier token that names a non-static definition
-   of another file is a use of that file: an edge from the user to the
-   definer (unless the user defines the name statically itself, which
-   shadows it).
-3. Tarjan's algorithm finds the strongly connected components of that file
-   graph; every component of more than one file is a cycle, printed as
-   `a.c <-> b.c <-> c.c` with, for each edge inside it, the names that tie
-   it.
+1. Calls between .c files. Includes alone do not show such a cycle (a
+   module may be declared in another's header), so this reads the
+   definitions themselves. Universal Ctags (Debian's `universal-ctags`)
+   lists every function and global variable each product .c file defines
+   (fs/ core/ ssd/ gpu/ client/ rados/, never tests/ or examples/). A
+   static definition is visible in its own file only, so it never ties two
+   files; a name defined non-static in several files is reported (and tied
+   to each of them). Each .c file is tokenized with its comments, string
+   and character literals and struct/union/enum tags removed; an
+   identifier token that names a non-static definition of another file is
+   a use of that file: an edge from the user to the definer (unless the
+   user defines the name statically itself, which shadows it). Printed as
+   `a.c <-> b.c`, then `  a.c -> b.c: names` for each edge inside it.
+2. Includes between product files (.c and .h, and the public headers in
+   include/): each `#include "..."` outside comments, resolved as the build
+   does (the including file's folder, then the checkout's root, then
+   include/), is an edge to that file; one that resolves to no file here
+   (a system or generated header) is none. Printed as `a.h <-> b.h`, then
+   `  a.h -> b.h: #include "b.h"`.
+3. Folders: fs, core, ssd, gpu, client, rados (the top folder of each
+   product file). Folder A uses folder B when a file of A includes a file
+   of B, or calls into one (check 1's edges). Printed as `core <-> rados`,
+   then for each edge inside it `  core -> rados:` and, one a line, the
+   includes and calls that make it.
+
+Tarjan's algorithm finds the strongly connected components of each graph:
+every component of more than one node is a cycle.
 
 Usage: check_cycles.py [--root DIR] [DIR ...]   (default: the checkout this
 script sits in, and the folders above). Exits 0 with no cycle, 1 with one,
@@ -36,6 +49,7 @@ import sys
 
 PRODUCT_DIRS = ("fs", "core", "ssd", "gpu", "client", "rados")
 EXCLUDED = ("tests", "examples")
+PUBLIC_INCLUDE = "include"  # the public ABI's headers, on the build's include path
 
 # Comments, string and character literals, in one pass so that a quote in a
 # comment or a comment marker in a string is never misread.
@@ -58,8 +72,8 @@ def strip_source(text):
     return _STRIP.sub(blank, text)
 
 
-def product_files(root, dirs):
-    """The product .c files under root/dirs, as paths relative to root, sorted."""
+def product_files(root, dirs, exts=(".c",)):
+    """The product files (names ending in one of exts) under root/dirs, relative to root, sorted."""
     out = []
     for d in dirs:
         top = os.path.join(root, d)
@@ -68,9 +82,9 @@ def product_files(root, dirs):
         for cur, subdirs, files in os.walk(top):
             subdirs[:] = sorted(s for s in subdirs if s not in EXCLUDED)
             for f in files:
-                if f.endswith(".c"):
-                    out.append(os.path.relpath(os.path.join(cur, f), root))
-    return sorted(out)
+                if f.endswith(exts):
+                    out.append(os.path.normpath(os.path.relpath(os.path.join(cur, f), root)))
+    return sorted(set(out))
 
 
 def definitions(root, files):
@@ -165,6 +179,77 @@ def build_graph(root, files):
     return {f: {g: sorted(ns) for g, ns in e.items()} for f, e in edges.items()}, duplicates
 
 
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"\n]+)"', re.M)
+
+
+def strip_comments(text):
+    """text with comments replaced by a space (newlines kept), literals left as they are."""
+    def blank(m):
+        t = m.group(0)
+        if t[0] in "\"'":
+            return t
+        return " " + "\n" * t.count("\n")
+    return _STRIP.sub(blank, text)
+
+
+def resolve_include(root, path, spelt):
+    """The file `#include "spelt"` in path names, relative to root, or None.
+
+    Searched as the build does: path's own folder, then the root (every
+    target's include directory), then include/ (the public headers').
+    """
+    for base in (os.path.dirname(path), "", PUBLIC_INCLUDE):
+        cand = os.path.normpath(os.path.join(base, spelt))
+        if cand.startswith(".." + os.sep) or os.path.isabs(cand):
+            continue
+        if os.path.isfile(os.path.join(root, cand)):
+            return cand
+    return None
+
+
+def include_graph(root, files):
+    """{a: {b: [spellings]}}: the files of `files` each one includes with #include "...".
+
+    Only edges between files of `files`; an include outside them (a system
+    or generated header, a test's) is not followed.
+    """
+    known = set(files)
+    edges = {f: {} for f in files}
+    for f in files:
+        with open(os.path.join(root, f), encoding="utf-8", errors="replace") as fh:
+            text = strip_comments(fh.read())
+        for spelt in _INCLUDE.findall(text):
+            g = resolve_include(root, f, spelt)
+            if g in known and g != f:
+                edges[f].setdefault(g, set()).add(spelt)
+    return {f: {g: sorted(sp) for g, sp in e.items()} for f, e in edges.items()}
+
+
+def folder_of(path):
+    """The product folder a file belongs to: its top folder."""
+    return path.split(os.sep, 1)[0]
+
+
+def folder_graph(calls, includes, folders):
+    """{A: {B: [tie lines]}}: folder A uses folder B, and the includes and calls that make it.
+
+    Only folders in `folders` (include/'s headers belong to none).
+    """
+    ties = {d: {} for d in folders}
+    for a, e in includes.items():
+        for b, spelt in e.items():
+            fa, fb = folder_of(a), folder_of(b)
+            if fa != fb and fa in ties and fb in ties:
+                for sp in spelt:
+                    ties[fa].setdefault(fb, []).append('%s: #include "%s"' % (a, sp))
+    for a, e in calls.items():
+        for b, names in e.items():
+            fa, fb = folder_of(a), folder_of(b)
+            if fa != fb and fa in ties and fb in ties:
+                ties[fa].setdefault(fb, []).append("%s -> %s: %s" % (a, b, ", ".join(names)))
+    return {a: {b: sorted(t) for b, t in e.items()} for a, e in ties.items()}
+
+
 def tarjan(nodes, edges):
     """Strongly connected components of the graph, each sorted, iteratively."""
     index = {}
@@ -213,6 +298,27 @@ def tarjan(nodes, edges):
     return comps
 
 
+def report(nodes, edges, show):
+    """Prints each cycle of the graph and, by show(a, b, tie), its edges; returns the cycles."""
+    cycles = sorted(c for c in tarjan(nodes, edges) if len(c) > 1)
+    for c in cycles:
+        print(" <-> ".join(c))
+        members = set(c)
+        for a in c:
+            for b in sorted(edges[a]):
+                if b in members:
+                    show(a, b, edges[a][b])
+    return cycles
+
+
+def summary(cycles, what, nodes, nedges, uses):
+    """The closing line of one check."""
+    if cycles:
+        return "check_cycles: %d cycle(s) among %d %s (%d %s)" % (len(cycles), nodes, what,
+                                                                nedges, uses)
+    return "check_cycles: no cycle among %d %s (%d %s)" % (nodes, what, nedges, uses)
+
+
 def main(argv=None):
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -224,26 +330,38 @@ def main(argv=None):
         print("check_cycles: ctags not found (install universal-ctags)", file=sys.stderr)
         return 2
     root = os.path.abspath(args.root)
+
+    # 1. calls between .c files
     files = product_files(root, args.dirs)
     edges, duplicates = build_graph(root, files)
     for n in sorted(duplicates):
         print("warning: %s defined non-static in %s" % (n, ", ".join(duplicates[n])))
-    cycles = [c for c in tarjan(files, edges) if len(c) > 1]
-    cycles.sort()
-    for c in cycles:
-        print(" <-> ".join(c))
-        members = set(c)
-        for a in c:
-            for b in sorted(edges[a]):
-                if b in members:
-                    print("  %s -> %s: %s" % (a, b, ", ".join(edges[a][b])))
-    nedges = sum(len(e) for e in edges.values())
-    if cycles:
-        print("check_cycles: %d cycle(s) among %d .c files (%d uses between files)"
-              % (len(cycles), len(files), nedges))
-        return 1
-    print("check_cycles: no cycle among %d .c files (%d uses between files)" % (len(files), nedges))
-    return 0
+    call_cycles = report(files, edges, lambda a, b, names: print(
+        "  %s -> %s: %s" % (a, b, ", ".join(names))))
+    print(summary(call_cycles, ".c files", len(files),
+                  sum(len(e) for e in edges.values()), "uses between files"))
+
+    # 2. includes between .c and .h files (and include/'s headers)
+    sources = product_files(root, args.dirs, (".c", ".h"))
+    sources = sorted(set(sources + product_files(root, [PUBLIC_INCLUDE], (".h",))))
+    incs = include_graph(root, sources)
+    inc_cycles = report(sources, incs, lambda a, b, spelt: print(
+        "  %s -> %s: %s" % (a, b, ", ".join('#include "%s"' % sp for sp in spelt))))
+    print(summary(inc_cycles, ".c and .h files", len(sources),
+                  sum(len(e) for e in incs.values()), "includes between files"))
+
+    # 3. folders, through includes and calls
+    folders = sorted({folder_of(f) for f in sources if folder_of(f) != PUBLIC_INCLUDE})
+    ties = folder_graph(edges, incs, folders)
+
+    def show_ties(a, b, lines):
+        print("  %s -> %s:" % (a, b))
+        for t in lines:
+            print("    " + t)
+    dir_cycles = report(folders, ties, show_ties)
+    print(summary(dir_cycles, "folders", len(folders),
+                  sum(len(e) for e in ties.values()), "uses between folders"))
+    return 1 if call_cycles or inc_cycles or dir_cycles else 0
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test suite: install what is missing, then
 #   0. scripts/check_cycles.py: no cycle of calls between the product's .c
-#      files (the layers of README.md, "Source layout"), before any build;
+#      files (the layers of README.md, "Source layout"), of includes between
+#      its files, or of either between its folders, before any build;
 #   1. a Release build with every test (unit, integration on real mounts, fio);
 #   2. the unit tests and the tests labelled asan (the ioctl path) again under
 #      AddressSanitizer + UndefinedBehaviorSanitizer;
@@ -18,7 +19,7 @@ cd "$root"
 kvfs_install_deps
 jobs=$(nproc)
 
-echo "== check_cycles: no cycle of calls between the product's .c files"
+echo "== check_cycles: no cycle of calls or includes between the product's files or folders"
 python3 scripts/check_cycles.py
 
 build() { # dir, cmake args...

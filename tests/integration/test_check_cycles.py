@@ -11,7 +11,16 @@
 - tests/ and examples/ are not product code: a test calling back into the
   product makes no cycle;
 - a name defined non-static in two files is reported, not a crash;
-- the checkout itself has no cycle.
+- two headers including each other (one by its own folder, one from the
+  root): exit 1, the include cycle and its spellings; includes resolved
+  in include/, of missing (system, generated) headers, or in a comment
+  tie nothing; without the back edge, exit 0;
+- two folders using each other with no cycle between files: core/ calling
+  into and including rados/, rados/ calling and including core/: exit 1,
+  `core <-> rados` and every include and call that ties it; core/ given a
+  callback table instead (as core/batch.h's kv_batch_remote): exit 0;
+- a folder cycle of includes alone, and one of calls alone, each exit 1;
+- the checkout itself has no cycle of any kind.
 
 Needs no mount (nothing here touches FUSE); skipped (77) without ctags.
 Run as `python3 test_check_cycles.py [--kvfs PATH]`: --kvfs is accepted and
@@ -187,12 +196,121 @@ class CheckCyclesTest(unittest.TestCase):
         self.assertIn("warning: twice defined non-static in core/a.c, gpu/b.c", out)
         self.assertIn("(2 uses between files)", out)
 
+    def test_include_cycle(self):
+        self.write("core/a.h", """
+            /* #include "c.h" is a comment, not an include */
+            #include <stdio.h>
+            #include "b.h"
+            #include "core/generated_config.h"
+            #include "kvfs/pub.h"
+            """)
+        self.write("core/b.h", '#include "core/a.h"\n')
+        self.write("core/c.h", '#include "a.h"\n')
+        self.write("core/a.c", '#include "core/a.h"\nint a_fn(void) { return 0; }\n')
+        self.write("include/kvfs/pub.h", "struct pub { int n; };\n")
+        rc, out = self.check()
+        self.assertEqual(rc, 1, out)
+        self.assertIn("core/a.h <-> core/b.h\n", out)
+        self.assertIn('  core/a.h -> core/b.h: #include "b.h"\n', out)
+        self.assertIn('  core/b.h -> core/a.h: #include "core/a.h"\n', out)
+        self.assertNotIn("core/c.h <->", out)  # includes the cycle, not part of it
+        self.assertIn("check_cycles: 1 cycle(s) among 5 .c and .h files "
+                      "(5 includes between files)\n", out)
+        self.assertIn("no cycle among 1 .c files", out)  # the calls are fine
+        self.write("core/b.h", "struct b { int n; };\n")
+        rc, out = self.check()
+        self.assertEqual(rc, 0, out)
+        self.assertNotIn("<->", out)
+        self.assertIn("check_cycles: no cycle among 5 .c and .h files "
+                      "(4 includes between files)\n", out)
+
+    def test_folder_cycle(self):
+        # No two files call each other, nor include each other: the folders
+        # do, core/batch.c using rados/ and rados/shared.c using core/.
+        self.write("core/store.h", "int kv_store_lookup(const char *name);\n")
+        self.write("core/store.c", """
+            #include "core/store.h"
+            int kv_store_lookup(const char *name) { return name[0]; }
+            """)
+        self.write("core/batch.c", """
+            #include "core/store.h"
+            #include "rados/shared.h"
+            int kv_batch_lookup(const char *name)
+            {
+                return kv_shared_lookup(name) ?: kv_store_lookup(name);
+            }
+            """)
+        self.write("rados/shared.h", "int kv_shared_lookup(const char *name);\n")
+        self.write("rados/shared.c", """
+            #include "core/store.h"
+            #include "rados/shared.h"
+            int kv_shared_lookup(const char *name) { return kv_store_lookup(name) > 0; }
+            """)
+        rc, out = self.check()
+        self.assertEqual(rc, 1, out)
+        self.assertIn("no cycle among 3 .c files (3 uses between files)\n", out)
+        self.assertIn("no cycle among 5 .c and .h files", out)
+        self.assertIn("core <-> rados\n"
+                      "  core -> rados:\n"
+                      "    core/batch.c -> rados/shared.c: kv_shared_lookup\n"
+                      '    core/batch.c: #include "rados/shared.h"\n'
+                      "  rados -> core:\n"
+                      "    rados/shared.c -> core/store.c: kv_store_lookup\n"
+                      '    rados/shared.c: #include "core/store.h"\n', out)
+        self.assertIn("check_cycles: 1 cycle(s) among 2 folders (2 uses between folders)\n", out)
+        # core/ asks through a table its caller fills: it no longer knows rados/.
+        self.write("core/batch.c", """
+            #include "core/store.h"
+            struct kv_batch_remote { int (*br_lookup)(const char *name); };
+            int kv_batch_lookup(const struct kv_batch_remote *r, const char *name)
+            {
+                return (r->br_lookup ? r->br_lookup(name) : 0) ?: kv_store_lookup(name);
+            }
+            """)
+        rc, out = self.check()
+        self.assertEqual(rc, 0, out)
+        self.assertNotIn("<->", out)
+        self.assertIn("check_cycles: no cycle among 2 folders (1 uses between folders)\n", out)
+
+    def test_folder_cycle_of_includes_alone(self):
+        self.write("fs/fs.h", '#include "core/store.h"\n')
+        self.write("core/store.h", "struct kv_store;\n")
+        self.write("core/notify.h", '#include "fs/notify.h"\n')
+        self.write("fs/notify.h", "struct kv_notify;\n")
+        rc, out = self.check()
+        self.assertEqual(rc, 1, out)
+        self.assertIn("no cycle among 4 .c and .h files (2 includes between files)\n", out)
+        self.assertIn("core <-> fs\n", out)
+        self.assertIn('    core/notify.h: #include "fs/notify.h"\n', out)
+        self.assertIn('    fs/fs.h: #include "core/store.h"\n', out)
+        self.assertIn("1 cycle(s) among 2 folders", out)
+
+    def test_folder_cycle_of_calls_alone(self):
+        self.write("core/a.c", "int ssd_b(void);\nint core_a(void) { return ssd_b(); }\n")
+        self.write("ssd/b.c", "int ssd_b(void) { return 1; }\n")
+        self.write("ssd/c.c", "int core_d(void);\nint ssd_c(void) { return core_d(); }\n")
+        self.write("core/d.c", "int core_d(void) { return 2; }\n")
+        self.write("gpu/e.c", "int core_a(void);\nint gpu_e(void) { return core_a(); }\n")
+        rc, out = self.check()
+        self.assertEqual(rc, 1, out)
+        self.assertIn("no cycle among 5 .c files (3 uses between files)\n", out)
+        self.assertIn("core <-> ssd\n"
+                      "  core -> ssd:\n"
+                      "    core/a.c -> ssd/b.c: ssd_b\n"
+                      "  ssd -> core:\n"
+                      "    ssd/c.c -> core/d.c: core_d\n", out)
+        self.assertNotIn("gpu <->", out)  # uses the cycle, not part of it
+        self.assertIn("1 cycle(s) among 3 folders (3 uses between folders)", out)
+
     def test_the_tree_has_no_cycle(self):
         # The checkout itself: its layers call only down (README.md, "Source layout").
         r = subprocess.run([sys.executable, SCRIPT], stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, universal_newlines=True, timeout=120)
         self.assertEqual(r.returncode, 0, r.stdout)
-        self.assertIn("check_cycles: no cycle among ", r.stdout)
+        self.assertIn(" .c files (", r.stdout)
+        self.assertIn(" .c and .h files (", r.stdout)
+        self.assertIn(" folders (", r.stdout)
+        self.assertEqual(r.stdout.count("check_cycles: no cycle among "), 3, r.stdout)
 
 
 def main():
