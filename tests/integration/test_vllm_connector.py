@@ -41,6 +41,13 @@ it in the LBNHC order: not contiguous):
   each reported once by get_kv_connector_stats, rebuilt, aggregated and
   reduced as vLLM's logger does, and served through prometheus_client as
   vllm:kvfs_* counters and histograms;
+- layer by layer (kvfs_load "layer"): each layer's block a key of its
+  own, under keys an asynchronous engine never matches; a hit loads in
+  the request's first step, started before its forward, one get per layer
+  in the forward's order, and each layer's attention finds its blocks
+  there (with a daemon slow to answer); a block missing one layer is
+  reported by id and saved again; other kvfs_load values, and layer by
+  layer with two KV-cache groups, are refused;
 - the daemon killed between steps: no call raises, lookups match nothing,
   saves and loads are counted as failed and the loads' blocks reported to
   vLLM; after a remount the same connector hits again.
@@ -52,6 +59,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kvfstest  # noqa: E402
@@ -120,20 +128,28 @@ class Engine:
         self.finished = set()  # finished_req_ids of the next step
         self.reports = []  # the worker's stats, each step's (KVConnectorOutput)
 
-    def forward(self, meta, compute):
+    def forward(self, meta, compute, sync_loads=False, on_layer=None):
         """The worker's side of a step: 'compute' (request, block index)
         pairs; returns the step's KVConnectorOutput, also handed to the
-        scheduler side."""
+        scheduler side. sync_loads: the step's SchedulerOutput has
+        has_sync_kv_loads (the loads start before the forward);
+        on_layer(layer): called as the layer's attention would run, once
+        wait_for_layer_load returned."""
         w = self.worker
         w.handle_preemptions(meta)
         w.bind_connector_metadata(meta)
+        if sync_loads:
+            w.start_load_kv(None)
         for layer, name in enumerate(LAYER_NAMES):
             w.wait_for_layer_load(name)
+            if on_layer:
+                on_layer(layer)
             for req, b in compute:
                 self.caches[name][self.blocks[req.request_id][b]] = content(
                     req.block_hashes[b], layer, self.shape)
             w.save_kv_layer(name, self.caches[name], None)
-        w.start_load_kv(None)
+        if not sync_loads:
+            w.start_load_kv(None)
         w.wait_for_save()
         res = w.get_transfer_results(self.finished)
         self.finished = set()
@@ -172,19 +188,22 @@ class Engine:
         assert out.finished_recving == {req.request_id}, out.finished_recving
         return out.invalid_block_ids
 
-    def prefill(self, req, chunk=None):
+    def prefill(self, req, chunk=None, on_layer=None):
         """Schedules req's prompt (in chunks of `chunk` tokens); returns the
-        matched tokens and the load errors."""
+        matched tokens and the load errors. A hit loads asynchronously, or
+        (the connector answering load-async False) in the request's first
+        step, before its forward (on_layer: see forward)."""
         matched, load_async = self.sched.get_num_new_matched_tokens(req, 0)
-        assert load_async is (matched > 0), (matched, load_async)
+        layerwise = self.worker.layerwise
+        assert load_async is (matched > 0 and not layerwise), (matched, load_async)
         need = -(-req.num_prompt_tokens // BS)
         ids = [self.free.pop(0) for _ in range(need)]
         self.blocks[req.request_id] = ids
         errors = set()
-        if matched:
+        if matched and not layerwise:
             errors = self.load(req, matched)
         else:
-            self.sched.update_state_after_alloc(req, V.kv_blocks(ids), 0)
+            self.sched.update_state_after_alloc(req, V.kv_blocks(ids), matched)
         req.num_computed_tokens = matched
         first = True
         while req.num_computed_tokens < req.num_prompt_tokens:
@@ -192,15 +211,18 @@ class Engine:
             if first:
                 out = V.scheduler_output(
                     new=[V.NewRequestData.from_request(req, (list(ids),))],
-                    num_scheduled={req.request_id: n})
+                    num_scheduled={req.request_id: n}, sync_loads=bool(matched and layerwise))
             else:
                 out = V.scheduler_output(cached=V.CachedRequestData(
                     [req.request_id], set(), [[]], {}, [None], [req.num_computed_tokens], [0]),
                     num_scheduled={req.request_id: n})
             start, end = req.num_computed_tokens // BS, (req.num_computed_tokens + n) // BS
-            self.forward(self.sched.build_connector_meta(out),
-                         [(req, b) for b in range(start, min(end, len(req.block_hashes)))
-                          if b >= matched // BS])
+            res = self.forward(self.sched.build_connector_meta(out),
+                               [(req, b) for b in range(start, min(end, len(req.block_hashes)))
+                                if b >= matched // BS],
+                               sync_loads=out.has_sync_kv_loads,
+                               on_layer=on_layer if first else None)
+            errors |= set(res.invalid_block_ids)
             req.num_computed_tokens += n
             first = False
         return matched, errors
@@ -564,6 +586,105 @@ class ConnectorTest(kvfstest.KvfsTestCase):
                     sys.modules[n] = m
         self.assertIn("-tp2-pp4/g0-", c.key("ab"))
         self.assertTrue(c.key("ab").endswith("/r1.3/ab"), c.key("ab"))
+
+    def layer_file(self, eng, h, layer):
+        """The bytes of a layer's block in kvfs, layer by layer, as (H, BS, 2D)."""
+        with open(os.path.join(self.m.mnt, eng.worker.key(bytes(h).hex()), str(layer)),
+                  "rb") as f:
+            data = f.read()
+        return torch.frombuffer(bytearray(data), dtype=torch.bfloat16).view(
+            BS, H, 2 * D).permute(1, 0, 2)
+
+    def test_layer_by_layer(self):
+        a = Engine(self, self.m.mnt, load="layer")
+        r = request("a", list(range(3000, 3000 + 12 * BS + 3)))
+        self.assertEqual(a.prefill(r, chunk=5 * BS), (0, set()))
+        a.finish(r)
+        self.assertEqual(a.worker.stats()["saved_blocks"], 12)
+        self.assertEqual(a.worker.stats()["saved_bytes"], 12 * LAYERS * BS * H * 2 * D * 2)
+        # each layer's block is a key of its own, under a spec of its own
+        key = a.worker.key(bytes(r.block_hashes[0]).hex())
+        self.assertIn("-layerwise/", key)
+        self.assertEqual(sorted(os.listdir(os.path.join(self.m.mnt, key))),
+                         [str(layer) for layer in range(LAYERS)])
+        for layer in range(LAYERS):
+            self.assertTrue(torch.equal(self.layer_file(a, r.block_hashes[7], layer),
+                                        content(r.block_hashes[7], layer)), layer)
+        # an engine loading asynchronously never sees them
+        c = Engine(self, self.m.mnt)
+        self.assertEqual(c.sched.get_num_new_matched_tokens(request("c", r.all_token_ids), 0),
+                         (0, False))
+
+        b = Engine(self, self.m.mnt, load="layer")
+        sentinel = torch.full_like(b.raw, 7)
+        b.raw.copy_(sentinel)
+        client = b.worker._open()[0]
+        real, gets = client.get, []
+
+        def slow(names, **kw):  # a slow daemon: a layer's blocks land 50 ms after it is asked
+            gets.append(names[0].rsplit("/", 1)[1])
+            time.sleep(0.05)
+            return real(names, **kw)
+        client.get = slow
+        r2 = request("b", list(r.all_token_ids) + list(range(9000, 9000 + 4 * BS)))
+        seen = []
+
+        def on_layer(layer):  # the layer's attention runs: its loaded blocks must be there
+            ids = b.blocks["b"]
+            seen.append(all(torch.equal(self.layer_block(b, layer, ids[j]),
+                                        content(r.block_hashes[j], layer)) for j in range(12)))
+        self.assertEqual(b.prefill(r2, on_layer=on_layer), (12 * BS, set()))
+        self.assertEqual(seen, [True] * LAYERS)
+        self.assertEqual(gets, [str(layer) for layer in range(LAYERS)])  # the forward's order
+        ids = b.blocks["b"]
+        for layer in range(LAYERS):
+            for i in range(NUM_BLOCKS):
+                got = self.layer_block(b, layer, i)
+                if i in ids[:12]:
+                    want = content(r.block_hashes[ids.index(i)], layer)
+                elif i in ids[12:16]:
+                    want = content(r2.block_hashes[ids.index(i)], layer)
+                else:
+                    want = sentinel[layer, i].permute(1, 0, 2)
+                self.assertTrue(torch.equal(got, want), "layer %d block %d" % (layer, i))
+        st = b.worker.stats()
+        self.assertEqual((st["loaded_blocks"], st["saved_blocks"], st["failed_loads"]),
+                         (12, 4, 0))
+
+    def test_layer_by_layer_load_error(self):
+        a = Engine(self, self.m.mnt, load="layer")
+        r = request("a", list(range(5000, 5000 + 8 * BS + 1)))
+        a.prefill(r)
+        a.finish(r)
+        os.unlink(os.path.join(self.m.mnt, a.worker.key(bytes(r.block_hashes[5]).hex()), "2"))
+        b = Engine(self, self.m.mnt, load="layer")
+        r2 = request("b", list(r.all_token_ids))
+        matched, errors = b.prefill(r2)
+        # the block that lost a layer is reported by id, for vLLM to recompute; the rest loaded
+        self.assertEqual((matched, errors), (8 * BS, {b.blocks["b"][5]}))
+        st = b.worker.stats()
+        self.assertEqual((st["loaded_blocks"], st["failed_loads"]), (7, 1))
+        for layer in range(LAYERS):
+            for j in (0, 4, 6, 7):
+                self.assertTrue(torch.equal(self.layer_block(b, layer, b.blocks["b"][j]),
+                                            content(r.block_hashes[j], layer)), (layer, j))
+        self.assertEqual(b.sched._tracks["b"].stored, 5)  # from block 5 on: saved again
+
+    def test_layer_by_layer_config(self):
+        from kvfs import vllm as kc
+        conf = V.vllm_config(self.m.mnt, load="sometimes")
+        with self.assertRaises(kc.ConfigError) as e:
+            kc.KvfsConnector(conf, kc.KVConnectorRole.WORKER,
+                             V.kv_cache_config(NUM_BLOCKS, LAYER_NAMES, spec()))
+        self.assertIn("kvfs_load", str(e.exception))
+        two = V.kv_cache_config(NUM_BLOCKS, None, None, groups=[
+            (LAYER_NAMES[:2], spec()), (LAYER_NAMES[2:], spec())])
+        with self.assertRaises(kc.ConfigError) as e:
+            kc.KvfsConnector(V.vllm_config(self.m.mnt, load="layer", hybrid=True),
+                             kc.KVConnectorRole.WORKER, two)
+        self.assertIn("one KV-cache group", str(e.exception))
+        self.assertTrue(kc.KvfsConnector.requires_piecewise_for_cudagraph({"kvfs_load": "layer"}))
+        self.assertFalse(kc.KvfsConnector.requires_piecewise_for_cudagraph({}))
 
     def test_refused_without_hash_seed(self):
         from kvfs import vllm as kc

@@ -318,11 +318,14 @@ class SchedulerOutput:
 
 
 def scheduler_output(new=(), cached=None, num_scheduled=None, spec=None, finished=(),
-                     preempted=()):
+                     preempted=(), sync_loads=False):
+    """sync_loads: a request the step schedules has a load the connector
+    answered (n, False) for (vLLM starts the loads before the forward)."""
     num_scheduled = dict(num_scheduled or {})
     return SchedulerOutput(list(new), cached or CachedRequestData.make_empty(), num_scheduled,
                            sum(num_scheduled.values()), dict(spec or {}), {}, [0],
-                           set(finished), [], preempted_req_ids=set(preempted))
+                           set(finished), [], preempted_req_ids=set(preempted),
+                           has_sync_kv_loads=sync_loads)
 
 
 # --- vllm/v1/outputs.py -----------------------------------------------------
@@ -345,8 +348,10 @@ class KVConnectorOutput:
 
 
 def vllm_config(kvfs_path, model="org/tiny-llm", block_size=16, tp_size=1, pp_size=1,
-                tp_rank=0, pp_rank=0, cache_dtype="auto", hybrid=False):
+                tp_rank=0, pp_rank=0, cache_dtype="auto", hybrid=False, load=None):
     extra = {"kvfs_path": kvfs_path, "tp_rank": tp_rank, "pp_rank": pp_rank}
+    if load is not None:
+        extra["kvfs_load"] = load
     return NS(kv_transfer_config=NS(kv_connector="KvfsConnector",
                                     kv_connector_module_path="kvfs.vllm", kv_role="kv_both",
                                     kv_connector_extra_config=extra, is_kv_producer=True),

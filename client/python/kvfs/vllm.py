@@ -11,7 +11,8 @@ Enable it once the kvfs package is installed (pip install ./client/python):
         "kv_connector_extra_config": {"kvfs_path": "/mnt/kvfs"}}'
 
 kv_connector_extra_config: kvfs_path (a directory in a kvfs mount,
-required); model (the key prefix; default: the served model's name).
+required); model (the key prefix; default: the served model's name);
+kvfs_load ("async", the default, or "layer": how hits load, below).
 client/python/vllm-interface.md is the vLLM interface this follows, read
 from vLLM's source (0.2x to 0.33: both shapes of CachedRequestData, the
 connector constructor with and without kv_cache_config).
@@ -75,6 +76,19 @@ waits for its load.
 Events. Once every worker reports a finished request's saves landed
 (finished_sending), take_events gives vLLM a BlockStored of its saved
 blocks (vLLM's block hashes, their tokens, medium "KVFS").
+
+Layer by layer (kvfs_load: "layer"), the alternative measured against the
+asynchronous loads (scripts/bench.sh vllm) and not the default: each
+layer's block is a key of its own (<block hash>/<layer>, under a <spec>
+ending in "-layerwise", so the two never share keys), a hit is loaded
+in the step that schedules the request (get_num_new_matched_tokens answers
+(tokens, False); vLLM starts the load before the forward), one batch get
+per layer in the forward's order, and wait_for_layer_load returns once
+its layer is in memory, so the forward of the first layers overlaps the
+loads of the later ones. A save puts the layers last to first, so a
+block whose first layer is there was saved whole; lookups ask for it. It
+needs vLLM's kv_cache_config and one KV-cache group (a failed load is
+reported by block id, which several groups' blocks share).
 
 Stats. get_kv_connector_stats reports what was counted since the last call
 (COUNTERS, and the seconds of each batch load and save); vLLM logs them and,
@@ -499,8 +513,18 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
         self.tp_size = int(getattr(par, "tensor_parallel_size", 1))
         self.pp_size = int(getattr(par, "pipeline_parallel_size", 1))
         self.num_blocks = getattr(kv_cache_config, "num_blocks", None)
-        self.prefix = "%s/%s" % (str(model).replace("/", "--"), _spec(vllm_config,
-                                                                      kv_cache_config))
+        self.layerwise = extra.get("kvfs_load", "async") == "layer"
+        if extra.get("kvfs_load", "async") not in ("async", "layer"):
+            raise ConfigError("kvfs connector: kvfs_load is \"async\" or \"layer\", not %r"
+                              % (extra["kvfs_load"],))
+        if self.layerwise and (len(self.groups) > 1 or
+                               any(g.layers is None for g in self.groups)):
+            raise ConfigError("kvfs connector: kvfs_load \"layer\" needs one KV-cache group "
+                              "and vLLM's kv_cache_config (this model has %d groups): use "
+                              "\"async\"" % self.num_groups)
+        self.prefix = "%s/%s%s" % (str(model).replace("/", "--"),
+                                   _spec(vllm_config, kv_cache_config),
+                                   "-layerwise" if self.layerwise else "")
         # _lock guards _client, _layouts, _stale, _logged, _stats and _report: the
         # scheduler's or worker's thread and the connector's threads all use them
         self._lock = threading.Lock()
@@ -517,8 +541,7 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
         self._allocated = set()  # load destinations since the last step, for its fence
         # worker side
         self._kv_caches = None  # layer name -> tensor, kept to register again
-        self._layouts = None  # group index -> kvfs layout of its layers
-        self._block_bytes = {}  # group index -> bytes of one block of every layer of it
+        self._layouts = None  # group index -> its layouts (_register)
         self._saves = _Queue("kvfs-saves", self._save)
         self._loads_q = _Queue("kvfs-loads", self._load)
         # _xfer_lock guards what the saves' and loads' threads report to the worker
@@ -534,6 +557,9 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
         self._load_failed = {}  # request id -> block ids its load could not fill
         self._load_errors = set()  # block ids of failed loads get_finished reported
         self._fenced = None  # the metadata whose allocated blocks _fence waited for
+        self._layers_in = {}  # layerwise: layer name -> Event set once the step's load of
+        # it is done (or failed); replaced by each start_load_kv, read by the forward
+        self._layer_seq = 0  # layerwise: the loads' batch of the step
         self._stats = dict.fromkeys(COUNTERS, 0)  # since the start
         self._report = KvfsConnectorStats()  # since the last get_kv_connector_stats
 
@@ -544,6 +570,11 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
         return "%s/%s/r%d.%d/%s" % (self.prefix, g.name,
                                     self.tp_rank if tp_rank is None else tp_rank,
                                     self.pp_rank if pp_rank is None else pp_rank, h)
+
+    def _probe(self, h, group, tp_rank, pp_rank):
+        """The key a lookup asks for: the block's, or layer by layer its first
+        layer's (saved last)."""
+        return self.key(h, group, tp_rank, pp_rank) + ("/0" if self.layerwise else "")
 
     def _group(self, idx):
         return next(g for g in self.groups if g.idx == idx)
@@ -631,7 +662,7 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
             if not g.hit_blocks:
                 for tp, pp in self._ranks():
                     if n:
-                        n = min(n, client.lookup([self.key(h, g, tp, pp)
+                        n = min(n, client.lookup([self._probe(h, g, tp, pp)
                                                   for h in hashes[:n]]).prefix)
         present = {}  # (group, rank, block) -> held, as looked up
         while n:
@@ -641,7 +672,8 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
                     window = range(max(0, n - g.hit_blocks), n)
                     ask = [j for j in window if (g.idx, rank, j) not in present]
                     if ask:
-                        res = client.lookup([self.key(hashes[j], g, *rank) for j in ask])
+                        res = client.lookup([self._probe(hashes[j], g, *rank)
+                                             for j in ask])
                         for j, r in zip(ask, res.results):
                             present[g.idx, rank, j] = r >= 0
                     missing = max([missing] + [j for j in window if not present[g.idx, rank, j]])
@@ -652,7 +684,8 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
 
     def get_num_new_matched_tokens(self, request, num_computed_tokens):
         """(Tokens past num_computed_tokens that every rank holds in kvfs,
-        True): the load runs in the background (get_finished reports it)."""
+        True): the load runs in the background (get_finished reports it);
+        layer by layer False: it runs in the step that schedules the request."""
         if not self.groups:
             return 0, False
         # The last prompt token is always computed: only blocks before it count.
@@ -672,7 +705,7 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
         t.stored = max(t.stored, hit)  # held already: never saved again
         self._computed[request.request_id] = num_computed_tokens
         tokens = max(0, hit * self.block_size - num_computed_tokens)
-        return tokens, tokens > 0
+        return tokens, tokens > 0 and not self.layerwise
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens):
         if num_external_tokens <= 0:
@@ -775,8 +808,16 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
         failed = set(getattr(connector_output, "failed_recving", None) or ())
         bad = set(getattr(connector_output, "invalid_block_ids", None) or ())
         for rid, t in self._tracks.items():
-            if t.loading is None or rid not in (getattr(connector_output, "finished_recving",
-                                                        None) or ()):
+            if t.loading is None:
+                continue
+            if self.layerwise:  # loaded within its step: never in finished_recving
+                if bad:
+                    first, ids = t.loading
+                    lost = [first + j for j, b in enumerate(ids) if b in bad]
+                    if lost:
+                        t.stored = min(t.stored, lost[0])
+                continue
+            if rid not in (getattr(connector_output, "finished_recving", None) or ()):
                 continue
             first, ids = t.loading
             t.loading = None
@@ -833,11 +874,13 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
     # ---------------- worker side ----------------
 
     def _register(self, client, kv_caches):
-        """Registers each allocation once and, per group, one layout of its
-        layers' block runs; returns the layouts by group index."""
+        """Registers each allocation once and, per group, the layouts its
+        blocks move by; returns {group index: [(layer name or None, layout,
+        bytes of a block in it, key suffix)]}: one layout over the group's
+        layers, or layer by layer one per layer (suffix /<its index>)."""
         regions, layouts = {}, {}
         for g in self.groups:
-            segs = []
+            layers = []  # (name, its block runs as layout segments)
             names = [n for n in g.layers if n in kv_caches] if g.layers is not None \
                 else list(kv_caches)
             for name in names:
@@ -850,17 +893,20 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
                 addr, nbytes = kvblocks.allocation(t)
                 if addr not in regions:
                     regions[addr] = self._region(client, t, addr, nbytes)
-                for off, length in geo.runs:
-                    segs.append((regions[addr], t.data_ptr() - addr + off, geo.block_stride,
-                                 length))
-            if not segs:
+                layers.append((name, [(regions[addr], t.data_ptr() - addr + off,
+                                       geo.block_stride, length) for off, length in geo.runs]))
+            if not layers:
                 continue
+            if self.layerwise:
+                layouts[g.idx] = [(name, client.layout(segs), sum(s[3] for s in segs),
+                                   "/%d" % i) for i, (name, segs) in enumerate(layers)]
+                continue
+            segs = [seg for _, mine in layers for seg in mine]
             if len(segs) > kvfs.LAYOUT_MAX_SEGS:
                 raise ConfigError("kvfs connector: a block of every layer of KV-cache group %d "
                                   "is %d ranges; a kvfs layout holds %d"
                                   % (g.idx, len(segs), kvfs.LAYOUT_MAX_SEGS))
-            self._block_bytes[g.idx] = sum(length for _, _, _, length in segs)
-            layouts[g.idx] = client.layout(segs)
+            layouts[g.idx] = [(None, client.layout(segs), sum(s[3] for s in segs), "")]
         return layouts
 
     @staticmethod
@@ -904,25 +950,34 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
     _COUNT = {"load": ("loaded_blocks", "loaded_bytes", "failed_loads"),
               "save": ("saved_blocks", "saved_bytes", "failed_saves")}
 
-    def _move(self, what, by_group, call):
-        """Runs call(client, layout, names, ids) per group, counts; returns
-        the (group, block id)s that failed."""
+    def _move(self, what, by_group, call, layer_done=None):
+        """Runs call(client, layout, names, ids) per group, and layer by
+        layer per layer in the forward's order (a save: the reverse),
+        telling layer_done(name) after each; counts; returns the (group,
+        block id)s that failed (a block fails when any of its layers does)."""
         blocks, nbytes, failures = self._COUNT[what]
         failed = set()
         for gi, (names, ids) in by_group.items():
+            ok = [True] * len(names)
+            moved = 0
             try:
                 client, layouts = self._open()
-                layout = (layouts or {}).get(gi)
-                if layout is None:
+                units = (layouts or {}).get(gi)
+                if units is None:
                     raise OSError(errno.ENODEV, "no memory registered for KV-cache group %d" % gi)
-                results = call(client, layout, names, ids)
+                for layer, layout, size, suffix in (units if what == "load" else units[::-1]):
+                    results = call(client, layout, [n + suffix for n in names], ids)
+                    # a save finding the block there already stored it
+                    for i, r in enumerate(results):
+                        ok[i] = ok[i] and (r >= 0 or (what == "save" and r == -errno.EEXIST))
+                    moved += size * sum(1 for r in results if r >= 0)
+                    if layer_done is not None:
+                        layer_done(layer)
             except OSError as e:
                 self._failed(what, e)
-                results = [-errno.EIO] * len(names)
-            # a save finding the block there already stored it
-            ok = [r >= 0 or (what == "save" and r == -errno.EEXIST) for r in results]
+                ok = [False] * len(names)
             self._count(blocks, sum(ok))
-            self._count(nbytes, self._block_bytes.get(gi, 0) * sum(1 for r in results if r >= 0))
+            self._count(nbytes, moved)
             self._count(failures, len(ok) - sum(ok))
             failed.update((gi, b) for b, good in zip(ids, ok) if not good)
         return failed
@@ -947,24 +1002,41 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
 
     def start_load_kv(self, forward_context, **kwargs):
         """Hands the step's loads to the loads' thread and returns:
-        get_finished reports each request once its blocks are in memory."""
+        get_finished reports each request once its blocks are in memory;
+        layer by layer (vLLM calls this before the forward then),
+        wait_for_layer_load returns once its layer is."""
         meta = self._connector_metadata
         if isinstance(meta, KvfsConnectorMetadata):
             self._fence(meta)  # vLLM before handle_preemptions: before the forward here
         reqs, by_group = self._batch(True)
+        if self.layerwise:
+            self._layers_in = {}
         if not reqs:
+            return
+        if self.layerwise:
+            self._layers_in = {name: threading.Event() for name in self._kv_caches or ()}
+            self._layer_seq = self._loads_q.put((reqs, by_group, self._layers_in))
             return
         with self._xfer_lock:
             for rid in reqs:
                 self._recving[rid] = self._recving.get(rid, 0) + 1
-        self._loads_q.put((reqs, by_group))
+        self._loads_q.put((reqs, by_group, None))
 
     def _load(self, batch, seq):
-        reqs, by_group = batch
+        reqs, by_group, layers_in = batch
         t0 = time.monotonic()
-        failed = self._move("load", by_group, lambda c, layout, names, ids: c.get(
-            names, layout=layout, blocks=ids).results)
+        try:
+            failed = self._move("load", by_group, lambda c, layout, names, ids: c.get(
+                names, layout=layout, blocks=ids).results,
+                layers_in and (lambda name: layers_in[name].set() if name in layers_in else None))
+        finally:
+            for ev in (layers_in or {}).values():  # a load that failed is done too
+                ev.set()
         self._timed("load_seconds", time.monotonic() - t0)
+        if layers_in is not None:  # within the step: reported by block id, not by request
+            with self._xfer_lock:
+                self._load_errors.update(b for _, b in failed)
+            return
         with self._xfer_lock:
             for rid, mine in reqs.items():
                 if mine & failed:
@@ -977,13 +1049,28 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
     def get_block_ids_with_load_errors(self):
         """Block ids of loads get_finished reported that failed (vLLM
         recomputes them). With several KV-cache groups, whose block ids
-        overlap, failures go by request instead (get_transfer_results)."""
+        overlap, failures go by request instead (get_transfer_results);
+        layer by layer, the step's own load's, once it is done (the forward
+        may not have waited for every layer)."""
+        if self.layerwise:
+            self._loads_q.wait(self._layer_seq)
         with self._xfer_lock:
             failed, self._load_errors = self._load_errors, set()
         return failed
 
     def wait_for_layer_load(self, layer_name):
-        return  # a request runs once its load finished (get_finished): nothing to wait for
+        """Layer by layer: until the step's load of this layer is done.
+        Otherwise a request runs once its load finished (get_finished):
+        nothing to wait for."""
+        ev = self._layers_in.get(layer_name)
+        if ev is not None:
+            ev.wait()
+
+    @classmethod
+    def requires_piecewise_for_cudagraph(cls, extra_config):
+        """Layer by layer, the forward calls wait_for_layer_load between its
+        layers: CUDA graphs must be piecewise."""
+        return (extra_config or {}).get("kvfs_load") == "layer"
 
     def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs):
         return  # one layout spans all layers: the whole block is saved in wait_for_save
