@@ -55,8 +55,10 @@
 #   vllm     the vLLM connector (scripts/bench_vllm.py): decode steps that save
 #            blocks next to the same steps not saving; a 32-layer,
 #            1,000-block prefix loaded through the connector next to
-#            kvfs-bench gets of the same bytes (shm and proc regions); the
-#            lookup of a 4,000-block prompt (p50, p99).
+#            kvfs-bench gets of the same bytes (shm and proc regions; 7
+#            rounds, medians); the lookup of a 4,000-block prompt (p50,
+#            p99); a hit loaded asynchronously, by a step that waits for
+#            it, and layer by layer, in turn (medians of 3).
 #
 #   scripts/bench.sh [dram] [ssd] [ioctl] [gc] [meta] [cow] [rados] [vllm] [--keys=N]  (default: every part)
 # KVFS_BIN=PATH runs another kvfs binary (a "before" build) instead of build/kvfs.

@@ -15,13 +15,17 @@ next to a baseline measured in the same run:
    medians compared (one load of 500 MiB is ~0.15 s: a single sample next
    to another moves by a third on a shared machine);
 3. the lookup of a 4,000-block prompt (p50, p99);
-4. asynchronous loads next to synchronous ones: 8 requests decode while a
-   9th arrives with a 500-block hit; the connector loads it in the
-   background (the engine keeps stepping, the request runs once
-   get_finished reports it) next to the same loop whose loading step waits
-   for the load, as a synchronous load makes it: the decode steps' time
-   over the loop, and the 9th request's time from arrival to its first
-   step, and the longest decode step (the stall a synchronous load makes).
+4. the three ways a hit can load, in turn, OVERLAP_ROUNDS times (medians):
+   8 requests decode (a forward of 32 layers) while a 9th arrives with a
+   500-block hit; the connector loads it in the background (the engine
+   keeps stepping, the request runs once get_finished reports it: "async",
+   the default), the same with the step that starts the load waiting for
+   it ("sync", as a synchronous load stalls a step), and layer by layer
+   (kvfs_load "layer": the request runs in the step it arrives, its load
+   started before that forward and each layer waiting for its own
+   blocks): the decode steps' time over the loop, the longest step (the
+   stall), and the 9th request's time from arrival to the end of its first
+   step (its first token), each as a ratio to "async".
 
 Usage: bench_vllm.py MNT KVFS_BENCH (PYTHONPATH: client/python and
 tests/integration; PYTHONHASHSEED set).
@@ -41,11 +45,12 @@ from kvfs import vllm as kc
 
 LAYERS, BS, H, D = 32, 16, 4, 64  # a block of every layer: 32 x 16 x 4 x 128 x 2 = 512 KiB
 LOAD_ROUNDS = 7  # loads through the connector, each next to a kvfs-bench get: medians
+OVERLAP_ROUNDS = 3  # the three ways of loading, in turn: medians
 NAMES = ["model.layers.%d.self_attn.attn" % i for i in range(LAYERS)]
 
 
-def engine(mnt, num_blocks, tag):
-    conf = V.vllm_config(mnt, model="bench/" + tag, block_size=BS)
+def engine(mnt, num_blocks, tag, load=None):
+    conf = V.vllm_config(mnt, model="bench/" + tag, block_size=BS, load=load)
     spec = V.FullAttentionSpec(block_size=BS, num_kv_heads=H, head_size=D, dtype=torch.bfloat16)
     kcc = V.kv_cache_config(num_blocks, NAMES, spec)
     sched = kc.KvfsConnector(conf, kc.KVConnectorRole.SCHEDULER, kcc)
@@ -57,20 +62,36 @@ def engine(mnt, num_blocks, tag):
 
 def step(sched, worker, out, compute, sync_load=False):
     """One engine step in vLLM's order; returns the requests whose loads
-    were reported done. sync_load: the step waits for its loads."""
+    were reported done. compute(worker): the forward. sync_load: the step
+    waits for its loads."""
     meta = sched.build_connector_meta(out)
     worker.handle_preemptions(meta)
     worker.bind_connector_metadata(meta)
-    compute()
-    worker.start_load_kv(None)
+    if out.has_sync_kv_loads:  # loads the forward needs: started before it
+        worker.start_load_kv(None)
+    compute(worker)
+    if not out.has_sync_kv_loads:
+        worker.start_load_kv(None)
     if sync_load:
         worker._loads_q.wait()
     worker.wait_for_save()
     res = worker.get_transfer_results(set())
     worker.clear_connector_metadata()
     sched.update_connector_output(V.KVConnectorOutput(finished_sending=res.finished_sending,
-                                                      finished_recving=res.finished_recving))
+                                                      finished_recving=res.finished_recving,
+                                                      invalid_block_ids=worker.
+                                                      get_block_ids_with_load_errors()))
     return res.finished_recving
+
+
+def layered(work):
+    """A forward of LAYERS layers, each waiting for its layer's load (a
+    no-op but layer by layer) before its share of the work."""
+    def forward(worker):
+        for name in NAMES:
+            worker.wait_for_layer_load(name)
+            work @ work
+    return forward
 
 
 def decode(mnt, save, steps=48, nreq=8):
@@ -89,7 +110,7 @@ def decode(mnt, save, steps=48, nreq=8):
         sched.update_state_after_alloc(r, V.kv_blocks(blocks[r.request_id]), 0)
     step(sched, worker, V.scheduler_output(
         new=[V.NewRequestData.from_request(r, (blocks[r.request_id],)) for r in reqs],
-        num_scheduled={r.request_id: r.num_prompt_tokens for r in reqs}), lambda: None)
+        num_scheduled={r.request_id: r.num_prompt_tokens for r in reqs}), lambda w: None)
     for r in reqs:
         r.num_computed_tokens = r.num_prompt_tokens
     work = torch.ones(256, 256)
@@ -105,7 +126,7 @@ def decode(mnt, save, steps=48, nreq=8):
             [r.request_id for r in reqs], set(), [[] for _ in reqs], {},
             [([nb],) for _, nb in new], [r.num_computed_tokens for r in reqs], [s] * nreq),
             num_scheduled={r.request_id: BS for r in reqs})
-        step(sched, worker, out, lambda: [work @ work for _ in range(20)])  # the "forward"
+        step(sched, worker, out, lambda w: [work @ work for _ in range(20)])  # the "forward"
         for r in reqs:
             r.num_computed_tokens += BS
     elapsed = time.monotonic() - t0
@@ -125,7 +146,7 @@ def load(mnt, rounds, nblocks=1000):
     sched.get_num_new_matched_tokens(r, 0)
     sched.update_state_after_alloc(r, V.kv_blocks(ids), 0)
     step(sched, worker, V.scheduler_output(new=[V.NewRequestData.from_request(r, (ids,))],
-                                           num_scheduled={"p": nblocks * BS + 1}), lambda: None)
+                                           num_scheduled={"p": nblocks * BS + 1}), lambda w: None)
     worker.shutdown()
     sched.shutdown()
     sched, worker, raw = engine(mnt, nblocks + 2, "load")
@@ -176,12 +197,14 @@ def lookup(mnt, nblocks=4000):
     return times[len(times) // 2], times[min(len(times) - 1, int(len(times) * 0.99))]
 
 
-def overlap(mnt, sync, nreq=8, hit=500, steps=40, arrive=5):
-    """(seconds of `steps` decode steps of nreq requests, seconds from the
-    arrival of a request with a `hit`-block prefix in kvfs to its first
-    step), loads asynchronous or synchronous."""
+def overlap(mnt, mode, nreq=8, hit=500, steps=40, arrive=5):
+    """(seconds of `steps` decode steps of nreq requests, the longest step,
+    seconds from the arrival of a request with a `hit`-block prefix in kvfs
+    to the end of its first step), its load asynchronous ("async"),
+    waited for by the step that starts it ("sync"), or layer by layer
+    within its first step ("layer")."""
     nb = hit + 2 + nreq * 2
-    sched, worker, raw = engine(mnt, nb, "overlap")
+    sched, worker, raw = engine(mnt, nb, "overlap", load="layer" if mode == "layer" else None)
     hasher = V.get_request_block_hasher(BS)
     tokens = list(range(1, hit * BS + 2))
     if not sched.get_num_new_matched_tokens(V.Request("seed", tokens, block_hasher=hasher), 0)[0]:
@@ -189,7 +212,7 @@ def overlap(mnt, sync, nreq=8, hit=500, steps=40, arrive=5):
         ids = list(range(1, hit + 2))
         sched.update_state_after_alloc(seed, V.kv_blocks(ids), 0)
         step(sched, worker, V.scheduler_output(new=[V.NewRequestData.from_request(
-            seed, (ids,))], num_scheduled={"seed": len(tokens)}), lambda: None)
+            seed, (ids,))], num_scheduled={"seed": len(tokens)}), lambda w: None)
         worker.drain()
         sched.request_finished(seed, ids)
     reqs = [V.Request("d%d" % i, [i * 7919 + t for t in range(3)], block_hasher=hasher)
@@ -199,40 +222,43 @@ def overlap(mnt, sync, nreq=8, hit=500, steps=40, arrive=5):
         sched.update_state_after_alloc(r, V.kv_blocks([hit + 2 + i]), 0)
     step(sched, worker, V.scheduler_output(
         new=[V.NewRequestData.from_request(r, ([hit + 2 + i],)) for i, r in enumerate(reqs)],
-        num_scheduled={r.request_id: 3 for r in reqs}), lambda: None)
+        num_scheduled={r.request_id: 3 for r in reqs}), lambda w: None)
     for r in reqs:
         r.num_computed_tokens = 3
     torch.set_num_threads(1)  # the "GPU": one core, the other for the daemon and the connector
-    work = torch.ones(256, 256)
+    forward = layered(torch.ones(128, 128))  # 32 layers: ~4 matmuls of 256 x 256 a step
     new = V.Request("new", tokens, block_hasher=hasher)
     arrived = first = None
-    done_new = False
+    ready = False  # the new request may run this step
     decode_s, longest = 0.0, 0.0
     for s in range(steps):
-        new_reqs, sched_new = [], {}
+        new_reqs, sched_new, sync = [], {}, False
         if s == arrive:
             arrived = time.monotonic()
-            matched, _ = sched.get_num_new_matched_tokens(new, 0)
-            assert matched == hit * BS, matched
+            matched, load_async = sched.get_num_new_matched_tokens(new, 0)
+            assert matched == hit * BS and load_async is (mode != "layer"), (matched, load_async)
             sched.update_state_after_alloc(new, V.kv_blocks(list(range(1, hit + 2))), matched)
-        if done_new and first is None:
+            ready = sync = mode == "layer"  # it runs now, its load before the forward
+        running = ready and first is None
+        if running:
             new.num_computed_tokens = hit * BS
             new_reqs = [V.NewRequestData.from_request(new, (list(range(1, hit + 2)),))]
             sched_new = {"new": 1}
-            first = time.monotonic() - arrived
         out = V.scheduler_output(new=new_reqs, cached=V.CachedRequestData(
             [r.request_id for r in reqs], set(), [[] for _ in reqs], {}, [None] * nreq,
             [r.num_computed_tokens for r in reqs], [s] * nreq),
-            num_scheduled=dict({r.request_id: 1 for r in reqs}, **sched_new))
+            num_scheduled=dict({r.request_id: 1 for r in reqs}, **sched_new), sync_loads=sync)
         t0 = time.monotonic()
-        got = step(sched, worker, out, lambda: [work @ work for _ in range(4)],
-                   sync_load=sync)
+        got = step(sched, worker, out, forward, sync_load=mode == "sync")
         decode_s += time.monotonic() - t0
         longest = max(longest, time.monotonic() - t0)
-        done_new = done_new or "new" in (got or ())
+        if running:
+            first = time.monotonic() - arrived
+        ready = ready or "new" in (got or ())
         for r in reqs:
             r.num_computed_tokens += 1
     assert first is not None, "the loaded request never ran"
+    assert not worker.stats()["failed_loads"]
     worker.shutdown()
     sched.shutdown()
     return decode_s, longest, first
@@ -271,16 +297,19 @@ def main():
         res["load"]["ratio_to_%s" % region] = round(mine / statistics.median(mib_s), 3)
     p50, p99 = lookup(mnt)
     res["lookup_4000_blocks_ms"] = {"p50": round(p50 * 1000, 3), "p99": round(p99 * 1000, 3)}
-    overlap(mnt, False)  # puts the prefix in kvfs
-    a_steps, a_long, a_first = overlap(mnt, False)
-    s_steps, s_long, s_first = overlap(mnt, True)
-    res["loads_async_vs_sync"] = {
-        "decode_steps_s_async": round(a_steps, 3), "decode_steps_s_sync": round(s_steps, 3),
-        "decode_steps_ratio": round(a_steps / s_steps, 3),
-        "longest_step_s_async": round(a_long, 3), "longest_step_s_sync": round(s_long, 3),
-        "longest_step_ratio": round(a_long / s_long, 3),
-        "first_step_s_async": round(a_first, 3), "first_step_s_sync": round(s_first, 3),
-        "first_step_ratio": round(a_first / s_first, 3)}
+    modes = ("async", "sync", "layer")
+    for mode in ("async", "layer"):
+        overlap(mnt, mode)  # puts the prefix in kvfs (layer by layer: keys of its own)
+    runs = {m: [] for m in modes}
+    for _ in range(OVERLAP_ROUNDS):  # interleaved, medians
+        for mode in modes:
+            runs[mode].append(overlap(mnt, mode))
+    res["loads"] = {}
+    for i, what in enumerate(("decode_steps_s", "longest_step_s", "first_step_s")):
+        mid = {m: statistics.median(r[i] for r in runs[m]) for m in modes}
+        res["loads"][what] = {m: round(v, 4) for m, v in mid.items()}
+        res["loads"][what]["layer_to_async"] = round(mid["layer"] / mid["async"], 3)
+        res["loads"][what]["sync_to_async"] = round(mid["sync"] / mid["async"], 3)
     print(json.dumps(res, indent=1))
     return 0
 
