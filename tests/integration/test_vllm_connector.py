@@ -48,6 +48,9 @@ it in the LBNHC order: not contiguous):
   there (with a daemon slow to answer); a block missing one layer is
   reported by id and saved again; other kvfs_load values, and layer by
   layer with two KV-cache groups, are refused;
+- cross-layer blocks (one tensor of every layer, blocks outermost, as
+  vLLM allocated them): a block is one range, and its keys load byte for
+  byte into per-layer tensors of the same backend;
 - the daemon killed between steps: no call raises, lookups match nothing,
   saves and loads are counted as failed and the loads' blocks reported to
   vLLM; after a remount the same connector hits again.
@@ -297,6 +300,7 @@ class ConnectorTest(kvfstest.KvfsTestCase):
                 else:
                     want = sentinel[layer, i].permute(1, 0, 2)
                 self.assertTrue(torch.equal(got, want), "layer %d block %d" % (layer, i))
+        b.worker.drain()  # the saves land in the background
         self.assertEqual(b.worker.stats()["loaded_blocks"], 40)
         self.assertEqual(b.worker.stats()["saved_blocks"], 24)  # the 40 held are not saved again
 
@@ -647,6 +651,7 @@ class ConnectorTest(kvfstest.KvfsTestCase):
                 else:
                     want = sentinel[layer, i].permute(1, 0, 2)
                 self.assertTrue(torch.equal(got, want), "layer %d block %d" % (layer, i))
+        b.worker.drain()  # the saves of the 4 blocks computed land in the background
         st = b.worker.stats()
         self.assertEqual((st["loaded_blocks"], st["saved_blocks"], st["failed_loads"]),
                          (12, 4, 0))
@@ -685,6 +690,50 @@ class ConnectorTest(kvfstest.KvfsTestCase):
         self.assertIn("one KV-cache group", str(e.exception))
         self.assertTrue(kc.KvfsConnector.requires_piecewise_for_cudagraph({"kvfs_load": "layer"}))
         self.assertFalse(kc.KvfsConnector.requires_piecewise_for_cudagraph({}))
+
+    def test_cross_layer_blocks(self):
+        """vLLM's cross-layer blocks as allocate_uniform_kv_caches made them
+        (FlashAttention, blocks first, NHD: one contiguous (B, L, 2, N, H, D)
+        tensor, each layer a (B, 2, N, H, D) view of it) save under the
+        same keys, byte for byte, as per-layer tensors of that backend."""
+        import kvfs
+        segs = []
+        real = kvfs.Client.layout
+
+        def spy(client, segments):
+            segs.append(list(segments))
+            return real(client, segments)
+        kvfs.Client.layout = spy
+        self.addCleanup(setattr, kvfs.Client, "layout", real)
+        a = Engine(self, self.m.mnt)
+        self.assertTrue(a.worker.prefer_cross_layer_blocks)
+        cross = torch.zeros(NUM_BLOCKS, LAYERS, 2, BS, H, D, dtype=torch.bfloat16)
+        del segs[:]
+        a.worker.register_cross_layers_kv_cache(cross, None)
+        self.assertEqual([[s[2:] for s in lay] for lay in segs],
+                         [[(LAYERS * 2 * BS * H * D * 2, LAYERS * 2 * BS * H * D * 2)]])
+        a.raw, a.shape = cross, (2, BS, H, D)
+        a.caches = {n: cross.permute(1, 0, 2, 3, 4, 5)[i] for i, n in enumerate(LAYER_NAMES)}
+        r = request("a", list(range(7000, 7000 + 6 * BS + 1)))
+        a.prefill(r)
+        a.finish(r)
+        self.assertEqual(a.worker.stats()["saved_blocks"], 6)
+
+        b = Engine(self, self.m.mnt)
+        mine = {n: torch.zeros(NUM_BLOCKS, 2, BS, H, D, dtype=torch.bfloat16)
+                for n in LAYER_NAMES}  # an allocation per layer
+        del segs[:]
+        b.worker.register_kv_caches(mine)
+        self.assertEqual(len(segs[0]), LAYERS)  # a range per layer
+        b.caches, b.shape = mine, (2, BS, H, D)
+        matched, errors = b.prefill(request("b", list(r.all_token_ids)))
+        self.assertEqual((matched, errors), (6 * BS, set()))
+        for layer, name in enumerate(LAYER_NAMES):
+            for j in range(6):
+                self.assertTrue(torch.equal(mine[name][b.blocks["b"][j]],
+                                            content(r.block_hashes[j], layer, (2, BS, H, D))),
+                                (layer, j))
+        self.assertFalse(Engine(self, self.m.mnt, load="layer").worker.prefer_cross_layer_blocks)
 
     def test_refused_without_hash_seed(self):
         from kvfs import vllm as kc

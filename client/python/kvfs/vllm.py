@@ -50,7 +50,11 @@ where block b lies (kvfs.blocks: any layout, views included; a kernel
 block size that divides the scheduler's), registers each allocation once
 (vLLM backs a group's layers with one buffer) and, per group, one kvfs
 layout over the group's layers: a key is block b of every layer of its
-group, moved by the daemon with one batch put or get per group.
+group, moved by the daemon with one batch put or get per group. Ranges
+that meet are one layout segment, so a block-outermost cache (vLLM's
+cross-layer blocks, prefer_cross_layer_blocks and
+register_cross_layers_kv_cache where vLLM has them; the BLHNC and BLNHC
+layouts after) moves each block as one run.
 
 Failures never reach vLLM. A daemon that is gone, a mount that is not
 there, ENOSPC or any other error from kvfs is logged once per kind,
@@ -421,6 +425,23 @@ def _hash_block_size(vllm_config, kv_cache_config):
     sizes = {g.kv_cache_spec.block_size for g in
              getattr(kv_cache_config, "kv_cache_groups", None) or []}
     return math.gcd(*sizes) if len(sizes) > 1 else vllm_config.cache_config.block_size
+
+
+CROSS_LAYERS = "<every layer>"  # the name register_cross_layers_kv_cache's tensor goes by
+
+
+def _merged(segs):
+    """Layout segments with each one that starts where the one before it
+    ends (same region, same block stride) folded into it: the same bytes in
+    the same order, fewer ranges (a block-outermost cache: one)."""
+    out = []
+    for reg, base, stride, length in segs:
+        if out and out[-1][0] is reg and out[-1][2] == stride and \
+                out[-1][1] + out[-1][3] == base:
+            out[-1] = (reg, out[-1][1], stride, out[-1][3] + length)
+        else:
+            out.append((reg, base, stride, length))
+    return out
 
 
 def _check_hash_seed():
@@ -881,7 +902,8 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
         regions, layouts = {}, {}
         for g in self.groups:
             layers = []  # (name, its block runs as layout segments)
-            names = [n for n in g.layers if n in kv_caches] if g.layers is not None \
+            names = [CROSS_LAYERS] if CROSS_LAYERS in kv_caches else \
+                [n for n in g.layers if n in kv_caches] if g.layers is not None \
                 else list(kv_caches)
             for name in names:
                 t = kv_caches[name]
@@ -901,7 +923,7 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
                 layouts[g.idx] = [(name, client.layout(segs), sum(s[3] for s in segs),
                                    "/%d" % i) for i, (name, segs) in enumerate(layers)]
                 continue
-            segs = [seg for _, mine in layers for seg in mine]
+            segs = _merged([seg for _, mine in layers for seg in mine])
             if len(segs) > kvfs.LAYOUT_MAX_SEGS:
                 raise ConfigError("kvfs connector: a block of every layer of KV-cache group %d "
                                   "is %d ranges; a kvfs layout holds %d"
@@ -915,6 +937,21 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
             return client.register_device(addr, nbytes)
         import ctypes
         return client.register((ctypes.c_char * nbytes).from_address(addr))
+
+    @property
+    def prefer_cross_layer_blocks(self):
+        """vLLM from November 2025 to its layout refactor of 2026 (later:
+        the block-outermost layouts BLHNC, BLNHC): one tensor whose block b
+        holds every layer's, exactly one kvfs value. Not layer by layer."""
+        return not self.layerwise
+
+    def register_cross_layers_kv_cache(self, kv_cache, attn_backend=None):
+        """Instead of register_kv_caches when prefer_cross_layer_blocks: the
+        one tensor of every layer, blocks in its first dimension."""
+        if self.layerwise:
+            raise ConfigError("kvfs connector: kvfs_load \"layer\" moves each layer's blocks "
+                              "and takes per-layer tensors, not one across layers")
+        self.register_kv_caches({CROSS_LAYERS: kv_cache})
 
     def register_kv_caches(self, kv_caches):
         """kv_caches: layer name -> tensor, in any layout (kvfs.blocks): one
