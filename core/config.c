@@ -169,6 +169,7 @@ int kv_config_render(const struct kv_config *cfg, char **buf, size_t *len)
 	fprintf(f, "trace = %s\n", cfg->kc_trace ? cfg->kc_trace : "off");
 	fprintf(f, "metrics = %s\n", cfg->kc_metrics ? cfg->kc_metrics : "off");
 	fprintf(f, "gpu = %s\n", kv_dev_mode_name((enum kv_dev_mode)cfg->kc_gpu));
+	fprintf(f, "uring = %s\n", cfg->kc_uring == 1 ? "on" : cfg->kc_uring == 2 ? "off" : "auto");
 #ifdef KVFS_FAULTS
 	fprintf(f, "faults = on\n"); /* KVFS_FAULT crash points compiled in (a test build) */
 #else

@@ -23,6 +23,7 @@
 #include "core/obj.h"
 #include "rados/shared.h"
 #include "fs/metrics.h"
+#include "fs/uring.h"
 #include "gpu/dev.h"
 
 const char *const kv_ctl_names[] = {"stats", "config", "ctl", "metrics", NULL};
@@ -115,6 +116,27 @@ static int add_rados_stats(struct kv_fs *fs, char **extra)
 	return 0;
 }
 
+/* Appends the "fuse" section: which transport serves the requests, and how many each took. */
+static int add_uring_stats(struct kv_fs *fs, char **extra)
+{
+	struct kv_uring_stats us;
+	char *n;
+
+	kv_uring_stats(fs->kf_uring, &us);
+	if (asprintf(&n,
+		     "%s%s\"fuse\": {\"transport\": \"%s\", \"uring_queues\": %u, "
+		     "\"uring_depth\": %u, \"uring_requests\": %" PRIu64
+		     ", \"dev_requests\": %" PRIu64 ", \"uring_refused\": %" PRIu64 "}",
+		     *extra ? *extra : "", *extra ? ",\n " : "",
+		     us.us_active ? "io_uring" : "dev_fuse", us.us_active ? us.us_queues : 0,
+		     us.us_active ? us.us_depth : 0, us.us_ring_reqs, us.us_dev_reqs,
+		     us.us_refused) < 0)
+		return -ENOMEM;
+	free(*extra);
+	*extra = n;
+	return 0;
+}
+
 static int render_stats(struct kv_fs *fs, char **buf, size_t *len)
 {
 	struct kv_pool *pool = kv_store_pool(fs->kf_store);
@@ -148,6 +170,8 @@ static int render_stats(struct kv_fs *fs, char **buf, size_t *len)
 	err = add_gc_stats(fs, &u, &extra);
 	if (!err)
 		err = add_rados_stats(fs, &extra);
+	if (!err)
+		err = add_uring_stats(fs, &extra);
 	if (err) {
 		free(extra);
 		return err;
@@ -173,14 +197,21 @@ static int render_stats(struct kv_fs *fs, char **buf, size_t *len)
 
 static int render_config(struct kv_fs *fs, char **buf, size_t *len)
 {
+	struct kv_uring_stats us;
 	char *cfg, *out;
 	size_t cfg_len;
 	int n, err = kv_config_render(fs->kf_cfg, &cfg, &cfg_len);
 
 	if (err)
 		return err;
-	n = asprintf(&out, "%sgpu_backend = %s\ngpu_devices = %d\nnuma_node_bound = %d\n", cfg,
-		     kv_dev_backend(), kv_dev_count(), kv_pool_node(kv_store_pool(fs->kf_store)));
+	kv_uring_stats(fs->kf_uring, &us);
+	n = asprintf(&out,
+		     "%sgpu_backend = %s\ngpu_devices = %d\nnuma_node_bound = %d\n"
+		     "fuse_transport = %s\nfuse_uring_queues = %u\nfuse_uring_depth = %u\n",
+		     cfg, kv_dev_backend(), kv_dev_count(),
+		     kv_pool_node(kv_store_pool(fs->kf_store)),
+		     us.us_active ? "io_uring" : "/dev/fuse", us.us_active ? us.us_queues : 0,
+		     us.us_active ? us.us_depth : 0);
 	free(cfg);
 	if (n < 0)
 		return -ENOMEM;

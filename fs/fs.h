@@ -22,6 +22,7 @@
 
 struct kv_region_table;
 struct kv_shared;
+struct kv_uring;
 
 struct kv_fs {
 	struct kv_config *kf_cfg; /* immutable while mounted */
@@ -44,6 +45,8 @@ struct kv_fs {
 	struct kv_shared *kf_shared;
 	/* the daemon checks permissions, not the kernel (fs/perm.c); immutable */
 	bool kf_own_perms;
+	/* FUSE over io_uring (fs/uring.h); NULL with --uring=off. Set before the session serves */
+	struct kv_uring *kf_uring;
 };
 
 /* The node id of a store inode: its address, FUSE_ROOT_ID for the root. */

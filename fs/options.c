@@ -10,6 +10,7 @@
 
 #include "core/readahead.h"
 #include "fs/metrics_http.h"
+#include "fs/uring.h"
 #include "gpu/dev.h"
 
 const char kv_options_usage[] =
@@ -50,6 +51,10 @@ const char kv_options_usage[] =
     "                      lru = delete least recently used keys (default: none)\n"
     "  --gpu=auto|cuda|off device backend: cuda = CUDA regions or refuse to start,\n"
     "                      auto = CUDA when a usable device is present (default: auto)\n"
+    "  --uring=auto|on|off carry FUSE requests over io_uring (Linux 6.14+, with\n"
+    "                      /sys/module/fuse/parameters/enable_uring set): auto = when\n"
+    "                      the kernel offers it, else /dev/fuse; on = or refuse to\n"
+    "                      start; off = /dev/fuse only (default: auto)\n"
     "  --rados-pool=POOL   share keys through this Ceph RADOS pool (default: off;\n"
     "                      needs a kvfs built with librados)\n"
     "  --rados-conf=FILE   the cluster's ceph.conf (default: /etc/ceph/ceph.conf)\n"
@@ -311,6 +316,19 @@ static int set_evict(struct kv_config *cfg, const char *val)
 	return 0;
 }
 
+static int set_uring(struct kv_config *cfg, const char *val)
+{
+	if (!strcmp(val, "auto"))
+		cfg->kc_uring = KV_URING_AUTO;
+	else if (!strcmp(val, "on"))
+		cfg->kc_uring = KV_URING_ON;
+	else if (!strcmp(val, "off"))
+		cfg->kc_uring = KV_URING_OFF;
+	else
+		return -EINVAL;
+	return 0;
+}
+
 static int set_gpu(struct kv_config *cfg, const char *val)
 {
 	if (!strcmp(val, "auto"))
@@ -407,6 +425,7 @@ static const struct setting settings[] = {
     {"gc-rate", set_gc_rate},
     {"evict", set_evict},
     {"gpu", set_gpu},
+    {"uring", set_uring},
     {"rados-pool", set_rados_pool},
     {"rados-conf", set_rados_conf},
     {"rados-id", set_rados_id},
