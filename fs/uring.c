@@ -192,29 +192,18 @@ static void prep_cmd(struct kv_uring_ent *e, struct io_uring_sqe *sqe, uint32_t 
 	io_uring_sqe_set_data(sqe, e);
 }
 
-/* Submits one command; 0 or -errno. */
-static int submit_cmd(struct kv_uring_ent *e, uint32_t op, uint64_t commit_id)
-{
-	struct io_uring_sqe *sqe = io_uring_get_sqe(&e->ue_ring);
-	int rc;
-
-	if (!sqe)
-		return -EBUSY;
-	prep_cmd(e, sqe, op, commit_id);
-	do
-		rc = io_uring_submit(&e->ue_ring);
-	while (rc == -EINTR);
-	return rc < 0 ? rc : 0;
-}
-
-/* The next completion's result, or 1 when none came in 200 ms (to look at u_stop). */
+/*
+ * Submits what is queued (if anything) and waits for the next completion,
+ * in one system call: its result, or 1 when none came in 200 ms (to look
+ * at u_stop).
+ */
 static int wait_cmd(struct kv_uring_ent *e, int *res)
 {
 	struct __kernel_timespec ts = {.tv_nsec = 200 * 1000 * 1000};
-	struct io_uring_cqe *cqe;
-	int rc = io_uring_wait_cqe_timeout(&e->ue_ring, &cqe, &ts);
+	struct io_uring_cqe *cqe = NULL;
+	int rc = io_uring_submit_and_wait_timeout(&e->ue_ring, &cqe, 1, &ts, NULL);
 
-	if (rc == -ETIME || rc == -EINTR)
+	if (rc == -ETIME || rc == -EINTR || (rc >= 0 && !cqe))
 		return 1;
 	if (rc < 0)
 		return rc;
@@ -293,8 +282,12 @@ static void serve(struct kv_uring_ent *e)
  */
 static int run_cmd(struct kv_uring_ent *e, uint32_t op, uint64_t commit_id, int *res)
 {
-	int rc = submit_cmd(e, op, commit_id);
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&e->ue_ring);
+	int rc = 0;
 
+	if (!sqe)
+		return -EBUSY; /* one command in flight at a time: cannot happen */
+	prep_cmd(e, sqe, op, commit_id);
 	while (rc == 0 && (rc = wait_cmd(e, res)) == 1)
 		rc = atomic_load(&e->ue_u->u_stop) ? -ECANCELED : 0;
 	return rc;
