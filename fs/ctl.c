@@ -120,18 +120,30 @@ static int add_rados_stats(struct kv_fs *fs, char **extra)
 static int add_uring_stats(struct kv_fs *fs, char **extra)
 {
 	struct kv_uring_stats us;
-	char *n;
+	char *n, *q = NULL;
+	size_t qlen = 0;
+	FILE *f = open_memstream(&q, &qlen);
 
+	if (!f)
+		return -ENOMEM;
 	kv_uring_stats(fs->kf_uring, &us);
+	for (unsigned i = 0; us.us_active && i < us.us_queues && i < KV_URING_STATS_QUEUES; i++)
+		fprintf(f, "%s%" PRIu64, i ? ", " : "", us.us_q_reqs[i]);
+	if (fclose(f))
+		return -ENOMEM;
 	if (asprintf(&n,
 		     "%s%s\"fuse\": {\"transport\": \"%s\", \"uring_queues\": %u, "
 		     "\"uring_depth\": %u, \"uring_requests\": %" PRIu64
-		     ", \"dev_requests\": %" PRIu64 ", \"uring_refused\": %" PRIu64 "}",
+		     ", \"uring_queue_requests\": [%s], \"dev_requests\": %" PRIu64
+		     ", \"dev_interrupts\": %" PRIu64 ", \"uring_refused\": %" PRIu64 "}",
 		     *extra ? *extra : "", *extra ? ",\n " : "",
 		     us.us_active ? "io_uring" : "dev_fuse", us.us_active ? us.us_queues : 0,
-		     us.us_active ? us.us_depth : 0, us.us_ring_reqs, us.us_dev_reqs,
-		     us.us_refused) < 0)
+		     us.us_active ? us.us_depth : 0, us.us_ring_reqs, q, us.us_dev_reqs,
+		     us.us_interrupts, us.us_refused) < 0) {
+		free(q);
 		return -ENOMEM;
+	}
+	free(q);
 	free(*extra);
 	*extra = n;
 	return 0;

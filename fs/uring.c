@@ -110,7 +110,9 @@ struct kv_uring {
 	_Atomic uint32_t u_init_flags2; /* what the kernel offered */
 	_Atomic bool u_init_ext;
 	atomic_bool u_active, u_failed, u_stop;
-	_Atomic uint64_t u_ring_reqs, u_dev_reqs, u_refused;
+	_Atomic uint64_t u_ring_reqs, u_dev_reqs, u_interrupts, u_refused;
+	_Atomic uint64_t *u_q_reqs; /* requests per queue */
+	size_t u_reply_max;	   /* the largest reply payload: u_payload (a test build may lower it) */
 	/* u_lock guards the start (u_started) */
 	pthread_mutex_t u_lock;
 	bool u_started;
@@ -251,6 +253,7 @@ static void serve(struct kv_uring_ent *e)
 
 	memcpy(&ih, e->ue_hdr->in_out, sizeof(ih));
 	atomic_fetch_add_explicit(&u->u_ring_reqs, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&u->u_q_reqs[e->ue_qid], 1, memory_order_relaxed);
 	if (ih.len < sizeof(ih) + psz || psz > u->u_payload ||
 	    (opsz = ih.len - sizeof(ih) - psz) > KV_URING_OP_IN_OUT_SZ) {
 		lay_error(e, id, -EPROTO);
@@ -437,7 +440,7 @@ static ssize_t ring_reply(struct kv_uring *u, struct kv_uring_ent *e, struct iov
 		n += iov[i].iov_len;
 	total = iov[0].iov_len + n;
 	pthread_mutex_lock(&e->ue_lock);
-	if (n > u->u_payload) {
+	if (n > u->u_reply_max) {
 		atomic_fetch_add_explicit(&u->u_refused, 1, memory_order_relaxed);
 		lay_error(e, oh->unique, -EIO);
 		errno = EMSGSIZE;
@@ -468,6 +471,8 @@ static ssize_t hook_read(int fd, void *buf, size_t len, void *userdata)
 
 	if (u && n >= (ssize_t)sizeof(*ih)) {
 		atomic_fetch_add_explicit(&u->u_dev_reqs, 1, memory_order_relaxed);
+		if (ih->opcode == FUSE_INTERRUPT)
+			atomic_fetch_add_explicit(&u->u_interrupts, 1, memory_order_relaxed);
 		if (u->u_mode != KV_URING_OFF && ih->opcode == FUSE_INIT &&
 		    n >= (ssize_t)(sizeof(*ih) + offsetof(struct fuse_init_in, flags2) +
 				   sizeof(uint32_t))) {
@@ -513,7 +518,13 @@ static bool init_reply(struct kv_uring *u, struct iovec *iov, int count)
 	if ((size_t)out->max_pages * 4096 > payload)
 		payload = (size_t)out->max_pages * 4096;
 #ifdef KVFS_HAVE_URING
-	u->u_payload = payload;
+	u->u_payload = u->u_reply_max = payload;
+#ifdef KVFS_FAULTS
+	/* a test build: KVFS_FAULT_URING_REPLY_MAX=N refuses replies over N bytes, as if
+	 * they outgrew the payload buffer (which no reply the kernel asks for can) */
+	if (getenv("KVFS_FAULT_URING_REPLY_MAX"))
+		u->u_reply_max = strtoull(getenv("KVFS_FAULT_URING_REPLY_MAX"), NULL, 10);
+#endif
 	if (make_buffers(u)) {
 		queue_failed(u, "allocating the ring buffers", -ENOMEM);
 		if (u->u_mode == KV_URING_ON)
@@ -576,6 +587,11 @@ int kv_uring_setup(struct fuse_session *se, enum kv_uring_mode mode, unsigned th
 	u->u_nq = possible_cpus();
 	u->u_depth = threads / u->u_nq ? threads / u->u_nq : 1;
 	pthread_mutex_init(&u->u_lock, NULL);
+	u->u_q_reqs = calloc(u->u_nq, sizeof(*u->u_q_reqs));
+	if (!u->u_q_reqs) {
+		kv_uring_stop(u);
+		return -ENOMEM;
+	}
 #ifdef KVFS_HAVE_URING
 	rc = make_entries(u);
 	if (rc) {
@@ -619,6 +635,9 @@ void kv_uring_stats(const struct kv_uring *u, struct kv_uring_stats *s)
 	s->us_ring_reqs = atomic_load(&u->u_ring_reqs);
 	s->us_dev_reqs = atomic_load(&u->u_dev_reqs);
 	s->us_refused = atomic_load(&u->u_refused);
+	s->us_interrupts = atomic_load(&u->u_interrupts);
+	for (unsigned q = 0; q < u->u_nq && q < KV_URING_STATS_QUEUES; q++)
+		s->us_q_reqs[q] = atomic_load(&u->u_q_reqs[q]);
 }
 
 void kv_uring_stop(struct kv_uring *u)
@@ -644,6 +663,7 @@ void kv_uring_stop(struct kv_uring *u)
 		free(e->ue_buf);
 	}
 	free(u->u_ents);
+	free(u->u_q_reqs);
 	pthread_mutex_destroy(&u->u_lock);
 	free(u);
 }

@@ -59,6 +59,8 @@ enum kv_uring_mode {
 
 struct kv_uring;
 
+#define KV_URING_STATS_QUEUES 64
+
 /* What kv_uring_stats() reports. */
 struct kv_uring_stats {
 	bool us_active;		/* the queues serve requests */
@@ -67,6 +69,8 @@ struct kv_uring_stats {
 	uint64_t us_ring_reqs;	/* requests served through the ring */
 	uint64_t us_dev_reqs;	/* requests read from /dev/fuse */
 	uint64_t us_refused;	/* replies too big for the payload buffer */
+	uint64_t us_interrupts; /* INTERRUPTs read from /dev/fuse */
+	uint64_t us_q_reqs[KV_URING_STATS_QUEUES]; /* requests per queue (the first ones) */
 };
 
 /* True when this kvfs was built with liburing. */
