@@ -60,7 +60,17 @@
 #            p99); a hit loaded asynchronously, by a step that waits for
 #            it, and layer by layer, in turn (medians of 3).
 #
-#   scripts/bench.sh [dram] [ssd] [ioctl] [gc] [meta] [cow] [rados] [vllm] [--keys=N]  (default: every part)
+#   uring    FUSE over io_uring (--uring=on) next to the /dev/fuse loop
+#            (--uring=off), the same binary, 3 rounds alternating, fresh
+#            mounts, medians: fio O_DIRECT 4 KiB random reads (1 and 2
+#            jobs) and 1 MiB sequential reads and writes, create+close,
+#            cold stat and rm -rf of min(--keys, 100000) keys, kvfs-bench
+#            batches of 1 and 16 4-KiB keys (put, lookup p50/p99, get); and
+#            libfuse's passthrough_ll example over tmpfs (built here from
+#            Debian's libfuse3-dev examples), 4 KiB random reads, as a generic
+#            FUSE daemon. Sets enable_uring for the run and puts it back.
+#
+#   scripts/bench.sh [dram] [ssd] [ioctl] [gc] [meta] [cow] [rados] [vllm] [uring] [--keys=N]  (default: every part)
 # KVFS_BIN=PATH runs another kvfs binary (a "before" build) instead of build/kvfs.
 # KVFS_BENCH_DIR=DIR puts the data directories (and the baselines' files) on
 # DIR's filesystem instead of the checkout's: to compare filesystems or
@@ -75,12 +85,12 @@ kvfs_install_deps
 parts=() keys=100000
 for a in "$@"; do
 	case $a in
-	dram | ssd | ioctl | gc | meta | cow | rados | vllm) parts+=("$a") ;;
+	dram | ssd | ioctl | gc | meta | cow | rados | vllm | uring) parts+=("$a") ;;
 	--keys=*) keys=${a#*=} ;;
 	*) echo "bench.sh: unknown argument '$a'" >&2; exit 2 ;;
 	esac
 done
-[ ${#parts[@]} -gt 0 ] || parts=(dram ssd ioctl gc meta cow rados vllm)
+[ ${#parts[@]} -gt 0 ] || parts=(dram ssd ioctl gc meta cow rados vllm uring)
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DKVFS_CUDA=OFF -DKVFS_FAULTS=OFF >/dev/null # no crash points
 cmake --build build -j"$(nproc)" --target kvfs kvfs-bench kvfs_shared >/dev/null
 
@@ -648,6 +658,117 @@ bench_vllm() {
 		"$work/mnt" build/kvfs-bench
 	umount_kvfs
 	rm -rf "$work/data"
+}
+
+# fio_iops DIR RW BS JOBS -> IOPS: O_DIRECT, psync, 5 s over the 64 files of 8 MiB
+# the jobs share (u.N, laid out by fio_layout).
+fio_iops() {
+	fio --name=bench --directory="$1" --rw="$2" --bs="$3" --numjobs="$4" --direct=1 \
+		--nrfiles=64 --filesize=8m --openfiles=64 --file_service_type=random \
+		--ioengine=psync --time_based --runtime=5 --group_reporting --fallocate=none \
+		--filename_format='u.$filenum' --output-format=json |
+		python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0]
+print("%.0f" % (j["read"]["iops"] + j["write"]["iops"]))'
+}
+
+# uring_round MODE OUT: one round of every figure on a fresh mount with --uring=MODE,
+# appended to OUT as "figure value" lines.
+uring_round() {
+	local mode=$1 out=$2 n b t0 t1
+	mount_kvfs --uring="$mode" --mem-size=1536M --ssd-size=0
+	python3 -c "import json; t=json.load(open('$work/mnt/.kvfs/stats'))['fuse']['transport']
+assert t == ('io_uring' if '$mode' == 'on' else 'dev_fuse'), t"
+	# 1 MiB sequential writes lay out the files the reads use
+	echo "seq_write_1m_mib_s $(fio_bw "$work/mnt" write 1 0 64 8m 1)" >>"$out"
+	fio --name=bench --directory="$work/mnt" --rw=write --bs=1m --direct=1 --nrfiles=64 \
+		--filesize=8m --fallocate=none --filename_format='u.$filenum' --output=/dev/null
+	echo "seq_read_1m_mib_s $(fio_bw "$work/mnt" read 1 1 64 8m 1)" >>"$out"
+	echo "randread_4k_1job_iops $(fio_iops "$work/mnt" randread 4k 1)" >>"$out"
+	echo "randread_4k_2jobs_iops $(fio_iops "$work/mnt" randread 4k 2)" >>"$out"
+	for b in 1 16; do
+		mkdir -p "$work/mnt/kb$b"
+		build/kvfs-bench --scenario=all --path=ioctl --blocks=$b --layers=1 --layer-bytes=4K \
+			--requests=$((4000 / b)) --json "$work/mnt/kb$b" | python3 -c "
+import json, sys
+for s in json.load(sys.stdin)['scenarios']:
+    k = 'kvfs_bench_b${b}_' + s['scenario']
+    if s['bytes']:
+        print(k + '_mib_s', s['mib_s'])
+    print(k + '_p50_us', s['p50_us'])
+    print(k + '_p99_us', s['p99_us'])" >>"$out"
+	done
+	n=$((keys < 100000 ? keys : 100000))
+	python3 - "$work/mnt/meta" "$n" >>"$out" <<'PY'
+import os, sys, time
+top, n = sys.argv[1], int(sys.argv[2])
+os.mkdir(top)
+for d in range(100):
+    os.mkdir(os.path.join(top, "d%02d" % d))
+names = [os.path.join(top, "d%02d" % (i % 100), "k%06d" % i) for i in range(n)]
+t = time.monotonic()
+for p in names:
+    os.close(os.open(p, os.O_CREAT | os.O_WRONLY, 0o644))
+print("create_close_keys_s", n / (time.monotonic() - t))
+with open("/proc/sys/vm/drop_caches", "w") as f:
+    f.write("2")  # the kernel forgets the names: each stat asks the daemon
+t = time.monotonic()
+for p in names:
+    os.stat(p)
+print("stat_cold_keys_s", n / (time.monotonic() - t))
+PY
+	t0=$(date +%s.%N)
+	rm -rf "$work/mnt/meta"
+	t1=$(date +%s.%N)
+	echo "rm_rf_keys_s $(python3 -c "print($n / ($t1 - $t0))")" >>"$out"
+	umount_kvfs
+	rm -rf "$work/data"
+}
+
+bench_uring() {
+	local param=/sys/module/fuse/parameters/enable_uring was r mode pt_pid
+	printf '\nFUSE over io_uring (--uring=on) next to the /dev/fuse loop (--uring=off):\n'
+	if [ ! -e "$param" ]; then
+		echo "  skipped: this kernel has no FUSE over io_uring ($param is missing)"
+		return
+	fi
+	was=$(cat "$param")
+	echo Y >"$param"
+	for r in 1 2 3; do
+		for mode in off on; do uring_round "$mode" "$work/uring.$mode"; done
+	done
+	echo "$was" >"$param"
+	# a generic FUSE daemon: libfuse's passthrough_ll example over tmpfs
+	gcc -O2 -o "$work/passthrough_ll" /usr/share/doc/libfuse3-dev/examples/passthrough_ll.c \
+		$(pkg-config --cflags --libs fuse3)
+	mkdir -p "$shm/pt" "$work/pt"
+	"$work/passthrough_ll" -f -o source="$shm/pt" "$work/pt" 2>/dev/null &
+	pt_pid=$!
+	for _ in $(seq 100); do mountpoint -q "$work/pt" && break; sleep 0.1; done
+	fio --name=bench --directory="$work/pt" --rw=write --bs=1m --direct=1 --nrfiles=64 \
+		--filesize=8m --fallocate=none --filename_format='u.$filenum' --output=/dev/null
+	for r in 1 2 3; do
+		echo "randread_4k_1job_iops $(fio_iops "$work/pt" randread 4k 1)" >>"$work/uring.pt"
+	done
+	fusermount3 -u "$work/pt"
+	wait "$pt_pid" || true
+	python3 - "$work/uring.on" "$work/uring.off" "$work/uring.pt" <<'PY'
+import statistics, sys
+def load(p):
+    d = {}
+    for line in open(p):
+        k, v = line.split()
+        d.setdefault(k, []).append(float(v))
+    return {k: statistics.median(v) for k, v in d.items()}
+on, off, pt = (load(p) for p in sys.argv[1:])
+print("  %-36s %12s %12s %8s" % ("median of 3 rounds", "io_uring", "/dev/fuse", "ratio"))
+for k in on:
+    lower = k.endswith("_us")  # latencies: lower is better, the ratio is off / on
+    r = off[k] / on[k] if lower else on[k] / off[k]
+    print("  %-36s %12.1f %12.1f %7.2fx%s" % (k, on[k], off[k], r, " (lower is better)" if lower else ""))
+k = "randread_4k_1job_iops"
+print("  %-36s %12.1f %12s %7.2fx (io_uring / passthrough_ll over tmpfs)"
+      % ("passthrough_ll " + k, pt[k], "", on[k] / pt[k]))
+PY
 }
 
 for p in "${parts[@]}"; do "bench_$p"; done
