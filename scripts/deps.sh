@@ -3,7 +3,7 @@
 # is missing. Sourced by run.sh and test.sh; runs apt-get only if needed.
 kvfs_install_deps() {
 	local pkgs=(build-essential cmake pkg-config fuse3 libfuse3-dev libnuma-dev
-		libxxhash-dev libaio-dev libcmocka-dev librados-dev libmicrohttpd-dev libsystemd-dev
+		libxxhash-dev libaio-dev libcmocka-dev librados-dev libmicrohttpd-dev libsystemd-dev liburing-dev
 		systemd scdoc debhelper dh-python lintian python3 python3-venv python3-torch python3-prometheus-client fio attr
 		rsync stress-ng universal-ctags)
 	local missing=()
