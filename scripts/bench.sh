@@ -664,7 +664,7 @@ bench_vllm() {
 # the jobs share (u.N, laid out by fio_layout).
 fio_iops() {
 	fio --name=bench --directory="$1" --rw="$2" --bs="$3" --numjobs="$4" --direct=1 \
-		--nrfiles=64 --filesize=8m --openfiles=64 --file_service_type=random \
+		--nrfiles=64 --size=512m --openfiles=64 --file_service_type=random \
 		--ioengine=psync --time_based --runtime=5 --group_reporting --fallocate=none \
 		--filename_format='u.$filenum' --output-format=json |
 		python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0]
@@ -681,7 +681,7 @@ assert t == ('io_uring' if '$mode' == 'on' else 'dev_fuse'), t"
 	# 1 MiB sequential writes lay out the files the reads use
 	echo "seq_write_1m_mib_s $(fio_bw "$work/mnt" write 1 0 64 8m 1)" >>"$out"
 	fio --name=bench --directory="$work/mnt" --rw=write --bs=1m --direct=1 --nrfiles=64 \
-		--filesize=8m --fallocate=none --filename_format='u.$filenum' --output=/dev/null
+		--size=512m --fallocate=none --filename_format='u.$filenum' --output=/dev/null
 	echo "seq_read_1m_mib_s $(fio_bw "$work/mnt" read 1 1 64 8m 1)" >>"$out"
 	echo "randread_4k_1job_iops $(fio_iops "$work/mnt" randread 4k 1)" >>"$out"
 	echo "randread_4k_2jobs_iops $(fio_iops "$work/mnt" randread 4k 2)" >>"$out"
@@ -745,7 +745,7 @@ bench_uring() {
 	pt_pid=$!
 	for _ in $(seq 100); do mountpoint -q "$work/pt" && break; sleep 0.1; done
 	fio --name=bench --directory="$work/pt" --rw=write --bs=1m --direct=1 --nrfiles=64 \
-		--filesize=8m --fallocate=none --filename_format='u.$filenum' --output=/dev/null
+		--size=512m --fallocate=none --filename_format='u.$filenum' --output=/dev/null
 	for r in 1 2 3; do
 		echo "randread_4k_1job_iops $(fio_iops "$work/pt" randread 4k 1)" >>"$work/uring.pt"
 	done
