@@ -365,15 +365,49 @@ def _rank(extra, key, group):
         return 0
 
 
-def _spec(vllm_config, kv_cache_config):
-    """What every block's bytes depend on, as a key component."""
+# vLLM's prefix_caching_hash_algo values whose hashes are the same in every
+# process given the same PYTHONHASHSEED (vllm/utils/hashing.py): "builtin",
+# Python's hash(), is not (it varies between builds and versions of Python)
+STABLE_HASH_ALGOS = frozenset({"sha256", "sha256_cbor", "sha256_cbor_64bit", "sha256_msgpack",
+                               "xxhash", "xxhash_cbor", "xxhash_msgpack"})
+
+
+def _hash_algo(vllm_config):
+    """vLLM's block hash function's name ("sha256" where vLLM has no choice)."""
+    return str(getattr(vllm_config.cache_config, "prefix_caching_hash_algo", None) or "sha256")
+
+
+def _layout_name(vllm_config, kv_cache_config):
+    """What decides the byte order of a block, as vLLM's config names it:
+    its kv_cache_layout (vLLM from August 2026), else VLLM_KV_CACHE_LAYOUT
+    and the attention backend (earlier releases: each backend its own shape,
+    NHD or HND per that variable), or None where nothing names it."""
     cache = vllm_config.cache_config
-    par = vllm_config.parallel_config
-    parts = ["bs%d" % cache.block_size, str(getattr(cache, "cache_dtype", "auto"))]
     layout = getattr(kv_cache_config, "kv_cache_layout", None) or \
         getattr(cache, "kv_cache_layout", None)
     if layout:
-        parts.append(str(layout))
+        return str(getattr(layout, "name", layout))
+    parts = []
+    env = os.environ.get("VLLM_KV_CACHE_LAYOUT")
+    if env:
+        parts.append(env)
+    backend = getattr(getattr(vllm_config, "attention_config", None), "backend", None) or \
+        os.environ.get("VLLM_ATTENTION_BACKEND")
+    if backend:
+        parts.append(str(getattr(backend, "name", backend)))
+    return ".".join(parts) or None
+
+
+def _spec(vllm_config, kv_cache_config):
+    """What every block's bytes depend on, as a key component: block size,
+    cache dtype, layout (as _layout_name), hash function, parallel sizes."""
+    cache = vllm_config.cache_config
+    par = vllm_config.parallel_config
+    parts = ["bs%d" % cache.block_size, str(getattr(cache, "cache_dtype", "auto"))]
+    layout = _layout_name(vllm_config, kv_cache_config)
+    if layout:
+        parts.append(layout.replace("/", "_").replace("-", "_"))
+    parts.append(_hash_algo(vllm_config))
     parts.append("tp%d" % getattr(par, "tensor_parallel_size", 1))
     parts.append("pp%d" % getattr(par, "pipeline_parallel_size", 1))
     return "-".join(parts)
@@ -444,13 +478,55 @@ def _merged(segs):
     return out
 
 
-def _check_hash_seed():
+def _check_hashes(vllm_config):
+    """Refuses a block hash no other process could reproduce."""
     if os.environ.get("PYTHONHASHSEED") is None:
         raise ConfigError(
             "kvfs connector: PYTHONHASHSEED is not set, so vLLM seeds its block hashes with "
             "random bytes in every process (init_none_hash) and no other process, restart "
             "or node could find a stored block: start vLLM with PYTHONHASHSEED set, the same "
             "value on every node")
+    algo = _hash_algo(vllm_config)
+    if algo not in STABLE_HASH_ALGOS:
+        raise ConfigError(
+            "kvfs connector: prefix_caching_hash_algo %r gives block hashes another process "
+            "may not reproduce, so a stored block could be found by the wrong prompt or by "
+            "none: use one of %s" % (algo, ", ".join(sorted(STABLE_HASH_ALGOS))))
+
+
+def _block_dim(t, num_blocks, name):
+    """(the dimension of `t` that indexes blocks, kernel blocks per
+    scheduler block): the dimension of num_blocks, or of k * num_blocks (a
+    kernel block size 1/k of the scheduler's). vLLM's layouts put it first
+    or, behind K/V, second ((2, num_blocks, ...): FlashAttention before May
+    2026, CPU attention before June 2026). Several dimensions of such a
+    size (num_blocks equal to a head count, say): the one of the largest
+    stride, as blocks are outermost in every layout vLLM has, unless that is
+    not clear. Without num_blocks (vLLM without kv_cache_config): the first
+    dimension, refused where it is 2 (K and V, or blocks: cannot tell)."""
+    shape, strides = tuple(t.shape), tuple(t.stride())
+
+    def refuse(why):
+        return ConfigError("kvfs connector: layer %s: %s (shape %s, strides %s)"
+                           % (name, why, list(shape), list(strides)))
+
+    if not shape:
+        raise refuse("no dimensions")
+    if not num_blocks:
+        if shape[0] == 2:
+            raise refuse("its first dimension, 2, may be K and V or the blocks, and vLLM "
+                         "gave no kv_cache_config to tell the number of blocks")
+        return 0, 1
+    found = [i for i, n in enumerate(shape) if n >= num_blocks and n % num_blocks == 0]
+    if not found:
+        raise refuse("no dimension of %d blocks, or a multiple of it" % num_blocks)
+    if len(found) > 1:
+        found.sort(key=lambda i: -strides[i])
+        first, second = found[0], found[1]
+        if strides[first] == strides[second] or shape[first] == 2:
+            raise refuse("dimensions %s could each be the %d blocks" % (sorted(found),
+                                                                        num_blocks))
+    return found[0], shape[found[0]] // num_blocks
 
 
 class _Queue:
@@ -512,7 +588,7 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
             super().__init__(vllm_config, role, kv_cache_config)
         except TypeError:  # vLLM before kv_cache_config was passed to connectors
             super().__init__(vllm_config, role)
-        _check_hash_seed()
+        _check_hashes(vllm_config)
         extra = _extra(vllm_config)
         self.path = extra.get("kvfs_path")
         if not self.path:
@@ -534,6 +610,7 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
         self.tp_size = int(getattr(par, "tensor_parallel_size", 1))
         self.pp_size = int(getattr(par, "pipeline_parallel_size", 1))
         self.num_blocks = getattr(kv_cache_config, "num_blocks", None)
+        self._cache_config = vllm_config.cache_config  # num_gpu_blocks, once vLLM set it
         self.layerwise = extra.get("kvfs_load", "async") == "layer"
         if extra.get("kvfs_load", "async") not in ("async", "layer"):
             raise ConfigError("kvfs connector: kvfs_load is \"async\" or \"layer\", not %r"
@@ -900,6 +977,7 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
         bytes of a block in it, key suffix)]}: one layout over the group's
         layers, or layer by layer one per layer (suffix /<its index>)."""
         regions, layouts = {}, {}
+        num_blocks = self.num_blocks or getattr(self._cache_config, "num_gpu_blocks", None)
         for g in self.groups:
             layers = []  # (name, its block runs as layout segments)
             names = [CROSS_LAYERS] if CROSS_LAYERS in kv_caches else \
@@ -907,11 +985,10 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
                 else list(kv_caches)
             for name in names:
                 t = kv_caches[name]
-                view = t
-                if self.num_blocks and t.shape[0] != self.num_blocks and \
-                        t.shape[0] % self.num_blocks == 0:  # kernel blocks: k per scheduler block
-                    view = t.unflatten(0, (self.num_blocks, -1))
-                geo = kvblocks.geometry(view, 0, name, max_runs=kvfs.LAYOUT_MAX_SEGS)
+                dim, k = _block_dim(t, num_blocks, name)
+                # kernel blocks: k of them per scheduler block, consecutive
+                view = t.unflatten(dim, (num_blocks, k)) if k > 1 else t
+                geo = kvblocks.geometry(view, dim, name, max_runs=kvfs.LAYOUT_MAX_SEGS)
                 addr, nbytes = kvblocks.allocation(t)
                 if addr not in regions:
                     regions[addr] = self._region(client, t, addr, nbytes)
