@@ -104,6 +104,7 @@ import errno
 import logging
 import math
 import os
+import queue
 import threading
 import time
 from dataclasses import dataclass, field
@@ -274,6 +275,8 @@ class KvfsPromMetrics(KVConnectorPromMetrics):
 class ConfigError(ValueError):
     """A configuration the connector refuses at start, in one message."""
 
+
+DEFAULT_TIMEOUT = 5.0  # kvfs_timeout: seconds a lookup, or a step's fence, waits for kvfs
 
 NULL_BLOCK = 0  # vLLM's null block (BlockPool.null_block, the pool's first block): a
 # sliding-window group's blocks out of the window are it, and hold nothing
@@ -558,18 +561,27 @@ class _Queue:
                 seq, batch = self._items[0]
             if batch is None:
                 return
-            self._run(batch, seq)
+            try:
+                self._run(batch, seq)
+            except Exception:  # the run's own handler failed: waiters go on all the same
+                log.exception("kvfs connector: %s: a batch failed unexpectedly", self._name)
             with self._cv:
                 self._items.pop(0)
                 self._done = seq
                 self._cv.notify_all()
 
-    def wait(self, seq=None):
-        """Until batch seq (default: every batch queued so far) has run."""
+    def wait(self, seq=None, timeout=None):
+        """Until batch seq (default: every batch queued so far) has run, or
+        timeout seconds passed: returns whether it ran."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         with self._cv:
             target = self._queued if seq is None else seq
             while self._done < target and self._thread is not None:
-                self._cv.wait()
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._cv.wait(left)
+            return True
 
     def stop(self):
         """Runs what is queued, then ends the thread."""
@@ -580,6 +592,52 @@ class _Queue:
                 self._cv.notify_all()
         if thread is not None:
             thread.join()
+
+
+class _Caller:
+    """Runs calls on a thread of its own and waits at most `timeout` seconds
+    for each. A call that does not return in time (a daemon stopped, a mount
+    hung) is left to its thread, which nothing uses again: the next call
+    gets a new thread."""
+
+    def __init__(self, name, timeout):
+        self._name, self.timeout = name, timeout
+        self._lock = threading.Lock()  # guards _jobs
+        self._jobs = None  # the queue of the thread in use
+
+    def call(self, fn):
+        """fn()'s result or exception; OSError(ETIMEDOUT) once time is up."""
+        with self._lock:
+            if self._jobs is None:
+                self._jobs = queue.SimpleQueue()
+                threading.Thread(target=self._loop, args=(self._jobs,), name=self._name,
+                                 daemon=True).start()
+            jobs = self._jobs
+        done, box = threading.Event(), []
+        jobs.put((fn, box, done))
+        if not done.wait(self.timeout):
+            with self._lock:
+                if self._jobs is jobs:
+                    self._jobs = None
+            jobs.put(None)  # its thread ends once the call stuck in it returns
+            raise OSError(errno.ETIMEDOUT, "no answer from kvfs within %gs" % self.timeout)
+        ok, value = box[0]
+        if ok:
+            return value
+        raise value
+
+    @staticmethod
+    def _loop(jobs):
+        while True:
+            job = jobs.get()
+            if job is None:
+                return
+            fn, box, done = job
+            try:
+                box.append((True, fn()))
+            except BaseException as e:
+                box.append((False, e))
+            done.set()
 
 
 class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
@@ -612,6 +670,14 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
         self.num_blocks = getattr(kv_cache_config, "num_blocks", None)
         self._cache_config = vllm_config.cache_config  # num_gpu_blocks, once vLLM set it
         self.layerwise = extra.get("kvfs_load", "async") == "layer"
+        try:
+            self.timeout = float(extra.get("kvfs_timeout", DEFAULT_TIMEOUT))
+        except (TypeError, ValueError):
+            self.timeout = -1
+        if not self.timeout > 0:
+            raise ConfigError("kvfs connector: kvfs_timeout is seconds > 0, not %r"
+                              % (extra.get("kvfs_timeout"),))
+        self._lookups = _Caller("kvfs-lookup", self.timeout)
         if extra.get("kvfs_load", "async") not in ("async", "layer"):
             raise ConfigError("kvfs connector: kvfs_load is \"async\" or \"layer\", not %r"
                               % (extra["kvfs_load"],))
@@ -654,6 +720,8 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
         self._recved = set()  # loads done: for get_finished
         self._load_failed = {}  # request id -> block ids its load could not fill
         self._load_errors = set()  # block ids of failed loads get_finished reported
+        self._overrun = {}  # block id -> the last save batch reading it that a step's
+        # fence gave up waiting for: its keys are removed once it lands
         self._fenced = None  # the metadata whose allocated blocks _fence waited for
         self._layers_in = {}  # layerwise: layer name -> Event set once the step's load of
         # it is done (or failed); replaced by each start_load_kv, read by the forward
@@ -690,7 +758,7 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
         """Counts a failure and logs the first of each kind; the mount is
         opened again at the next use (the daemon may have restarted)."""
         self._count("errors")
-        kind = (what, getattr(e, "errno", None))
+        kind = (what, getattr(e, "errno", None) or type(e).__name__)
         with self._lock:
             first = kind not in self._logged
             self._logged.add(kind)
@@ -712,17 +780,24 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
                 pass
 
     def _open(self):
-        """(client, layouts): opened, and the worker's memory registered, if needed."""
+        """(client, layouts): opened, and the worker's memory registered, if
+        needed. The opening runs outside _lock: on a hung mount it may never
+        return, and nothing else may wait for it."""
+        with self._lock:
+            if self._client is not None:
+                return self._client, self._layouts
+            kv_caches = self._kv_caches
+        client = kvfs.Client(self.path)
+        try:
+            layouts = self._register(client, kv_caches) if kv_caches is not None else None
+        except BaseException:
+            client.close()
+            raise
         with self._lock:
             if self._client is None:
-                client = kvfs.Client(self.path)
-                if self._kv_caches is not None:
-                    try:
-                        self._layouts = self._register(client, self._kv_caches)
-                    except BaseException:
-                        client.close()
-                        raise
-                self._client = client
+                self._client, self._layouts = client, layouts
+            else:  # another thread opened it meanwhile
+                self._stale.append(client)
             return self._client, self._layouts
 
     # ---------------- scheduler side ----------------
@@ -791,9 +866,10 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
         if prompt is None:
             prompt = len(request.prompt_token_ids or ())
         hashes = self._hashes(request, max(0, (prompt - 1) // self.block_size))
-        try:
-            hit = self._hit(self._open()[0], hashes) if hashes else 0
-        except OSError as e:
+        try:  # on its own thread: a hung daemon costs this step kvfs_timeout, no more
+            hit = self._lookups.call(lambda: self._hit(self._open()[0], hashes)) \
+                if hashes else 0
+        except Exception as e:  # the client a call is stuck in is not used again
             self._failed("lookup", e)
             hit = 0
         self._count("lookups")
@@ -945,9 +1021,19 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
         return events
 
     def reset_cache(self):
-        """vLLM's prefix-cache reset: kvfs keeps its blocks (remove them with
-        rm -r or kvfs remove_prefix); nothing here to reset."""
-        return True
+        """vLLM's prefix-cache reset (reset_prefix_cache with
+        reset_connector): None, as vLLM's base class answers, "not failed,
+        nothing reset". kvfs is shared by every engine of the model and
+        outlives this one, so the connector removes nothing: after new
+        weights, give kv_connector_extra_config another "model" (a key
+        prefix of its own) or remove the old one (rm -r MNT/<model>)."""
+        with self._lock:
+            first = "reset" not in self._logged
+            self._logged.add("reset")
+        if first:
+            log.info("kvfs connector: reset_cache keeps the blocks in kvfs %s (shared, "
+                     "persistent): see the kvfs.vllm module's notes", self.path)
+        return None
 
     def stats(self):
         """The COUNTERS since the start."""
@@ -1033,8 +1119,12 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
     def register_kv_caches(self, kv_caches):
         """kv_caches: layer name -> tensor, in any layout (kvfs.blocks): one
         that cannot be addressed is refused here, naming the layer, its
-        shape and strides."""
-        client = kvfs.Client(self.path)
+        shape and strides; so is a kvfs_path not in a kvfs mount."""
+        try:
+            client = kvfs.Client(self.path)
+        except OSError as e:
+            raise ConfigError("kvfs connector: kvfs_path %s is not a kvfs mount or a "
+                              "directory in one (%s)" % (self.path, e)) from e
         try:
             layouts = self._register(client, kv_caches)
         except BaseException:
@@ -1087,7 +1177,7 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
                     moved += size * sum(1 for r in results if r >= 0)
                     if layer_done is not None:
                         layer_done(layer)
-            except OSError as e:
+            except Exception as e:  # OSError from kvfs; anything else is failed the same way
                 self._failed(what, e)
                 ok = [False] * len(names)
             self._count(blocks, sum(ok))
@@ -1106,13 +1196,36 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
             self._fence(arg)
 
     def _fence(self, meta):
+        """Waits for the saves reading a block the step allocated, at most
+        kvfs_timeout. Past it (a daemon stopped mid-put) the step goes on:
+        holding vLLM's step loop for a cache is the worse evil. Such a save
+        may then store what the step writes under the old block's hash, so
+        once it lands its keys are removed again (_unsave): a miss later
+        instead of wrong KV."""
         if meta is self._fenced or not meta.allocated:
             return
         self._fenced = meta
         with self._xfer_lock:
             seq = max((self._in_save.get(b, 0) for b in meta.allocated), default=0)
-        if seq:
-            self._saves.wait(seq)
+        if seq and not self._saves.wait(seq, self.timeout):
+            with self._xfer_lock:
+                for b in meta.allocated:
+                    s = self._in_save.get(b, 0)
+                    if s:
+                        self._overrun[b] = max(self._overrun.get(b, 0), s)
+            self._failed("save fence", OSError(errno.ETIMEDOUT, "saves in flight for %gs"
+                                               % self.timeout))
+
+    def _unsave(self, items):
+        """Removes the keys of saves the fence gave up waiting for, each
+        (group, key name): they may hold another request's KV."""
+        self._count("failed_saves", len(items))
+        try:
+            client, layouts = self._open()
+            suffixes = [u[3] for u in (layouts or {}).get(items[0][0], [(None, None, 0, "")])]
+            client.remove([n + sfx for _, n in items for sfx in suffixes])
+        except Exception as e:
+            self._failed("removing a save overrun by its step", e)
 
     def start_load_kv(self, forward_context, **kwargs):
         """Hands the step's loads to the loads' thread and returns:
@@ -1139,10 +1252,14 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
     def _load(self, batch, seq):
         reqs, by_group, layers_in = batch
         t0 = time.monotonic()
+        failed = {(gi, b) for gi, (_, ids) in by_group.items() for b in ids}  # until moved
         try:
             failed = self._move("load", by_group, lambda c, layout, names, ids: c.get(
                 names, layout=layout, blocks=ids).results,
                 layers_in and (lambda name: layers_in[name].set() if name in layers_in else None))
+        except Exception as e:  # not kvfs's (_move answers for it): the blocks are recomputed
+            self._failed("load", e)
+            self._count("failed_loads", len(failed))
         finally:
             for ev in (layers_in or {}).values():  # a load that failed is done too
                 ev.set()
@@ -1213,16 +1330,28 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
     def _save(self, batch, seq):
         reqs, by_group, event = batch
         t0 = time.monotonic()
-        if event is not None:
-            event.synchronize()
-        self._move("save", by_group, lambda c, layout, names, ids: c.put(
-            names, layout=layout, blocks=ids, flags=kvfs.PUT_MKDIR | kvfs.PUT_NOREPLACE).results)
+        try:
+            if event is not None:
+                event.synchronize()
+            self._move("save", by_group, lambda c, layout, names, ids: c.put(
+                names, layout=layout, blocks=ids,
+                flags=kvfs.PUT_MKDIR | kvfs.PUT_NOREPLACE).results)
+        except Exception as e:  # not kvfs's (_move answers for it): nothing saved
+            self._failed("save", e)
+            self._count("failed_saves", sum(len(ids) for _, ids in by_group.values()))
         self._timed("save_seconds", time.monotonic() - t0)
+        with self._xfer_lock:
+            late = [(gi, names[i]) for gi, (names, ids) in by_group.items()
+                    for i, b in enumerate(ids) if self._overrun.get(b, 0) >= seq]
+        if late:
+            self._unsave(late)
         with self._xfer_lock:
             for _, ids in by_group.values():
                 for b in ids:
                     if self._in_save.get(b) == seq:  # no later save reads it
                         del self._in_save[b]
+                    if self._overrun.get(b, 0) <= seq:
+                        self._overrun.pop(b, None)
             for rid in reqs:
                 self._saving[rid] -= 1
                 if not self._saving[rid]:
