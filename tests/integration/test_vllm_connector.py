@@ -114,10 +114,11 @@ class Engine:
     get_transfer_results, get_block_ids_with_load_errors, stats, clear;
     scheduler: update_connector_output)."""
 
-    def __init__(self, test, mnt, mla=False, **cfg):
+    def __init__(self, test, mnt, mla=False, extra=None, **cfg):
         from kvfs import vllm as kc
         self.kc = kc
         conf = V.vllm_config(mnt, block_size=BS, **cfg)
+        conf.kv_transfer_config.kv_connector_extra_config.update(extra or {})
         kcc = V.kv_cache_config(NUM_BLOCKS, LAYER_NAMES, mla_spec() if mla else spec())
         self.sched = kc.KvfsConnector(conf, kc.KVConnectorRole.SCHEDULER, kcc)
         self.worker = kc.KvfsConnector(conf, kc.KVConnectorRole.WORKER, kcc)
@@ -125,6 +126,7 @@ class Engine:
         test.addCleanup(self.worker.shutdown)
         self.raw, self.caches = mla_caches() if mla else kv_caches()
         self.shape = tuple(next(iter(self.caches.values())).shape[1:])
+        self.block = lambda t, b: t[b]  # block b of a layer's tensor
         self.worker.register_kv_caches(self.caches)
         self.free = list(range(1, NUM_BLOCKS))  # block 0 is vLLM's null block
         self.blocks = {}  # req id -> block ids
@@ -148,8 +150,8 @@ class Engine:
             if on_layer:
                 on_layer(layer)
             for req, b in compute:
-                self.caches[name][self.blocks[req.request_id][b]] = content(
-                    req.block_hashes[b], layer, self.shape)
+                self.block(self.caches[name], self.blocks[req.request_id][b]).copy_(
+                    content(req.block_hashes[b], layer, self.shape))
             w.save_kv_layer(name, self.caches[name], None)
         if not sync_loads:
             w.start_load_kv(None)
@@ -795,6 +797,135 @@ class ConnectorTest(kvfstest.KvfsTestCase):
         a.sched.shutdown()  # the mount's handles go before it is unmounted
         a.worker.shutdown()
 
+
+    # ---- layouts whose block dimension is not the first ----
+
+    def other_layout(self, eng, make, block, shape):
+        """Gives eng's worker per-layer tensors from make(), block b of a
+        layer's tensor t being block(t, b) of shape `shape`."""
+        eng.caches, eng.block, eng.shape = make(), block, shape
+        eng.worker.register_kv_caches(eng.caches)
+
+    def check_layout(self, make, block, shape):
+        """One engine saves 6 blocks, another of the same layout loads them:
+        every byte of every block is checked, loaded blocks equal, all
+        others untouched."""
+        a = Engine(self, self.m.mnt)
+        self.other_layout(a, make, block, shape)
+        r = request("a", list(range(400, 400 + 6 * BS + 1)))
+        a.prefill(r)
+        a.finish(r)
+        self.assertEqual(a.worker.stats()["saved_blocks"], 6)
+        b = Engine(self, self.m.mnt)
+        self.other_layout(b, make, block, shape)
+        for t in b.caches.values():
+            t.fill_(7)
+        before = {n: t.clone() for n, t in b.caches.items()}
+        matched, errors = b.prefill(request("b", list(r.all_token_ids)))
+        self.assertEqual((matched, errors), (6 * BS, set()))
+        ids = b.blocks["b"]
+        for layer, name in enumerate(LAYER_NAMES):
+            for i in range(NUM_BLOCKS):  # the blocks cover every byte of the tensor
+                want = content(r.block_hashes[ids.index(i)], layer, shape) if i in ids[:6] \
+                    else block(before[name], i)
+                self.assertTrue(torch.equal(block(b.caches[name], i), want),
+                                "layer %d block %d" % (layer, i))
+
+    def test_flash_attention_kv_first(self):
+        """FlashAttention before May 2026: (2, num_blocks, block_size, H, D)."""
+        self.check_layout(lambda: {n: torch.zeros(2, NUM_BLOCKS, BS, H, D, dtype=torch.bfloat16)
+                                   for n in LAYER_NAMES},
+                          lambda t, b: t[:, b], (2, BS, H, D))
+
+    def test_cpu_attention_kv_first(self):
+        """CPU attention before June 2026: (2, num_blocks, H, block_size, D)."""
+        self.check_layout(lambda: {n: torch.zeros(2, NUM_BLOCKS, H, BS, D, dtype=torch.bfloat16)
+                                   for n in LAYER_NAMES},
+                          lambda t, b: t[:, b], (2, H, BS, D))
+
+    def test_kernel_blocks_half_the_schedulers_kv_first(self):
+        """Kernel blocks of BS/2 tokens, K/V first: (2, 2 * num_blocks, BS/2, H, D),
+        scheduler block b being kernel blocks 2b and 2b + 1."""
+        self.check_layout(lambda: {n: torch.zeros(2, 2 * NUM_BLOCKS, BS // 2, H, D,
+                                                  dtype=torch.bfloat16) for n in LAYER_NAMES},
+                          lambda t, b: t.unflatten(1, (NUM_BLOCKS, 2))[:, b],
+                          (2, 2, BS // 2, H, D))
+
+    def test_block_dimension_chosen_or_refused(self):
+        from kvfs import vllm as kc
+        a = Engine(self, self.m.mnt)
+
+        def refused(t, *parts, num_blocks=NUM_BLOCKS):
+            a.worker.num_blocks = num_blocks
+            with self.assertRaises(kc.ConfigError) as e:
+                a.worker.register_kv_caches({LAYER_NAMES[0]: t})
+            for part in (LAYER_NAMES[0], str(list(t.shape)), str(list(t.stride()))) + parts:
+                self.assertIn(part, str(e.exception))
+        # no dimension of num_blocks blocks
+        refused(torch.zeros(2, NUM_BLOCKS - 1, BS, H, D), "%d blocks" % NUM_BLOCKS)
+        # two dimensions of it with the same stride: which one holds blocks is not clear
+        refused(torch.zeros(NUM_BLOCKS, BS, D).as_strided((NUM_BLOCKS, NUM_BLOCKS, D),
+                                                          (D, D, 1)), "could each be")
+        # vLLM without kv_cache_config, a first dimension of 2: K/V, or 2 blocks?
+        refused(torch.zeros(2, NUM_BLOCKS, BS, H, D), "kv_cache_config", num_blocks=None)
+        a.worker.num_blocks = NUM_BLOCKS
+        # a head size equal to num_blocks: the blocks are the outer dimension
+        from kvfs.vllm import _block_dim
+        self.assertEqual(_block_dim(torch.zeros(2, NUM_BLOCKS, BS, H, NUM_BLOCKS), NUM_BLOCKS,
+                                    "x"), (1, 1))
+        self.assertEqual(_block_dim(torch.zeros(2, 2 * NUM_BLOCKS, BS, H, D), NUM_BLOCKS, "x"),
+                         (1, 2))
+        self.assertEqual(_block_dim(torch.zeros(NUM_BLOCKS, BS, 576), None, "x"), (0, 1))
+
+    # ---- keys: what the bytes depend on ----
+
+    def test_spec_names_what_the_bytes_depend_on(self):
+        from kvfs import vllm as kc
+
+        def key(conf=None, layout="LBNHC", **kw):
+            conf = conf or V.vllm_config(self.m.mnt, **kw)
+            s = V.FullAttentionSpec(block_size=conf.cache_config.block_size, num_kv_heads=H,
+                                    head_size=D, dtype=torch.bfloat16)
+            return kc.KvfsConnector(conf, kc.KVConnectorRole.SCHEDULER,
+                                    V.kv_cache_config(NUM_BLOCKS, LAYER_NAMES, s,
+                                                      layout=layout)).key("ab")
+        base = key()
+        self.assertNotEqual(key(block_size=32), base)
+        self.assertNotEqual(key(cache_dtype="fp8"), base)
+        self.assertNotEqual(key(layout="LBHNC"), base)
+        conf = V.vllm_config(self.m.mnt)
+        conf.cache_config.prefix_caching_hash_algo = "xxhash_cbor"
+        self.assertNotEqual(key(conf), base)
+        self.assertEqual(key(), base)
+        # vLLM before it named the layout: its VLLM_KV_CACHE_LAYOUT, its attention backend
+        keys = set()
+        for env, backend in ((None, None), ("NHD", None), ("HND", None), ("HND", "FLASHINFER")):
+            conf = V.vllm_config(self.m.mnt)
+            if backend:
+                conf.attention_config = V.NS(backend=backend)
+            old = os.environ.pop("VLLM_KV_CACHE_LAYOUT", None)
+            if env:
+                os.environ["VLLM_KV_CACHE_LAYOUT"] = env
+            try:
+                keys.add(key(conf, layout=None))
+            finally:
+                os.environ.pop("VLLM_KV_CACHE_LAYOUT", None)
+                if old is not None:
+                    os.environ["VLLM_KV_CACHE_LAYOUT"] = old
+        self.assertEqual(len(keys), 4)
+
+    def test_unstable_hash_algo_refused(self):
+        from kvfs import vllm as kc
+        conf = V.vllm_config(self.m.mnt)
+        conf.cache_config.prefix_caching_hash_algo = "builtin"
+        with self.assertRaises(kc.ConfigError) as e:
+            kc.KvfsConnector(conf, kc.KVConnectorRole.SCHEDULER,
+                             V.kv_cache_config(NUM_BLOCKS, LAYER_NAMES, spec()))
+        self.assertIn("prefix_caching_hash_algo 'builtin'", str(e.exception))
+        for algo in ("sha256", "sha256_cbor", "xxhash", "xxhash_cbor"):
+            conf.cache_config.prefix_caching_hash_algo = algo
+            kc.KvfsConnector(conf, kc.KVConnectorRole.SCHEDULER,
+                             V.kv_cache_config(NUM_BLOCKS, LAYER_NAMES, spec()))
 
 if __name__ == "__main__":
     kvfstest.main(skip_if=lambda: None if torch else "python3-torch is not installed")
