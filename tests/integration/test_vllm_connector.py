@@ -56,6 +56,7 @@ it in the LBNHC order: not contiguous):
   vLLM; after a remount the same connector hits again.
 """
 
+import errno
 import hashlib
 import os
 import shutil
@@ -926,6 +927,206 @@ class ConnectorTest(kvfstest.KvfsTestCase):
             conf.cache_config.prefix_caching_hash_algo = algo
             kc.KvfsConnector(conf, kc.KVConnectorRole.SCHEDULER,
                              V.kv_cache_config(NUM_BLOCKS, LAYER_NAMES, spec()))
+
+    # ---- failures: hung daemon, exceptions, unmount, ENOSPC ----
+
+    def bounded(self, fn, limit=5):
+        """fn()'s result, failing (not hanging) when it takes over limit seconds."""
+        import threading
+        box = []
+        th = threading.Thread(target=lambda: box.append(fn()), daemon=True)
+        th.start()
+        th.join(limit)
+        self.assertFalse(th.is_alive(), "still waiting after %ds" % limit)
+        self.assertEqual(len(box), 1, "it raised")
+        return box[0]
+
+    def test_stopped_daemon_costs_a_lookup_its_timeout(self):
+        m1 = self.mount(name="stopped")
+        a = Engine(self, m1.mnt, extra={"kvfs_timeout": 0.5})
+        tokens = list(range(6 * BS + 1))
+        a.prefill(request("a", tokens))
+        a.worker.drain()
+        self.assertEqual(a.sched.get_num_new_matched_tokens(request("b", tokens), 0),
+                         (6 * BS, True))
+        m1.signal(signal.SIGSTOP)
+
+        def state():
+            with open("/proc/%d/stat" % m1.proc.pid) as f:
+                return f.read().rsplit(")", 1)[1].split()[0]
+        try:
+            kvfstest.wait_until(lambda: state() == "T", what="the daemon stopped")
+            for rid in ("c", "d"):  # the stuck client, then opening the mount again
+                self.assertEqual(self.bounded(lambda: a.sched.get_num_new_matched_tokens(
+                    request(rid, tokens), 0), 3), (0, False))
+            self.assertEqual(a.sched.stats()["errors"], 2)
+        finally:
+            m1.signal(signal.SIGCONT)
+        self.assertEqual(a.sched.get_num_new_matched_tokens(request("e", tokens), 0),
+                         (6 * BS, True))
+        a.sched.shutdown()  # the mount's handles go before it is unmounted
+        a.worker.shutdown()
+
+    def test_fence_gives_up_after_its_timeout(self):
+        """A preemption's fence waits for the saves reading its blocks at
+        most kvfs_timeout; the saves it gave up on are removed once they
+        land (they may hold what the step wrote over their blocks)."""
+        a = Engine(self, self.m.mnt, extra={"kvfs_timeout": 0.5})
+        r = request("p", list(range(3, 3 + 5 * BS + 1)))
+        a.sched.get_num_new_matched_tokens(r, 0)
+        old = a.blocks["p"] = [a.free.pop(0) for _ in range(6)]
+        a.sched.update_state_after_alloc(r, V.kv_blocks(old), 0)
+        gate, _ = self.hold_puts(a)
+        out = V.scheduler_output(new=[V.NewRequestData.from_request(r, (list(old),))],
+                                 num_scheduled={"p": 5 * BS + 1})
+        a.forward(a.sched.build_connector_meta(out), [(r, b) for b in range(5)])
+        x = request("x", list(range(7, 7 + 2 * BS)))
+        out = V.scheduler_output(new=[V.NewRequestData.from_request(x, (old[:2],))],
+                                 num_scheduled={"x": 2 * BS}, preempted={"p"})
+        meta = a.sched.build_connector_meta(out)
+        try:  # the step goes on, the put still held
+            self.bounded(lambda: a.worker.handle_preemptions(meta), 3)
+        finally:
+            gate.set()
+        a.worker.drain()
+        st = a.worker.stats()
+        self.assertEqual((st["failed_saves"], st["errors"]), (2, 1))  # blocks 0 and 1
+        probe = request("q", list(r.all_token_ids))
+        self.assertEqual(a.sched.get_num_new_matched_tokens(probe, 0), (0, False))
+        names = [a.worker.key(bytes(h).hex()) for h in r.block_hashes[:5]]
+        self.assertEqual([os.path.exists(os.path.join(self.m.mnt, n)) for n in names],
+                         [False, False, True, True, True])
+
+    def test_unexpected_exception_fails_the_load_only(self):
+        a = Engine(self, self.m.mnt)
+        r = request("src", list(range(20, 20 + 4 * BS + 1)))
+        a.prefill(r)
+        a.finish(r)
+        b = Engine(self, self.m.mnt)
+        client = b.worker._open()[0]
+
+        def broken(*args, **kw):
+            raise RuntimeError("not an OSError")
+        client.get = broken
+        r2 = request("dst", list(r.all_token_ids))
+        self.assertEqual(b.sched.get_num_new_matched_tokens(r2, 0), (4 * BS, True))
+        ids = b.blocks["dst"] = [b.free.pop(0) for _ in range(5)]
+        # reported, recomputed by vLLM
+        self.assertEqual(self.bounded(lambda: b.load(r2, 4 * BS)), set(ids[:4]))
+        self.assertEqual(b.worker.stats()["failed_loads"], 4)
+        # the loads' thread goes on: the next load (on a client opened again) lands
+        r3 = request("dst2", list(r.all_token_ids))
+        self.assertEqual(b.sched.get_num_new_matched_tokens(r3, 0), (4 * BS, True))
+        b.blocks["dst2"] = [b.free.pop(0) for _ in range(5)]
+        self.assertEqual(b.load(r3, 4 * BS), set())
+
+    def test_queue_survives_a_failing_run(self):
+        import threading
+        from kvfs import vllm as kc
+        ran = []
+
+        def run(batch, seq):
+            ran.append(batch)
+            if batch == "bad":
+                raise KeyError(batch)
+        q = kc._Queue("test", run)
+        q.put("bad")
+        q.put("good")
+        th = threading.Thread(target=q.wait)
+        th.start()
+        th.join(5)
+        self.assertFalse(th.is_alive(), "waiters hang after a failed batch")
+        self.assertEqual(ran, ["bad", "good"])
+        self.assertFalse(q.wait(q.put("bad") + 1, timeout=0.1))  # never queued: times out
+        q.stop()
+
+    def test_not_kvfs_and_unmounted(self):
+        from kvfs import vllm as kc
+        plain = tempfile.mkdtemp(prefix="kvfs-it-plain-", dir="/tmp")
+        self.addCleanup(shutil.rmtree, plain, True)
+        w = kc.KvfsConnector(V.vllm_config(plain), kc.KVConnectorRole.WORKER,
+                             V.kv_cache_config(NUM_BLOCKS, LAYER_NAMES, spec()))
+        self.addCleanup(w.shutdown)
+        with self.assertRaises(kc.ConfigError) as e:  # at engine start
+            w.register_kv_caches(kv_caches()[1])
+        self.assertIn("kvfs_path %s is not a kvfs mount" % plain, str(e.exception))
+        # after the start, the mount goes away: nothing raises, every call a miss
+        m1 = self.mount(name="unmounted")
+        a = Engine(self, m1.mnt)
+        tokens = list(range(4 * BS + 1))
+        a.prefill(request("a", tokens))
+        a.worker.drain()
+        m1.cleanup()  # killed and lazily unmounted: the path is no kvfs any more
+        self.assertEqual(a.sched.get_num_new_matched_tokens(request("b", tokens), 0), (0, False))
+        h = request("c", tokens).block_hashes[1].hex()
+        meta = a.kc.KvfsConnectorMetadata([a.kc.ReqMeta("x", [(0, h, 3)], True),
+                                           a.kc.ReqMeta("x", [(0, h, 4)], False)])
+        out = a.settle(a.forward(meta, []))
+        self.assertEqual((out.finished_recving, out.invalid_block_ids), ({"x"}, {3}))
+        st = a.worker.stats()
+        self.assertEqual((st["failed_loads"], st["failed_saves"]), (1, 1))
+        self.assertGreater(a.sched.stats()["errors"], 0)
+        # and again, on a client that is gone for good
+        self.assertEqual(a.sched.get_num_new_matched_tokens(request("d", tokens), 0), (0, False))
+
+    def test_full_mount_fails_saves(self):
+        m1 = self.mount(opts=["--mem-size=64M"] + kvfstest.dram_only_opts(), name="full")
+        for size in (1 << 20, 64 << 10, 4 << 10):  # until not even a block fits
+            for i in range(1000):
+                try:
+                    with open(m1.path("fill-%d-%d" % (size, i)), "wb") as f:
+                        f.write(b"x" * size)
+                except OSError as e:
+                    self.assertEqual(e.errno, errno.ENOSPC)
+                    break
+        a = Engine(self, m1.mnt)
+        r = request("a", list(range(3 * BS + 1)))
+        a.prefill(r)
+        a.finish(r)  # the request finishes: its blocks go back to vLLM
+        st = a.worker.stats()
+        self.assertEqual((st["saved_blocks"], st["failed_saves"]), (0, 3))
+        self.assertEqual(a.sched.get_num_new_matched_tokens(request("b", r.all_token_ids), 0),
+                         (0, False))
+        a.sched.shutdown()
+        a.worker.shutdown()
+
+    # ---- hooks ----
+
+    def test_hooks_delivery_reset_shutdown(self):
+        def regions():
+            return self.m.stats()["ioctl"]["regions"]
+        before = regions()
+        a = Engine(self, self.m.mnt)
+        self.assertIs(a.sched.requires_kv_delivery, False)  # a cache: a lost save is a miss
+        r = request("a", list(range(2 * BS + 1)))
+        a.prefill(r)
+        a.finish(r)
+        self.assertIsNone(a.sched.reset_cache())  # not failed; kvfs keeps the blocks
+        self.assertEqual(a.sched.get_num_new_matched_tokens(request("b", r.all_token_ids), 0),
+                         (2 * BS, True))
+        self.assertGreater(regions(), before)
+        a.sched.shutdown()
+        a.worker.shutdown()
+        kvfstest.wait_until(lambda: regions() == before, what="regions released")
+
+    def test_each_allocation_registered_once(self):
+        import kvfs
+        calls = []
+        real = kvfs.Client.register
+
+        def spy(client, obj, *args, **kw):
+            calls.append(obj)
+            return real(client, obj, *args, **kw)
+        kvfs.Client.register = spy
+        self.addCleanup(setattr, kvfs.Client, "register", real)
+        Engine(self, self.m.mnt)  # every layer a view of one buffer
+        self.assertEqual(len(calls), 1)
+        del calls[:]
+        a = Engine(self, self.m.mnt)
+        del calls[:]
+        a.worker.register_kv_caches({n: torch.zeros(NUM_BLOCKS, H, BS, 2 * D,
+                                                    dtype=torch.bfloat16) for n in LAYER_NAMES})
+        self.assertEqual(len(calls), LAYERS)  # an allocation per layer
 
 if __name__ == "__main__":
     kvfstest.main(skip_if=lambda: None if torch else "python3-torch is not installed")
