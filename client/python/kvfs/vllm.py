@@ -11,8 +11,10 @@ Enable it once the kvfs package is installed (pip install ./client/python):
         "kv_connector_extra_config": {"kvfs_path": "/mnt/kvfs"}}'
 
 kv_connector_extra_config: kvfs_path (a directory in a kvfs mount,
-required); model (the key prefix; default: the served model's name);
-kvfs_load ("async", the default, or "layer": how hits load, below).
+required, refused at start when it is not in one); model (the key prefix;
+default: the served model's name); kvfs_load ("async", the default, or
+"layer": how hits load, below); kvfs_timeout (seconds a lookup, or a
+step's wait for saves, waits for kvfs; default 5).
 client/python/vllm-interface.md is the vLLM interface this follows, read
 from vLLM's source (0.2x to 0.33: both shapes of CachedRequestData, the
 connector constructor with and without kv_cache_config).
@@ -24,12 +26,16 @@ differ in any of them never share a block:
 
     <model>/<spec>/<group>/r<tp rank>.<pp rank>/<block hash, hex>
 
-where <spec> names what every block's bytes depend on (block size, cache
-dtype, layout, the tensor- and pipeline-parallel sizes) and <group> the
-KV-cache group (its index, kind, head count, head size and dtype). vLLM
-seeds its hash chain with random bytes per process unless PYTHONHASHSEED is
-set (init_none_hash): then no other process, restart or node could find a
-block, so the connector refuses to start without it.
+where <spec> names what every block's bytes depend on, as vLLM's config
+says it, since the scheduler (which looks keys up) sees no tensor: block
+size, cache dtype, layout (kv_cache_layout; before vLLM had it,
+VLLM_KV_CACHE_LAYOUT and the attention backend), the hash function
+(prefix_caching_hash_algo), the tensor- and pipeline-parallel sizes; and
+<group> the KV-cache group (its index, kind, head count, head size and
+dtype). vLLM seeds its hash chain with random bytes per process unless
+PYTHONHASHSEED is set (init_none_hash): then no other process, restart or
+node could find a block, so the connector refuses to start without it, and
+with a hash function another process may not reproduce ("builtin").
 
 Hybrid models (SupportsHMA). Each KV-cache group's blocks are keys of their
 own. A prompt's cached prefix is the longest run of n blocks such that on
@@ -47,7 +53,11 @@ not transferable (enable_kv_transfer).
 
 Memory. The worker derives from each layer tensor's shape and strides
 where block b lies (kvfs.blocks: any layout, views included; a kernel
-block size that divides the scheduler's), registers each allocation once
+block size that divides the scheduler's). Its block dimension is the one
+of num_blocks (or of k * num_blocks: k kernel blocks to a scheduler block),
+wherever it is: first, or behind K/V as in (2, num_blocks, ...), which
+FlashAttention and CPU attention used before mid-2026 (_block_dim). It
+registers each allocation once
 (vLLM backs a group's layers with one buffer) and, per group, one kvfs
 layout over the group's layers: a key is block b of every layer of its
 group, moved by the daemon with one batch put or get per group. Ranges
@@ -57,12 +67,19 @@ register_cross_layers_kv_cache where vLLM has them; the BLHNC and BLNHC
 layouts after) moves each block as one run.
 
 Failures never reach vLLM. A daemon that is gone, a mount that is not
-there, ENOSPC or any other error from kvfs is logged once per kind,
-counted (stats()), and answered as a miss: the lookup matches nothing, a
-load that failed names its blocks in get_block_ids_with_load_errors (vLLM
-recomputes them), a save that failed is dropped. The connector opens the
-mount again, and registers its memory again, at the next use, so a
-remounted kvfs serves hits again without restarting the engine.
+there, ENOSPC or any other error from kvfs (or not from kvfs: any
+exception in a load or save) is logged once per kind, counted (stats()),
+and answered as a miss: the lookup matches nothing, a load that failed
+names its blocks in get_block_ids_with_load_errors (vLLM recomputes them),
+a save that failed is dropped. The connector opens the mount again, and
+registers its memory again, at the next use, so a remounted kvfs serves
+hits again without restarting the engine. Nothing waits for kvfs longer
+than kvfs_timeout: a lookup runs on a thread of its own (_Caller) and one
+that does not answer in time (a daemon stopped) is a miss, the client it
+is stuck in never used again; a step's fence (below) gives up on its saves
+after kvfs_timeout and has their keys removed once they land. reset_cache
+answers None ("not failed"): kvfs is shared and outlives the engine, so
+nothing is removed.
 
 Neither loads nor saves hold up a step. A hit is loaded asynchronously:
 get_num_new_matched_tokens answers (tokens, True), vLLM parks the request,
@@ -602,16 +619,19 @@ class _Caller:
 
     def __init__(self, name, timeout):
         self._name, self.timeout = name, timeout
-        self._lock = threading.Lock()  # guards _jobs
+        self._lock = threading.Lock()  # guards _jobs and _threads
         self._jobs = None  # the queue of the thread in use
+        self._threads = []  # every thread started, stuck ones included
 
     def call(self, fn):
         """fn()'s result or exception; OSError(ETIMEDOUT) once time is up."""
         with self._lock:
             if self._jobs is None:
                 self._jobs = queue.SimpleQueue()
-                threading.Thread(target=self._loop, args=(self._jobs,), name=self._name,
-                                 daemon=True).start()
+                th = threading.Thread(target=self._loop, args=(self._jobs,), name=self._name,
+                                      daemon=True)
+                th.start()
+                self._threads = [t for t in self._threads if t.is_alive()] + [th]
             jobs = self._jobs
         done, box = threading.Event(), []
         jobs.put((fn, box, done))
@@ -625,6 +645,18 @@ class _Caller:
         if ok:
             return value
         raise value
+
+    def stop(self, timeout):
+        """Ends the threads, waiting at most `timeout` seconds for calls
+        still stuck in them; returns whether none is left."""
+        with self._lock:
+            threads, jobs, self._jobs = self._threads, self._jobs, None
+        if jobs is not None:
+            jobs.put(None)
+        deadline = time.monotonic() + timeout
+        for th in threads:
+            th.join(max(0, deadline - time.monotonic()))
+        return not any(th.is_alive() for th in threads)
 
     @staticmethod
     def _loop(jobs):
@@ -689,13 +721,14 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
         self.prefix = "%s/%s%s" % (str(model).replace("/", "--"),
                                    _spec(vllm_config, kv_cache_config),
                                    "-layerwise" if self.layerwise else "")
-        # _lock guards _client, _layouts, _stale, _logged, _stats and _report: the
+        # _lock guards _client, _layouts, _stale, _logged, _closed, _stats and _report: the
         # scheduler's or worker's thread and the connector's threads all use them
         self._lock = threading.Lock()
         self._client = None
         self._stale = []  # clients of a mount that failed: closed at shutdown, as a
         # thread of the connector's may still be inside a call on one
         self._logged = set()
+        self._closed = False  # shut down: a client opened after it is closed at once
         # scheduler side
         self._tracks = {}  # req_id -> _Track, from the first question to request_finished
         self._loads = {}  # req_id -> ReqMeta to send with the next step
@@ -773,6 +806,7 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
         with self._lock:
             clients = self._stale + ([self._client] if self._client is not None else [])
             self._client, self._layouts, self._stale = None, None, []
+            self._closed = True
         for client in clients:
             try:
                 client.close()
@@ -794,11 +828,18 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
             client.close()
             raise
         with self._lock:
-            if self._client is None:
+            closed = self._closed
+            if closed:
+                pass
+            elif self._client is None:
                 self._client, self._layouts = client, layouts
             else:  # another thread opened it meanwhile
                 self._stale.append(client)
-            return self._client, self._layouts
+            mine = self._client, self._layouts
+        if closed:  # a call stuck past shutdown: its mount is let go
+            client.close()
+            raise OSError(errno.ESHUTDOWN, "the kvfs connector was shut down")
+        return mine
 
     # ---------------- scheduler side ----------------
 
@@ -1401,6 +1442,13 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
         and every region registered through it."""
         self._saves.stop()
         self._loads_q.stop()
+        if not self._lookups.stop(self.timeout):
+            # a lookup still stuck in kvfs holds a client: closing it under the call
+            # would free what the call uses, so the stale clients are left open
+            log.warning("kvfs connector: a lookup is still stuck in kvfs at shutdown; "
+                        "its mount handles are left open")
+            with self._lock:
+                self._stale = []
         self._close_all()
 
     close = shutdown
