@@ -53,7 +53,26 @@ it in the LBNHC order: not contiguous):
   byte into per-layer tensors of the same backend;
 - the daemon killed between steps: no call raises, lookups match nothing,
   saves and loads are counted as failed and the loads' blocks reported to
-  vLLM; after a remount the same connector hits again.
+  vLLM; after a remount the same connector hits again;
+- layouts whose block dimension is not the first (FlashAttention's
+  (2, nb, bs, H, D) and CPU attention's (2, nb, H, bs, D) before mid-2026,
+  kernel blocks of half the scheduler's as (2, 2nb, bs/2, H, D)): one
+  engine saves, another loads, every byte of every block checked; a block
+  dimension that is absent or not clear is refused, naming the layer;
+- block size, cache dtype, layout (before vLLM named it:
+  VLLM_KV_CACHE_LAYOUT, the attention backend) and hash function each
+  change the keys; a "builtin" prefix_caching_hash_algo is refused;
+- a daemon stopped (SIGSTOP) costs a lookup kvfs_timeout, answered as a
+  miss, and hits return after SIGCONT; a step's fence gives up on held
+  saves after kvfs_timeout, and their keys are removed once they land; an
+  exception that is not an OSError fails one load, not the connector; a
+  failing batch does not hang the queue's waiters;
+- a kvfs_path not in kvfs is refused at start; after an unmount every
+  call is a miss; a full mount (ENOSPC) fails saves, counted, and the
+  request finishes;
+- requires_kv_delivery is False, reset_cache answers None and keeps the
+  blocks, shutdown releases the daemon's regions, and each allocation is
+  registered once (one for views of one buffer, one per layer otherwise).
 """
 
 import errno
