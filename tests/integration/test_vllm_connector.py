@@ -53,9 +53,29 @@ it in the LBNHC order: not contiguous):
   byte into per-layer tensors of the same backend;
 - the daemon killed between steps: no call raises, lookups match nothing,
   saves and loads are counted as failed and the loads' blocks reported to
-  vLLM; after a remount the same connector hits again.
+  vLLM; after a remount the same connector hits again;
+- layouts whose block dimension is not the first (FlashAttention's
+  (2, nb, bs, H, D) and CPU attention's (2, nb, H, bs, D) before mid-2026,
+  kernel blocks of half the scheduler's as (2, 2nb, bs/2, H, D)): one
+  engine saves, another loads, every byte of every block checked; a block
+  dimension that is absent or not clear is refused, naming the layer;
+- block size, cache dtype, layout (before vLLM named it:
+  VLLM_KV_CACHE_LAYOUT, the attention backend) and hash function each
+  change the keys; a "builtin" prefix_caching_hash_algo is refused;
+- a daemon stopped (SIGSTOP) costs a lookup kvfs_timeout, answered as a
+  miss, and hits return after SIGCONT; a step's fence gives up on held
+  saves after kvfs_timeout, and their keys are removed once they land; an
+  exception that is not an OSError fails one load, not the connector; a
+  failing batch does not hang the queue's waiters;
+- a kvfs_path not in kvfs is refused at start; after an unmount every
+  call is a miss; a full mount (ENOSPC) fails saves, counted, and the
+  request finishes;
+- requires_kv_delivery is False, reset_cache answers None and keeps the
+  blocks, shutdown releases the daemon's regions, and each allocation is
+  registered once (one for views of one buffer, one per layer otherwise).
 """
 
+import errno
 import hashlib
 import os
 import shutil
@@ -114,10 +134,11 @@ class Engine:
     get_transfer_results, get_block_ids_with_load_errors, stats, clear;
     scheduler: update_connector_output)."""
 
-    def __init__(self, test, mnt, mla=False, **cfg):
+    def __init__(self, test, mnt, mla=False, extra=None, **cfg):
         from kvfs import vllm as kc
         self.kc = kc
         conf = V.vllm_config(mnt, block_size=BS, **cfg)
+        conf.kv_transfer_config.kv_connector_extra_config.update(extra or {})
         kcc = V.kv_cache_config(NUM_BLOCKS, LAYER_NAMES, mla_spec() if mla else spec())
         self.sched = kc.KvfsConnector(conf, kc.KVConnectorRole.SCHEDULER, kcc)
         self.worker = kc.KvfsConnector(conf, kc.KVConnectorRole.WORKER, kcc)
@@ -125,6 +146,7 @@ class Engine:
         test.addCleanup(self.worker.shutdown)
         self.raw, self.caches = mla_caches() if mla else kv_caches()
         self.shape = tuple(next(iter(self.caches.values())).shape[1:])
+        self.block = lambda t, b: t[b]  # block b of a layer's tensor
         self.worker.register_kv_caches(self.caches)
         self.free = list(range(1, NUM_BLOCKS))  # block 0 is vLLM's null block
         self.blocks = {}  # req id -> block ids
@@ -148,8 +170,8 @@ class Engine:
             if on_layer:
                 on_layer(layer)
             for req, b in compute:
-                self.caches[name][self.blocks[req.request_id][b]] = content(
-                    req.block_hashes[b], layer, self.shape)
+                self.block(self.caches[name], self.blocks[req.request_id][b]).copy_(
+                    content(req.block_hashes[b], layer, self.shape))
             w.save_kv_layer(name, self.caches[name], None)
         if not sync_loads:
             w.start_load_kv(None)
@@ -795,6 +817,335 @@ class ConnectorTest(kvfstest.KvfsTestCase):
         a.sched.shutdown()  # the mount's handles go before it is unmounted
         a.worker.shutdown()
 
+
+    # ---- layouts whose block dimension is not the first ----
+
+    def other_layout(self, eng, make, block, shape):
+        """Gives eng's worker per-layer tensors from make(), block b of a
+        layer's tensor t being block(t, b) of shape `shape`."""
+        eng.caches, eng.block, eng.shape = make(), block, shape
+        eng.worker.register_kv_caches(eng.caches)
+
+    def check_layout(self, make, block, shape):
+        """One engine saves 6 blocks, another of the same layout loads them:
+        every byte of every block is checked, loaded blocks equal, all
+        others untouched."""
+        a = Engine(self, self.m.mnt)
+        self.other_layout(a, make, block, shape)
+        r = request("a", list(range(400, 400 + 6 * BS + 1)))
+        a.prefill(r)
+        a.finish(r)
+        self.assertEqual(a.worker.stats()["saved_blocks"], 6)
+        b = Engine(self, self.m.mnt)
+        self.other_layout(b, make, block, shape)
+        for t in b.caches.values():
+            t.fill_(7)
+        before = {n: t.clone() for n, t in b.caches.items()}
+        matched, errors = b.prefill(request("b", list(r.all_token_ids)))
+        self.assertEqual((matched, errors), (6 * BS, set()))
+        ids = b.blocks["b"]
+        for layer, name in enumerate(LAYER_NAMES):
+            for i in range(NUM_BLOCKS):  # the blocks cover every byte of the tensor
+                want = content(r.block_hashes[ids.index(i)], layer, shape) if i in ids[:6] \
+                    else block(before[name], i)
+                self.assertTrue(torch.equal(block(b.caches[name], i), want),
+                                "layer %d block %d" % (layer, i))
+
+    def test_flash_attention_kv_first(self):
+        """FlashAttention before May 2026: (2, num_blocks, block_size, H, D)."""
+        self.check_layout(lambda: {n: torch.zeros(2, NUM_BLOCKS, BS, H, D, dtype=torch.bfloat16)
+                                   for n in LAYER_NAMES},
+                          lambda t, b: t[:, b], (2, BS, H, D))
+
+    def test_cpu_attention_kv_first(self):
+        """CPU attention before June 2026: (2, num_blocks, H, block_size, D)."""
+        self.check_layout(lambda: {n: torch.zeros(2, NUM_BLOCKS, H, BS, D, dtype=torch.bfloat16)
+                                   for n in LAYER_NAMES},
+                          lambda t, b: t[:, b], (2, H, BS, D))
+
+    def test_kernel_blocks_half_the_schedulers_kv_first(self):
+        """Kernel blocks of BS/2 tokens, K/V first: (2, 2 * num_blocks, BS/2, H, D),
+        scheduler block b being kernel blocks 2b and 2b + 1."""
+        self.check_layout(lambda: {n: torch.zeros(2, 2 * NUM_BLOCKS, BS // 2, H, D,
+                                                  dtype=torch.bfloat16) for n in LAYER_NAMES},
+                          lambda t, b: t.unflatten(1, (NUM_BLOCKS, 2))[:, b],
+                          (2, 2, BS // 2, H, D))
+
+    def test_block_dimension_chosen_or_refused(self):
+        from kvfs import vllm as kc
+        a = Engine(self, self.m.mnt)
+
+        def refused(t, *parts, num_blocks=NUM_BLOCKS):
+            a.worker.num_blocks = num_blocks
+            with self.assertRaises(kc.ConfigError) as e:
+                a.worker.register_kv_caches({LAYER_NAMES[0]: t})
+            for part in (LAYER_NAMES[0], str(list(t.shape)), str(list(t.stride()))) + parts:
+                self.assertIn(part, str(e.exception))
+        # no dimension of num_blocks blocks
+        refused(torch.zeros(2, NUM_BLOCKS - 1, BS, H, D), "%d blocks" % NUM_BLOCKS)
+        # two dimensions of it with the same stride: which one holds blocks is not clear
+        refused(torch.zeros(NUM_BLOCKS, BS, D).as_strided((NUM_BLOCKS, NUM_BLOCKS, D),
+                                                          (D, D, 1)), "could each be")
+        # vLLM without kv_cache_config, a first dimension of 2: K/V, or 2 blocks?
+        refused(torch.zeros(2, NUM_BLOCKS, BS, H, D), "kv_cache_config", num_blocks=None)
+        a.worker.num_blocks = NUM_BLOCKS
+        # a head size equal to num_blocks: the blocks are the outer dimension
+        from kvfs.vllm import _block_dim
+        self.assertEqual(_block_dim(torch.zeros(2, NUM_BLOCKS, BS, H, NUM_BLOCKS), NUM_BLOCKS,
+                                    "x"), (1, 1))
+        self.assertEqual(_block_dim(torch.zeros(2, 2 * NUM_BLOCKS, BS, H, D), NUM_BLOCKS, "x"),
+                         (1, 2))
+        self.assertEqual(_block_dim(torch.zeros(NUM_BLOCKS, BS, 576), None, "x"), (0, 1))
+
+    # ---- keys: what the bytes depend on ----
+
+    def test_spec_names_what_the_bytes_depend_on(self):
+        from kvfs import vllm as kc
+
+        def key(conf=None, layout="LBNHC", **kw):
+            conf = conf or V.vllm_config(self.m.mnt, **kw)
+            s = V.FullAttentionSpec(block_size=conf.cache_config.block_size, num_kv_heads=H,
+                                    head_size=D, dtype=torch.bfloat16)
+            return kc.KvfsConnector(conf, kc.KVConnectorRole.SCHEDULER,
+                                    V.kv_cache_config(NUM_BLOCKS, LAYER_NAMES, s,
+                                                      layout=layout)).key("ab")
+        base = key()
+        self.assertNotEqual(key(block_size=32), base)
+        self.assertNotEqual(key(cache_dtype="fp8"), base)
+        self.assertNotEqual(key(layout="LBHNC"), base)
+        conf = V.vllm_config(self.m.mnt)
+        conf.cache_config.prefix_caching_hash_algo = "xxhash_cbor"
+        self.assertNotEqual(key(conf), base)
+        self.assertEqual(key(), base)
+        # vLLM before it named the layout: its VLLM_KV_CACHE_LAYOUT, its attention backend
+        keys = set()
+        for env, backend in ((None, None), ("NHD", None), ("HND", None), ("HND", "FLASHINFER")):
+            conf = V.vllm_config(self.m.mnt)
+            if backend:
+                conf.attention_config = V.NS(backend=backend)
+            old = os.environ.pop("VLLM_KV_CACHE_LAYOUT", None)
+            if env:
+                os.environ["VLLM_KV_CACHE_LAYOUT"] = env
+            try:
+                keys.add(key(conf, layout=None))
+            finally:
+                os.environ.pop("VLLM_KV_CACHE_LAYOUT", None)
+                if old is not None:
+                    os.environ["VLLM_KV_CACHE_LAYOUT"] = old
+        self.assertEqual(len(keys), 4)
+
+    def test_unstable_hash_algo_refused(self):
+        from kvfs import vllm as kc
+        conf = V.vllm_config(self.m.mnt)
+        conf.cache_config.prefix_caching_hash_algo = "builtin"
+        with self.assertRaises(kc.ConfigError) as e:
+            kc.KvfsConnector(conf, kc.KVConnectorRole.SCHEDULER,
+                             V.kv_cache_config(NUM_BLOCKS, LAYER_NAMES, spec()))
+        self.assertIn("prefix_caching_hash_algo 'builtin'", str(e.exception))
+        for algo in ("sha256", "sha256_cbor", "xxhash", "xxhash_cbor"):
+            conf.cache_config.prefix_caching_hash_algo = algo
+            kc.KvfsConnector(conf, kc.KVConnectorRole.SCHEDULER,
+                             V.kv_cache_config(NUM_BLOCKS, LAYER_NAMES, spec()))
+
+    # ---- failures: hung daemon, exceptions, unmount, ENOSPC ----
+
+    def bounded(self, fn, limit=5):
+        """fn()'s result, failing (not hanging) when it takes over limit seconds."""
+        import threading
+        box = []
+        th = threading.Thread(target=lambda: box.append(fn()), daemon=True)
+        th.start()
+        th.join(limit)
+        self.assertFalse(th.is_alive(), "still waiting after %ds" % limit)
+        self.assertEqual(len(box), 1, "it raised")
+        return box[0]
+
+    def test_stopped_daemon_costs_a_lookup_its_timeout(self):
+        m1 = self.mount(name="stopped")
+        a = Engine(self, m1.mnt, extra={"kvfs_timeout": 0.5})
+        tokens = list(range(6 * BS + 1))
+        a.prefill(request("a", tokens))
+        a.worker.drain()
+        self.assertEqual(a.sched.get_num_new_matched_tokens(request("b", tokens), 0),
+                         (6 * BS, True))
+        m1.signal(signal.SIGSTOP)
+
+        def state():
+            with open("/proc/%d/stat" % m1.proc.pid) as f:
+                return f.read().rsplit(")", 1)[1].split()[0]
+        try:
+            kvfstest.wait_until(lambda: state() == "T", what="the daemon stopped")
+            for rid in ("c", "d"):  # the stuck client, then opening the mount again
+                self.assertEqual(self.bounded(lambda: a.sched.get_num_new_matched_tokens(
+                    request(rid, tokens), 0), 3), (0, False))
+            self.assertEqual(a.sched.stats()["errors"], 2)
+        finally:
+            m1.signal(signal.SIGCONT)
+        self.assertEqual(a.sched.get_num_new_matched_tokens(request("e", tokens), 0),
+                         (6 * BS, True))
+        a.sched.shutdown()  # the mount's handles go before it is unmounted
+        a.worker.shutdown()
+
+    def test_fence_gives_up_after_its_timeout(self):
+        """A preemption's fence waits for the saves reading its blocks at
+        most kvfs_timeout; the saves it gave up on are removed once they
+        land (they may hold what the step wrote over their blocks)."""
+        a = Engine(self, self.m.mnt, extra={"kvfs_timeout": 0.5})
+        r = request("p", list(range(3, 3 + 5 * BS + 1)))
+        a.sched.get_num_new_matched_tokens(r, 0)
+        old = a.blocks["p"] = [a.free.pop(0) for _ in range(6)]
+        a.sched.update_state_after_alloc(r, V.kv_blocks(old), 0)
+        gate, _ = self.hold_puts(a)
+        out = V.scheduler_output(new=[V.NewRequestData.from_request(r, (list(old),))],
+                                 num_scheduled={"p": 5 * BS + 1})
+        a.forward(a.sched.build_connector_meta(out), [(r, b) for b in range(5)])
+        x = request("x", list(range(7, 7 + 2 * BS)))
+        out = V.scheduler_output(new=[V.NewRequestData.from_request(x, (old[:2],))],
+                                 num_scheduled={"x": 2 * BS}, preempted={"p"})
+        meta = a.sched.build_connector_meta(out)
+        try:  # the step goes on, the put still held
+            self.bounded(lambda: a.worker.handle_preemptions(meta), 3)
+        finally:
+            gate.set()
+        a.worker.drain()
+        st = a.worker.stats()
+        self.assertEqual((st["failed_saves"], st["errors"]), (2, 1))  # blocks 0 and 1
+        probe = request("q", list(r.all_token_ids))
+        self.assertEqual(a.sched.get_num_new_matched_tokens(probe, 0), (0, False))
+        names = [a.worker.key(bytes(h).hex()) for h in r.block_hashes[:5]]
+        self.assertEqual([os.path.exists(os.path.join(self.m.mnt, n)) for n in names],
+                         [False, False, True, True, True])
+
+    def test_unexpected_exception_fails_the_load_only(self):
+        a = Engine(self, self.m.mnt)
+        r = request("src", list(range(20, 20 + 4 * BS + 1)))
+        a.prefill(r)
+        a.finish(r)
+        b = Engine(self, self.m.mnt)
+        client = b.worker._open()[0]
+
+        def broken(*args, **kw):
+            raise RuntimeError("not an OSError")
+        client.get = broken
+        r2 = request("dst", list(r.all_token_ids))
+        self.assertEqual(b.sched.get_num_new_matched_tokens(r2, 0), (4 * BS, True))
+        ids = b.blocks["dst"] = [b.free.pop(0) for _ in range(5)]
+        # reported, recomputed by vLLM
+        self.assertEqual(self.bounded(lambda: b.load(r2, 4 * BS)), set(ids[:4]))
+        self.assertEqual(b.worker.stats()["failed_loads"], 4)
+        # the loads' thread goes on: the next load (on a client opened again) lands
+        r3 = request("dst2", list(r.all_token_ids))
+        self.assertEqual(b.sched.get_num_new_matched_tokens(r3, 0), (4 * BS, True))
+        b.blocks["dst2"] = [b.free.pop(0) for _ in range(5)]
+        self.assertEqual(b.load(r3, 4 * BS), set())
+
+    def test_queue_survives_a_failing_run(self):
+        import threading
+        from kvfs import vllm as kc
+        ran = []
+
+        def run(batch, seq):
+            ran.append(batch)
+            if batch == "bad":
+                raise KeyError(batch)
+        q = kc._Queue("test", run)
+        q.put("bad")
+        q.put("good")
+        th = threading.Thread(target=q.wait)
+        th.start()
+        th.join(5)
+        self.assertFalse(th.is_alive(), "waiters hang after a failed batch")
+        self.assertEqual(ran, ["bad", "good"])
+        self.assertFalse(q.wait(q.put("bad") + 1, timeout=0.1))  # never queued: times out
+        q.stop()
+
+    def test_not_kvfs_and_unmounted(self):
+        from kvfs import vllm as kc
+        plain = tempfile.mkdtemp(prefix="kvfs-it-plain-", dir="/tmp")
+        self.addCleanup(shutil.rmtree, plain, True)
+        w = kc.KvfsConnector(V.vllm_config(plain), kc.KVConnectorRole.WORKER,
+                             V.kv_cache_config(NUM_BLOCKS, LAYER_NAMES, spec()))
+        self.addCleanup(w.shutdown)
+        with self.assertRaises(kc.ConfigError) as e:  # at engine start
+            w.register_kv_caches(kv_caches()[1])
+        self.assertIn("kvfs_path %s is not a kvfs mount" % plain, str(e.exception))
+        # after the start, the mount goes away: nothing raises, every call a miss
+        m1 = self.mount(name="unmounted")
+        a = Engine(self, m1.mnt)
+        tokens = list(range(4 * BS + 1))
+        a.prefill(request("a", tokens))
+        a.worker.drain()
+        m1.cleanup()  # killed and lazily unmounted: the path is no kvfs any more
+        self.assertEqual(a.sched.get_num_new_matched_tokens(request("b", tokens), 0), (0, False))
+        h = request("c", tokens).block_hashes[1].hex()
+        meta = a.kc.KvfsConnectorMetadata([a.kc.ReqMeta("x", [(0, h, 3)], True),
+                                           a.kc.ReqMeta("x", [(0, h, 4)], False)])
+        out = a.settle(a.forward(meta, []))
+        self.assertEqual((out.finished_recving, out.invalid_block_ids), ({"x"}, {3}))
+        st = a.worker.stats()
+        self.assertEqual((st["failed_loads"], st["failed_saves"]), (1, 1))
+        self.assertGreater(a.sched.stats()["errors"], 0)
+        # and again, on a client that is gone for good
+        self.assertEqual(a.sched.get_num_new_matched_tokens(request("d", tokens), 0), (0, False))
+
+    def test_full_mount_fails_saves(self):
+        m1 = self.mount(opts=["--mem-size=64M"] + kvfstest.dram_only_opts(), name="full")
+        for size in (1 << 20, 64 << 10, 4 << 10):  # until not even a block fits
+            for i in range(1000):
+                try:
+                    with open(m1.path("fill-%d-%d" % (size, i)), "wb") as f:
+                        f.write(b"x" * size)
+                except OSError as e:
+                    self.assertEqual(e.errno, errno.ENOSPC)
+                    break
+        a = Engine(self, m1.mnt)
+        r = request("a", list(range(3 * BS + 1)))
+        a.prefill(r)
+        a.finish(r)  # the request finishes: its blocks go back to vLLM
+        st = a.worker.stats()
+        self.assertEqual((st["saved_blocks"], st["failed_saves"]), (0, 3))
+        self.assertEqual(a.sched.get_num_new_matched_tokens(request("b", r.all_token_ids), 0),
+                         (0, False))
+        a.sched.shutdown()
+        a.worker.shutdown()
+
+    # ---- hooks ----
+
+    def test_hooks_delivery_reset_shutdown(self):
+        def regions():
+            return self.m.stats()["ioctl"]["regions"]
+        before = regions()
+        a = Engine(self, self.m.mnt)
+        self.assertIs(a.sched.requires_kv_delivery, False)  # a cache: a lost save is a miss
+        r = request("a", list(range(2 * BS + 1)))
+        a.prefill(r)
+        a.finish(r)
+        self.assertIsNone(a.sched.reset_cache())  # not failed; kvfs keeps the blocks
+        self.assertEqual(a.sched.get_num_new_matched_tokens(request("b", r.all_token_ids), 0),
+                         (2 * BS, True))
+        self.assertGreater(regions(), before)
+        a.sched.shutdown()
+        a.worker.shutdown()
+        kvfstest.wait_until(lambda: regions() == before, what="regions released")
+
+    def test_each_allocation_registered_once(self):
+        import kvfs
+        calls = []
+        real = kvfs.Client.register
+
+        def spy(client, obj, *args, **kw):
+            calls.append(obj)
+            return real(client, obj, *args, **kw)
+        kvfs.Client.register = spy
+        self.addCleanup(setattr, kvfs.Client, "register", real)
+        Engine(self, self.m.mnt)  # every layer a view of one buffer
+        self.assertEqual(len(calls), 1)
+        del calls[:]
+        a = Engine(self, self.m.mnt)
+        del calls[:]
+        a.worker.register_kv_caches({n: torch.zeros(NUM_BLOCKS, H, BS, 2 * D,
+                                                    dtype=torch.bfloat16) for n in LAYER_NAMES})
+        self.assertEqual(len(calls), LAYERS)  # an allocation per layer
 
 if __name__ == "__main__":
     kvfstest.main(skip_if=lambda: None if torch else "python3-torch is not installed")

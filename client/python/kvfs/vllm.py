@@ -11,8 +11,10 @@ Enable it once the kvfs package is installed (pip install ./client/python):
         "kv_connector_extra_config": {"kvfs_path": "/mnt/kvfs"}}'
 
 kv_connector_extra_config: kvfs_path (a directory in a kvfs mount,
-required); model (the key prefix; default: the served model's name);
-kvfs_load ("async", the default, or "layer": how hits load, below).
+required, refused at start when it is not in one); model (the key prefix;
+default: the served model's name); kvfs_load ("async", the default, or
+"layer": how hits load, below); kvfs_timeout (seconds a lookup, or a
+step's wait for saves, waits for kvfs; default 5).
 client/python/vllm-interface.md is the vLLM interface this follows, read
 from vLLM's source (0.2x to 0.33: both shapes of CachedRequestData, the
 connector constructor with and without kv_cache_config).
@@ -24,12 +26,16 @@ differ in any of them never share a block:
 
     <model>/<spec>/<group>/r<tp rank>.<pp rank>/<block hash, hex>
 
-where <spec> names what every block's bytes depend on (block size, cache
-dtype, layout, the tensor- and pipeline-parallel sizes) and <group> the
-KV-cache group (its index, kind, head count, head size and dtype). vLLM
-seeds its hash chain with random bytes per process unless PYTHONHASHSEED is
-set (init_none_hash): then no other process, restart or node could find a
-block, so the connector refuses to start without it.
+where <spec> names what every block's bytes depend on, as vLLM's config
+says it, since the scheduler (which looks keys up) sees no tensor: block
+size, cache dtype, layout (kv_cache_layout; before vLLM had it,
+VLLM_KV_CACHE_LAYOUT and the attention backend), the hash function
+(prefix_caching_hash_algo), the tensor- and pipeline-parallel sizes; and
+<group> the KV-cache group (its index, kind, head count, head size and
+dtype). vLLM seeds its hash chain with random bytes per process unless
+PYTHONHASHSEED is set (init_none_hash): then no other process, restart or
+node could find a block, so the connector refuses to start without it, and
+with a hash function another process may not reproduce ("builtin").
 
 Hybrid models (SupportsHMA). Each KV-cache group's blocks are keys of their
 own. A prompt's cached prefix is the longest run of n blocks such that on
@@ -47,7 +53,11 @@ not transferable (enable_kv_transfer).
 
 Memory. The worker derives from each layer tensor's shape and strides
 where block b lies (kvfs.blocks: any layout, views included; a kernel
-block size that divides the scheduler's), registers each allocation once
+block size that divides the scheduler's). Its block dimension is the one
+of num_blocks (or of k * num_blocks: k kernel blocks to a scheduler block),
+wherever it is: first, or behind K/V as in (2, num_blocks, ...), which
+FlashAttention and CPU attention used before mid-2026 (_block_dim). It
+registers each allocation once
 (vLLM backs a group's layers with one buffer) and, per group, one kvfs
 layout over the group's layers: a key is block b of every layer of its
 group, moved by the daemon with one batch put or get per group. Ranges
@@ -57,12 +67,19 @@ register_cross_layers_kv_cache where vLLM has them; the BLHNC and BLNHC
 layouts after) moves each block as one run.
 
 Failures never reach vLLM. A daemon that is gone, a mount that is not
-there, ENOSPC or any other error from kvfs is logged once per kind,
-counted (stats()), and answered as a miss: the lookup matches nothing, a
-load that failed names its blocks in get_block_ids_with_load_errors (vLLM
-recomputes them), a save that failed is dropped. The connector opens the
-mount again, and registers its memory again, at the next use, so a
-remounted kvfs serves hits again without restarting the engine.
+there, ENOSPC or any other error from kvfs (or not from kvfs: any
+exception in a load or save) is logged once per kind, counted (stats()),
+and answered as a miss: the lookup matches nothing, a load that failed
+names its blocks in get_block_ids_with_load_errors (vLLM recomputes them),
+a save that failed is dropped. The connector opens the mount again, and
+registers its memory again, at the next use, so a remounted kvfs serves
+hits again without restarting the engine. Nothing waits for kvfs longer
+than kvfs_timeout: a lookup runs on a thread of its own (_Caller) and one
+that does not answer in time (a daemon stopped) is a miss, the client it
+is stuck in never used again; a step's fence (below) gives up on its saves
+after kvfs_timeout and has their keys removed once they land. reset_cache
+answers None ("not failed"): kvfs is shared and outlives the engine, so
+nothing is removed.
 
 Neither loads nor saves hold up a step. A hit is loaded asynchronously:
 get_num_new_matched_tokens answers (tokens, True), vLLM parks the request,
@@ -104,6 +121,7 @@ import errno
 import logging
 import math
 import os
+import queue
 import threading
 import time
 from dataclasses import dataclass, field
@@ -275,6 +293,8 @@ class ConfigError(ValueError):
     """A configuration the connector refuses at start, in one message."""
 
 
+DEFAULT_TIMEOUT = 5.0  # kvfs_timeout: seconds a lookup, or a step's fence, waits for kvfs
+
 NULL_BLOCK = 0  # vLLM's null block (BlockPool.null_block, the pool's first block): a
 # sliding-window group's blocks out of the window are it, and hold nothing
 
@@ -365,15 +385,49 @@ def _rank(extra, key, group):
         return 0
 
 
-def _spec(vllm_config, kv_cache_config):
-    """What every block's bytes depend on, as a key component."""
+# vLLM's prefix_caching_hash_algo values whose hashes are the same in every
+# process given the same PYTHONHASHSEED (vllm/utils/hashing.py): "builtin",
+# Python's hash(), is not (it varies between builds and versions of Python)
+STABLE_HASH_ALGOS = frozenset({"sha256", "sha256_cbor", "sha256_cbor_64bit", "sha256_msgpack",
+                               "xxhash", "xxhash_cbor", "xxhash_msgpack"})
+
+
+def _hash_algo(vllm_config):
+    """vLLM's block hash function's name ("sha256" where vLLM has no choice)."""
+    return str(getattr(vllm_config.cache_config, "prefix_caching_hash_algo", None) or "sha256")
+
+
+def _layout_name(vllm_config, kv_cache_config):
+    """What decides the byte order of a block, as vLLM's config names it:
+    its kv_cache_layout (vLLM from August 2026), else VLLM_KV_CACHE_LAYOUT
+    and the attention backend (earlier releases: each backend its own shape,
+    NHD or HND per that variable), or None where nothing names it."""
     cache = vllm_config.cache_config
-    par = vllm_config.parallel_config
-    parts = ["bs%d" % cache.block_size, str(getattr(cache, "cache_dtype", "auto"))]
     layout = getattr(kv_cache_config, "kv_cache_layout", None) or \
         getattr(cache, "kv_cache_layout", None)
     if layout:
-        parts.append(str(layout))
+        return str(getattr(layout, "name", layout))
+    parts = []
+    env = os.environ.get("VLLM_KV_CACHE_LAYOUT")
+    if env:
+        parts.append(env)
+    backend = getattr(getattr(vllm_config, "attention_config", None), "backend", None) or \
+        os.environ.get("VLLM_ATTENTION_BACKEND")
+    if backend:
+        parts.append(str(getattr(backend, "name", backend)))
+    return ".".join(parts) or None
+
+
+def _spec(vllm_config, kv_cache_config):
+    """What every block's bytes depend on, as a key component: block size,
+    cache dtype, layout (as _layout_name), hash function, parallel sizes."""
+    cache = vllm_config.cache_config
+    par = vllm_config.parallel_config
+    parts = ["bs%d" % cache.block_size, str(getattr(cache, "cache_dtype", "auto"))]
+    layout = _layout_name(vllm_config, kv_cache_config)
+    if layout:
+        parts.append(layout.replace("/", "_").replace("-", "_"))
+    parts.append(_hash_algo(vllm_config))
     parts.append("tp%d" % getattr(par, "tensor_parallel_size", 1))
     parts.append("pp%d" % getattr(par, "pipeline_parallel_size", 1))
     return "-".join(parts)
@@ -444,13 +498,55 @@ def _merged(segs):
     return out
 
 
-def _check_hash_seed():
+def _check_hashes(vllm_config):
+    """Refuses a block hash no other process could reproduce."""
     if os.environ.get("PYTHONHASHSEED") is None:
         raise ConfigError(
             "kvfs connector: PYTHONHASHSEED is not set, so vLLM seeds its block hashes with "
             "random bytes in every process (init_none_hash) and no other process, restart "
             "or node could find a stored block: start vLLM with PYTHONHASHSEED set, the same "
             "value on every node")
+    algo = _hash_algo(vllm_config)
+    if algo not in STABLE_HASH_ALGOS:
+        raise ConfigError(
+            "kvfs connector: prefix_caching_hash_algo %r gives block hashes another process "
+            "may not reproduce, so a stored block could be found by the wrong prompt or by "
+            "none: use one of %s" % (algo, ", ".join(sorted(STABLE_HASH_ALGOS))))
+
+
+def _block_dim(t, num_blocks, name):
+    """(the dimension of `t` that indexes blocks, kernel blocks per
+    scheduler block): the dimension of num_blocks, or of k * num_blocks (a
+    kernel block size 1/k of the scheduler's). vLLM's layouts put it first
+    or, behind K/V, second ((2, num_blocks, ...): FlashAttention before May
+    2026, CPU attention before June 2026). Several dimensions of such a
+    size (num_blocks equal to a head count, say): the one of the largest
+    stride, as blocks are outermost in every layout vLLM has, unless that is
+    not clear. Without num_blocks (vLLM without kv_cache_config): the first
+    dimension, refused where it is 2 (K and V, or blocks: cannot tell)."""
+    shape, strides = tuple(t.shape), tuple(t.stride())
+
+    def refuse(why):
+        return ConfigError("kvfs connector: layer %s: %s (shape %s, strides %s)"
+                           % (name, why, list(shape), list(strides)))
+
+    if not shape:
+        raise refuse("no dimensions")
+    if not num_blocks:
+        if shape[0] == 2:
+            raise refuse("its first dimension, 2, may be K and V or the blocks, and vLLM "
+                         "gave no kv_cache_config to tell the number of blocks")
+        return 0, 1
+    found = [i for i, n in enumerate(shape) if n >= num_blocks and n % num_blocks == 0]
+    if not found:
+        raise refuse("no dimension of %d blocks, or a multiple of it" % num_blocks)
+    if len(found) > 1:
+        found.sort(key=lambda i: -strides[i])
+        first, second = found[0], found[1]
+        if strides[first] == strides[second] or shape[first] == 2:
+            raise refuse("dimensions %s could each be the %d blocks" % (sorted(found),
+                                                                        num_blocks))
+    return found[0], shape[found[0]] // num_blocks
 
 
 class _Queue:
@@ -482,18 +578,27 @@ class _Queue:
                 seq, batch = self._items[0]
             if batch is None:
                 return
-            self._run(batch, seq)
+            try:
+                self._run(batch, seq)
+            except Exception:  # the run's own handler failed: waiters go on all the same
+                log.exception("kvfs connector: %s: a batch failed unexpectedly", self._name)
             with self._cv:
                 self._items.pop(0)
                 self._done = seq
                 self._cv.notify_all()
 
-    def wait(self, seq=None):
-        """Until batch seq (default: every batch queued so far) has run."""
+    def wait(self, seq=None, timeout=None):
+        """Until batch seq (default: every batch queued so far) has run, or
+        timeout seconds passed: returns whether it ran."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         with self._cv:
             target = self._queued if seq is None else seq
             while self._done < target and self._thread is not None:
-                self._cv.wait()
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._cv.wait(left)
+            return True
 
     def stop(self):
         """Runs what is queued, then ends the thread."""
@@ -506,13 +611,74 @@ class _Queue:
             thread.join()
 
 
+class _Caller:
+    """Runs calls on a thread of its own and waits at most `timeout` seconds
+    for each. A call that does not return in time (a daemon stopped, a mount
+    hung) is left to its thread, which nothing uses again: the next call
+    gets a new thread."""
+
+    def __init__(self, name, timeout):
+        self._name, self.timeout = name, timeout
+        self._lock = threading.Lock()  # guards _jobs and _threads
+        self._jobs = None  # the queue of the thread in use
+        self._threads = []  # every thread started, stuck ones included
+
+    def call(self, fn):
+        """fn()'s result or exception; OSError(ETIMEDOUT) once time is up."""
+        with self._lock:
+            if self._jobs is None:
+                self._jobs = queue.SimpleQueue()
+                th = threading.Thread(target=self._loop, args=(self._jobs,), name=self._name,
+                                      daemon=True)
+                th.start()
+                self._threads = [t for t in self._threads if t.is_alive()] + [th]
+            jobs = self._jobs
+        done, box = threading.Event(), []
+        jobs.put((fn, box, done))
+        if not done.wait(self.timeout):
+            with self._lock:
+                if self._jobs is jobs:
+                    self._jobs = None
+            jobs.put(None)  # its thread ends once the call stuck in it returns
+            raise OSError(errno.ETIMEDOUT, "no answer from kvfs within %gs" % self.timeout)
+        ok, value = box[0]
+        if ok:
+            return value
+        raise value
+
+    def stop(self, timeout):
+        """Ends the threads, waiting at most `timeout` seconds for calls
+        still stuck in them; returns whether none is left."""
+        with self._lock:
+            threads, jobs, self._jobs = self._threads, self._jobs, None
+        if jobs is not None:
+            jobs.put(None)
+        deadline = time.monotonic() + timeout
+        for th in threads:
+            th.join(max(0, deadline - time.monotonic()))
+        return not any(th.is_alive() for th in threads)
+
+    @staticmethod
+    def _loop(jobs):
+        while True:
+            job = jobs.get()
+            if job is None:
+                return
+            fn, box, done = job
+            try:
+                box.append((True, fn()))
+            except BaseException as e:
+                box.append((False, e))
+            done.set()
+
+
 class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
     def __init__(self, vllm_config, role, kv_cache_config=None):
         try:
             super().__init__(vllm_config, role, kv_cache_config)
         except TypeError:  # vLLM before kv_cache_config was passed to connectors
             super().__init__(vllm_config, role)
-        _check_hash_seed()
+        _check_hashes(vllm_config)
         extra = _extra(vllm_config)
         self.path = extra.get("kvfs_path")
         if not self.path:
@@ -534,7 +700,16 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
         self.tp_size = int(getattr(par, "tensor_parallel_size", 1))
         self.pp_size = int(getattr(par, "pipeline_parallel_size", 1))
         self.num_blocks = getattr(kv_cache_config, "num_blocks", None)
+        self._cache_config = vllm_config.cache_config  # num_gpu_blocks, once vLLM set it
         self.layerwise = extra.get("kvfs_load", "async") == "layer"
+        try:
+            self.timeout = float(extra.get("kvfs_timeout", DEFAULT_TIMEOUT))
+        except (TypeError, ValueError):
+            self.timeout = -1
+        if not self.timeout > 0:
+            raise ConfigError("kvfs connector: kvfs_timeout is seconds > 0, not %r"
+                              % (extra.get("kvfs_timeout"),))
+        self._lookups = _Caller("kvfs-lookup", self.timeout)
         if extra.get("kvfs_load", "async") not in ("async", "layer"):
             raise ConfigError("kvfs connector: kvfs_load is \"async\" or \"layer\", not %r"
                               % (extra["kvfs_load"],))
@@ -546,13 +721,14 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
         self.prefix = "%s/%s%s" % (str(model).replace("/", "--"),
                                    _spec(vllm_config, kv_cache_config),
                                    "-layerwise" if self.layerwise else "")
-        # _lock guards _client, _layouts, _stale, _logged, _stats and _report: the
+        # _lock guards _client, _layouts, _stale, _logged, _closed, _stats and _report: the
         # scheduler's or worker's thread and the connector's threads all use them
         self._lock = threading.Lock()
         self._client = None
         self._stale = []  # clients of a mount that failed: closed at shutdown, as a
         # thread of the connector's may still be inside a call on one
         self._logged = set()
+        self._closed = False  # shut down: a client opened after it is closed at once
         # scheduler side
         self._tracks = {}  # req_id -> _Track, from the first question to request_finished
         self._loads = {}  # req_id -> ReqMeta to send with the next step
@@ -577,6 +753,8 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
         self._recved = set()  # loads done: for get_finished
         self._load_failed = {}  # request id -> block ids its load could not fill
         self._load_errors = set()  # block ids of failed loads get_finished reported
+        self._overrun = {}  # block id -> the last save batch reading it that a step's
+        # fence gave up waiting for: its keys are removed once it lands
         self._fenced = None  # the metadata whose allocated blocks _fence waited for
         self._layers_in = {}  # layerwise: layer name -> Event set once the step's load of
         # it is done (or failed); replaced by each start_load_kv, read by the forward
@@ -613,7 +791,7 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
         """Counts a failure and logs the first of each kind; the mount is
         opened again at the next use (the daemon may have restarted)."""
         self._count("errors")
-        kind = (what, getattr(e, "errno", None))
+        kind = (what, getattr(e, "errno", None) or type(e).__name__)
         with self._lock:
             first = kind not in self._logged
             self._logged.add(kind)
@@ -628,6 +806,7 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
         with self._lock:
             clients = self._stale + ([self._client] if self._client is not None else [])
             self._client, self._layouts, self._stale = None, None, []
+            self._closed = True
         for client in clients:
             try:
                 client.close()
@@ -635,18 +814,32 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
                 pass
 
     def _open(self):
-        """(client, layouts): opened, and the worker's memory registered, if needed."""
+        """(client, layouts): opened, and the worker's memory registered, if
+        needed. The opening runs outside _lock: on a hung mount it may never
+        return, and nothing else may wait for it."""
         with self._lock:
-            if self._client is None:
-                client = kvfs.Client(self.path)
-                if self._kv_caches is not None:
-                    try:
-                        self._layouts = self._register(client, self._kv_caches)
-                    except BaseException:
-                        client.close()
-                        raise
-                self._client = client
-            return self._client, self._layouts
+            if self._client is not None:
+                return self._client, self._layouts
+            kv_caches = self._kv_caches
+        client = kvfs.Client(self.path)
+        try:
+            layouts = self._register(client, kv_caches) if kv_caches is not None else None
+        except BaseException:
+            client.close()
+            raise
+        with self._lock:
+            closed = self._closed
+            if closed:
+                pass
+            elif self._client is None:
+                self._client, self._layouts = client, layouts
+            else:  # another thread opened it meanwhile
+                self._stale.append(client)
+            mine = self._client, self._layouts
+        if closed:  # a call stuck past shutdown: its mount is let go
+            client.close()
+            raise OSError(errno.ESHUTDOWN, "the kvfs connector was shut down")
+        return mine
 
     # ---------------- scheduler side ----------------
 
@@ -714,9 +907,10 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
         if prompt is None:
             prompt = len(request.prompt_token_ids or ())
         hashes = self._hashes(request, max(0, (prompt - 1) // self.block_size))
-        try:
-            hit = self._hit(self._open()[0], hashes) if hashes else 0
-        except OSError as e:
+        try:  # on its own thread: a hung daemon costs this step kvfs_timeout, no more
+            hit = self._lookups.call(lambda: self._hit(self._open()[0], hashes)) \
+                if hashes else 0
+        except Exception as e:  # the client a call is stuck in is not used again
             self._failed("lookup", e)
             hit = 0
         self._count("lookups")
@@ -868,9 +1062,19 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
         return events
 
     def reset_cache(self):
-        """vLLM's prefix-cache reset: kvfs keeps its blocks (remove them with
-        rm -r or kvfs remove_prefix); nothing here to reset."""
-        return True
+        """vLLM's prefix-cache reset (reset_prefix_cache with
+        reset_connector): None, as vLLM's base class answers, "not failed,
+        nothing reset". kvfs is shared by every engine of the model and
+        outlives this one, so the connector removes nothing: after new
+        weights, give kv_connector_extra_config another "model" (a key
+        prefix of its own) or remove the old one (rm -r MNT/<model>)."""
+        with self._lock:
+            first = "reset" not in self._logged
+            self._logged.add("reset")
+        if first:
+            log.info("kvfs connector: reset_cache keeps the blocks in kvfs %s (shared, "
+                     "persistent): see the kvfs.vllm module's notes", self.path)
+        return None
 
     def stats(self):
         """The COUNTERS since the start."""
@@ -900,6 +1104,7 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
         bytes of a block in it, key suffix)]}: one layout over the group's
         layers, or layer by layer one per layer (suffix /<its index>)."""
         regions, layouts = {}, {}
+        num_blocks = self.num_blocks or getattr(self._cache_config, "num_gpu_blocks", None)
         for g in self.groups:
             layers = []  # (name, its block runs as layout segments)
             names = [CROSS_LAYERS] if CROSS_LAYERS in kv_caches else \
@@ -907,11 +1112,10 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
                 else list(kv_caches)
             for name in names:
                 t = kv_caches[name]
-                view = t
-                if self.num_blocks and t.shape[0] != self.num_blocks and \
-                        t.shape[0] % self.num_blocks == 0:  # kernel blocks: k per scheduler block
-                    view = t.unflatten(0, (self.num_blocks, -1))
-                geo = kvblocks.geometry(view, 0, name, max_runs=kvfs.LAYOUT_MAX_SEGS)
+                dim, k = _block_dim(t, num_blocks, name)
+                # kernel blocks: k of them per scheduler block, consecutive
+                view = t.unflatten(dim, (num_blocks, k)) if k > 1 else t
+                geo = kvblocks.geometry(view, dim, name, max_runs=kvfs.LAYOUT_MAX_SEGS)
                 addr, nbytes = kvblocks.allocation(t)
                 if addr not in regions:
                     regions[addr] = self._region(client, t, addr, nbytes)
@@ -956,8 +1160,12 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
     def register_kv_caches(self, kv_caches):
         """kv_caches: layer name -> tensor, in any layout (kvfs.blocks): one
         that cannot be addressed is refused here, naming the layer, its
-        shape and strides."""
-        client = kvfs.Client(self.path)
+        shape and strides; so is a kvfs_path not in a kvfs mount."""
+        try:
+            client = kvfs.Client(self.path)
+        except OSError as e:
+            raise ConfigError("kvfs connector: kvfs_path %s is not a kvfs mount or a "
+                              "directory in one (%s)" % (self.path, e)) from e
         try:
             layouts = self._register(client, kv_caches)
         except BaseException:
@@ -1010,7 +1218,7 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
                     moved += size * sum(1 for r in results if r >= 0)
                     if layer_done is not None:
                         layer_done(layer)
-            except OSError as e:
+            except Exception as e:  # OSError from kvfs; anything else is failed the same way
                 self._failed(what, e)
                 ok = [False] * len(names)
             self._count(blocks, sum(ok))
@@ -1029,13 +1237,36 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
             self._fence(arg)
 
     def _fence(self, meta):
+        """Waits for the saves reading a block the step allocated, at most
+        kvfs_timeout. Past it (a daemon stopped mid-put) the step goes on:
+        holding vLLM's step loop for a cache is the worse evil. Such a save
+        may then store what the step writes under the old block's hash, so
+        once it lands its keys are removed again (_unsave): a miss later
+        instead of wrong KV."""
         if meta is self._fenced or not meta.allocated:
             return
         self._fenced = meta
         with self._xfer_lock:
             seq = max((self._in_save.get(b, 0) for b in meta.allocated), default=0)
-        if seq:
-            self._saves.wait(seq)
+        if seq and not self._saves.wait(seq, self.timeout):
+            with self._xfer_lock:
+                for b in meta.allocated:
+                    s = self._in_save.get(b, 0)
+                    if s:
+                        self._overrun[b] = max(self._overrun.get(b, 0), s)
+            self._failed("save fence", OSError(errno.ETIMEDOUT, "saves in flight for %gs"
+                                               % self.timeout))
+
+    def _unsave(self, items):
+        """Removes the keys of saves the fence gave up waiting for, each
+        (group, key name): they may hold another request's KV."""
+        self._count("failed_saves", len(items))
+        try:
+            client, layouts = self._open()
+            suffixes = [u[3] for u in (layouts or {}).get(items[0][0], [(None, None, 0, "")])]
+            client.remove([n + sfx for _, n in items for sfx in suffixes])
+        except Exception as e:
+            self._failed("removing a save overrun by its step", e)
 
     def start_load_kv(self, forward_context, **kwargs):
         """Hands the step's loads to the loads' thread and returns:
@@ -1062,10 +1293,14 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
     def _load(self, batch, seq):
         reqs, by_group, layers_in = batch
         t0 = time.monotonic()
+        failed = {(gi, b) for gi, (_, ids) in by_group.items() for b in ids}  # until moved
         try:
             failed = self._move("load", by_group, lambda c, layout, names, ids: c.get(
                 names, layout=layout, blocks=ids).results,
                 layers_in and (lambda name: layers_in[name].set() if name in layers_in else None))
+        except Exception as e:  # not kvfs's (_move answers for it): the blocks are recomputed
+            self._failed("load", e)
+            self._count("failed_loads", len(failed))
         finally:
             for ev in (layers_in or {}).values():  # a load that failed is done too
                 ev.set()
@@ -1136,16 +1371,28 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
     def _save(self, batch, seq):
         reqs, by_group, event = batch
         t0 = time.monotonic()
-        if event is not None:
-            event.synchronize()
-        self._move("save", by_group, lambda c, layout, names, ids: c.put(
-            names, layout=layout, blocks=ids, flags=kvfs.PUT_MKDIR | kvfs.PUT_NOREPLACE).results)
+        try:
+            if event is not None:
+                event.synchronize()
+            self._move("save", by_group, lambda c, layout, names, ids: c.put(
+                names, layout=layout, blocks=ids,
+                flags=kvfs.PUT_MKDIR | kvfs.PUT_NOREPLACE).results)
+        except Exception as e:  # not kvfs's (_move answers for it): nothing saved
+            self._failed("save", e)
+            self._count("failed_saves", sum(len(ids) for _, ids in by_group.values()))
         self._timed("save_seconds", time.monotonic() - t0)
+        with self._xfer_lock:
+            late = [(gi, names[i]) for gi, (names, ids) in by_group.items()
+                    for i, b in enumerate(ids) if self._overrun.get(b, 0) >= seq]
+        if late:
+            self._unsave(late)
         with self._xfer_lock:
             for _, ids in by_group.values():
                 for b in ids:
                     if self._in_save.get(b) == seq:  # no later save reads it
                         del self._in_save[b]
+                    if self._overrun.get(b, 0) <= seq:
+                        self._overrun.pop(b, None)
             for rid in reqs:
                 self._saving[rid] -= 1
                 if not self._saving[rid]:
@@ -1195,6 +1442,13 @@ class KvfsConnector(KVConnectorBase_V1, SupportsHMA):
         and every region registered through it."""
         self._saves.stop()
         self._loads_q.stop()
+        if not self._lookups.stop(self.timeout):
+            # a lookup still stuck in kvfs holds a client: closing it under the call
+            # would free what the call uses, so the stale clients are left open
+            log.warning("kvfs connector: a lookup is still stuck in kvfs at shutdown; "
+                        "its mount handles are left open")
+            with self._lock:
+                self._stale = []
         self._close_all()
 
     close = shutdown
