@@ -45,7 +45,7 @@ struct kv_config {
 	char *kc_trace; /* --trace=FILE: JSON lines per ioctl batch and key; NULL: off */
 	char *kc_metrics; /* --metrics=ADDR:PORT: Prometheus over HTTP (fs/metrics_http.h); NULL: off */
 	int kc_gpu;	/* --gpu=auto|cuda|off: enum kv_dev_mode (gpu/dev.h) */
-	int kc_uring;	/* --uring=auto|on|off: enum kv_uring_mode (fs/uring.h), 0 = auto */
+	int kc_uring;	/* --uring=auto|on|off: enum kv_uring_mode (fs/uring.h): 0 auto, 1 on, 2 off */
 	/* the shared tier on Ceph RADOS (rados/shared.h): on when kc_rados_pool is set */
 	char *kc_rados_pool;	      /* --rados-pool; NULL: the tier is off */
 	char *kc_rados_conf;	      /* NULL: KV_RADOS_CONF_DEFAULT */

@@ -54,7 +54,7 @@ const char kv_options_usage[] =
     "  --uring=auto|on|off carry FUSE requests over io_uring (Linux 6.14+, with\n"
     "                      /sys/module/fuse/parameters/enable_uring set): auto = when\n"
     "                      the kernel offers it, else /dev/fuse; on = or refuse to\n"
-    "                      start; off = /dev/fuse only (default: auto)\n"
+    "                      start; off = /dev/fuse only (default: off)\n"
     "  --rados-pool=POOL   share keys through this Ceph RADOS pool (default: off;\n"
     "                      needs a kvfs built with librados)\n"
     "  --rados-conf=FILE   the cluster's ceph.conf (default: /etc/ceph/ceph.conf)\n"

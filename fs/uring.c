@@ -14,7 +14,6 @@
 #include <fcntl.h>
 #include <linux/fuse.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -296,15 +295,6 @@ static int run_cmd(struct kv_uring_ent *e, uint32_t op, uint64_t commit_id, int 
 	return rc;
 }
 
-static void pin(unsigned cpu)
-{
-	cpu_set_t set;
-
-	CPU_ZERO(&set);
-	CPU_SET(cpu, &set);
-	(void)pthread_setaffinity_np(pthread_self(), sizeof(set), &set); /* offline: unpinned */
-}
-
 /* Says why a queue could not start; --uring=on makes it fatal. */
 static void queue_failed(struct kv_uring *u, const char *what, int err)
 {
@@ -325,7 +315,6 @@ static void *ent_main(void *arg)
 	struct kv_uring *u = e->ue_u;
 	int res = 0, rc;
 
-	pin(e->ue_qid);
 	/* REGISTER answers EAGAIN until the kernel has processed INIT */
 	for (;;) {
 		rc = run_cmd(e, KV_FUSE_IO_URING_CMD_REGISTER, 0, &res);

@@ -72,6 +72,21 @@ class UringCase(kvfstest.KvfsTestCase):
     def fuse(self, m=None):
         return (m or self.m).stats()["fuse"]
 
+    def hold(self):
+        """ioctl_e2e hold on MNT/d, once it has put two batches (16 x 8 MiB
+        each, over and over): the caller kills it."""
+        p = subprocess.Popen([e2e_bin(), "hold", self.m.path("d")], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT)
+        try:
+            self.assertEqual(p.stdout.readline().strip(), b"ready")
+            kvfstest.wait_until(lambda: self.m.stats()["ioctl"]["put"]["calls"] >= 2,
+                                timeout=60, what="two put batches")
+        except BaseException:
+            p.kill()
+            p.wait()
+            raise
+        return p
+
 
 class QueuesTest(UringCase):
     def test_every_cpu_queue(self):
@@ -113,12 +128,8 @@ class InterruptTest(UringCase):
     def test_interrupt_of_a_blocked_batch(self):
         os.mkdir(self.m.path("d"))
         before = self.fuse()["dev_interrupts"]
-        p = subprocess.Popen([e2e_bin(), "hold", self.m.path("d")], stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT)
+        p = self.hold()
         try:
-            self.assertEqual(p.stdout.readline().strip(), b"ready")
-            kvfstest.wait_until(lambda: self.m.stats()["ioctl"]["put"]["calls"] >= 2,
-                                timeout=60, what="two put batches")
             # SIGINT ends it (no handler): the kernel sends the daemon an INTERRUPT for
             # the put in flight, through /dev/fuse, and the put ends over the ring
             deadline = time.monotonic() + 30
@@ -180,12 +191,8 @@ class Kill9Test(UringCase):
 
     def test_kill9_mid_batch(self):
         os.mkdir(self.m.path("d"))
-        p = subprocess.Popen([e2e_bin(), "hold", self.m.path("d")], stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT)
+        p = self.hold()
         try:
-            self.assertEqual(p.stdout.readline().strip(), b"ready")
-            kvfstest.wait_until(lambda: self.m.stats()["ioctl"]["put"]["calls"] >= 2,
-                                timeout=60, what="two put batches")
             self.m.signal(signal.SIGKILL)
             self.assertEqual(self.m.wait_exit(30), -signal.SIGKILL)
             p.wait(60)  # its call failed: it does not hang

@@ -294,6 +294,19 @@ class ConnectorTest(kvfstest.KvfsTestCase):
     def layer_block(self, eng, layer, block_id):
         return eng.caches[LAYER_NAMES[layer]][block_id]
 
+    def assert_blocks(self, eng, sentinel, ids, *runs):
+        """Every block of every layer of eng: for each (request, a, b) of
+        runs, ids[a:b] hold what the model computes for the request's
+        blocks there; every other block still holds the sentinel."""
+        for layer in range(LAYERS):
+            for i in range(NUM_BLOCKS):
+                want = sentinel[layer, i].permute(1, 0, 2)
+                for req, a, b in runs:
+                    if i in ids[a:b]:
+                        want = content(req.block_hashes[ids.index(i)], layer)
+                self.assertTrue(torch.equal(self.layer_block(eng, layer, i), want),
+                                "layer %d block %d" % (layer, i))
+
     def test_prefix_load_save_and_share(self):
         a = Engine(self, self.m.mnt)
         tokens = list(range(1000, 1000 + 38 * BS + 5))
@@ -311,17 +324,7 @@ class ConnectorTest(kvfstest.KvfsTestCase):
         r2 = request("b", list(r.all_token_ids) + list(range(9000, 9000 + 24 * BS)))
         matched, errors = b.prefill(r2)
         self.assertEqual((matched, errors), (40 * BS, set()))
-        ids = b.blocks["b"]
-        for layer in range(LAYERS):
-            for i in range(NUM_BLOCKS):
-                got = self.layer_block(b, layer, i)
-                if i in ids[:40]:
-                    want = content(r.block_hashes[ids.index(i)], layer)
-                elif i in ids[40:64]:
-                    want = content(r2.block_hashes[ids.index(i)], layer)
-                else:
-                    want = sentinel[layer, i].permute(1, 0, 2)
-                self.assertTrue(torch.equal(got, want), "layer %d block %d" % (layer, i))
+        self.assert_blocks(b, sentinel, b.blocks["b"], (r, 0, 40), (r2, 40, 64))
         b.worker.drain()  # the saves land in the background
         self.assertEqual(b.worker.stats()["loaded_blocks"], 40)
         self.assertEqual(b.worker.stats()["saved_blocks"], 24)  # the 40 held are not saved again
@@ -662,17 +665,7 @@ class ConnectorTest(kvfstest.KvfsTestCase):
         self.assertEqual(b.prefill(r2, on_layer=on_layer), (12 * BS, set()))
         self.assertEqual(seen, [True] * LAYERS)
         self.assertEqual(gets, [str(layer) for layer in range(LAYERS)])  # the forward's order
-        ids = b.blocks["b"]
-        for layer in range(LAYERS):
-            for i in range(NUM_BLOCKS):
-                got = self.layer_block(b, layer, i)
-                if i in ids[:12]:
-                    want = content(r.block_hashes[ids.index(i)], layer)
-                elif i in ids[12:16]:
-                    want = content(r2.block_hashes[ids.index(i)], layer)
-                else:
-                    want = sentinel[layer, i].permute(1, 0, 2)
-                self.assertTrue(torch.equal(got, want), "layer %d block %d" % (layer, i))
+        self.assert_blocks(b, sentinel, b.blocks["b"], (r, 0, 12), (r2, 12, 16))
         b.worker.drain()  # the saves of the 4 blocks computed land in the background
         st = b.worker.stats()
         self.assertEqual((st["loaded_blocks"], st["saved_blocks"], st["failed_loads"]),
