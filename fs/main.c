@@ -301,14 +301,17 @@ out_notify:
 	stuck = !kv_fs_notify_stop(fs->kf_notify);
 	fs->kf_notify = NULL;
 out_unmount:
+	/*
+	 * The queues' threads end before the unmount closes /dev/fuse, which a
+	 * request they still serve may write a notification to; requests the
+	 * kernel queues on the ring meanwhile end with the connection, as those
+	 * on /dev/fuse do once the loop has stopped reading. Joined, they were the
+	 * last users of the hooks' state (libfuse's loop and the notifier are
+	 * done): it goes, and the hooks pass through.
+	 */
+	kv_uring_stop(fs->kf_uring);
+	fs->kf_uring = NULL;
 	fuse_session_unmount(se);
-	/* the connection is gone: the queues' commands ended, their threads with them */
-	{
-		struct kv_uring *u = fs->kf_uring;
-
-		fs->kf_uring = NULL; /* the hooks pass through from now on */
-		kv_uring_stop(u);
-	}
 out_signals:
 	fuse_remove_signal_handlers(se);
 out_session:

@@ -35,8 +35,9 @@
  *  - a reply bigger than the payload buffer is refused: the request ends
  *    with EIO and the hook returns EMSGSIZE to libfuse;
  *  - an unmount, a kill -9 or the connection's abort ends every pending
- *    command with ENOTCONN (or the ring's teardown cancels it): the threads
- *    end, kv_uring_stop() joins them.
+ *    command with ENOTCONN: the threads end; kv_uring_stop() tells them to
+ *    end (they look every 200 ms) and joins them, before the unmount closes
+ *    /dev/fuse, which a request they serve may still write to.
  *
  * Threads: the queues' threads replace none of libfuse's; each serves one
  * request at a time. Locks: ue_lock guards an entry's reply hand-off
@@ -109,8 +110,9 @@ bool kv_uring_failed(const struct kv_uring *u);
 void kv_uring_stats(const struct kv_uring *u, struct kv_uring_stats *out);
 
 /*
- * After the session loop ended and the mount is gone: joins the queues'
- * threads (their commands ended with the connection) and frees u.
+ * After the session loop ended, before the unmount closes /dev/fuse: ends
+ * and joins the queues' threads (each finishes the request it serves; the
+ * ring's teardown cancels their pending commands) and frees u. NULL: nothing.
  */
 void kv_uring_stop(struct kv_uring *u);
 

@@ -10,7 +10,8 @@
 #      as it was; where it cannot be, the run is skipped saying why;
 #   2. the unit tests and the tests labelled asan (the ioctl path) again under
 #      AddressSanitizer + UndefinedBehaviorSanitizer;
-#   3. the concurrency tests under ThreadSanitizer (only their programs built);
+#   3. the concurrency tests under ThreadSanitizer (only their programs built),
+#      and test_uring against a TSan daemon;
 #   4. where a CUDA toolkit is found (these machines: /usr/local/cuda), a
 #      -DKVFS_CUDA=ON build (-Werror like the others) with its unit tests and
 #      the integration tests of the device and ioctl paths; the CUDA tests
@@ -75,10 +76,11 @@ build build-asan -DCMAKE_BUILD_TYPE=Debug -DKVFS_CUDA=OFF -DKVFS_FAULTS=ON -DKVF
 echo "== TSan build: concurrency tests"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DKVFS_CUDA=OFF -DKVFS_FAULTS=ON \
 	-DKVFS_SANITIZE=thread >/dev/null
-# the concurrency tests are unit programs, each its own target
-cmake --build build-tsan -j"$jobs" --target \
+# the concurrency tests are unit programs, each its own target; those labelled tsan
+# drive a daemon (kvfs, ioctl_e2e), whose exit status says whether TSan reported
+cmake --build build-tsan -j"$jobs" --target kvfs ioctl_e2e \
 	$(cd build-tsan && ctest -N -L concurrency | sed -n 's/^ *Test *#[0-9]*: //p') >/dev/null
-(cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -L concurrency)
+(cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -L 'concurrency|tsan')
 cuda_root=$(kvfs_cuda_root)
 if [ -n "$cuda_root" ]; then
 	echo "== CUDA build ($cuda_root): unit tests, device and ioctl integration tests"
