@@ -135,11 +135,12 @@ static int add_uring_stats(struct kv_fs *fs, char **extra)
 		     "%s%s\"fuse\": {\"transport\": \"%s\", \"uring_queues\": %u, "
 		     "\"uring_depth\": %u, \"uring_requests\": %" PRIu64
 		     ", \"uring_queue_requests\": [%s], \"dev_requests\": %" PRIu64
-		     ", \"dev_interrupts\": %" PRIu64 ", \"uring_refused\": %" PRIu64 "}",
+		     ", \"dev_interrupts\": %" PRIu64 ", \"uring_refused\": %" PRIu64
+		     ", \"uring_inplace_replies\": %" PRIu64 "}",
 		     *extra ? *extra : "", *extra ? ",\n " : "",
 		     us.us_active ? "io_uring" : "dev_fuse", us.us_active ? us.us_queues : 0,
 		     us.us_active ? us.us_depth : 0, us.us_ring_reqs, q, us.us_dev_reqs,
-		     us.us_interrupts, us.us_refused) < 0) {
+		     us.us_interrupts, us.us_refused, us.us_inplace) < 0) {
 		free(q);
 		return -ENOMEM;
 	}

@@ -20,6 +20,7 @@
  * pool's memory: no copy in the daemon.
  */
 #include "fs/fs.h"
+#include "fs/uring.h"
 #include "rados/shared.h"
 
 #include <errno.h>
@@ -642,6 +643,33 @@ static void ctl_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_in
 	free(copy);
 }
 
+/*
+ * Over io_uring (fs/uring.h): a read of a whole value that is only on the
+ * SSD goes from the bucket straight into the ring entry's payload buffer
+ * (O_DIRECT), the reply's only copy being the kernel's. True when it
+ * replied; false to read as usual (not a ring request, the value in DRAM
+ * too or of another size).
+ */
+static bool read_in_place(fuse_req_t req, fuse_ino_t ino, size_t size, uint64_t t0)
+{
+	struct kv_fs *fs = fs_of(req);
+	struct iovec to = {.iov_base = kv_uring_payload(size), .iov_len = size};
+	int err;
+
+	if (!to.iov_base)
+		return false;
+	err = kv_store_read_direct(fs->kf_store, kv_fs_inode(fs, ino), &to, 1, size);
+	if (err == -EAGAIN)
+		return false;
+	if (err) {
+		reply_err(req, KV_OP_READ, t0, err);
+		return true;
+	}
+	done(req, KV_OP_READ, t0, size, 0);
+	fuse_reply_buf(req, to.iov_base, size);
+	return true;
+}
+
 static void kv_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
@@ -654,6 +682,8 @@ static void kv_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 	if (kv_ctl_is(ino))
 		return ctl_read(req, size, off, fi, t0);
+	if (off == 0 && size && size % KV_PAGE_SIZE == 0 && read_in_place(req, ino, size, t0))
+		return;
 	n = kv_store_read(fs->kf_store, kv_fs_inode(fs, ino), (uint64_t)off, size, iov, READ_IOV,
 			  &bytes, &g);
 	if (n < 0)

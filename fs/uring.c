@@ -109,7 +109,7 @@ struct kv_uring {
 	_Atomic uint32_t u_init_flags2; /* what the kernel offered */
 	_Atomic bool u_init_ext;
 	atomic_bool u_active, u_failed, u_stop;
-	_Atomic uint64_t u_ring_reqs, u_dev_reqs, u_interrupts, u_refused;
+	_Atomic uint64_t u_ring_reqs, u_dev_reqs, u_interrupts, u_refused, u_inplace;
 	_Atomic uint64_t *u_q_reqs; /* requests per queue */
 	size_t u_reply_max;	   /* the largest reply payload: u_payload (a test build may lower it) */
 	/* u_lock guards the start (u_started) */
@@ -213,17 +213,25 @@ static int wait_cmd(struct kv_uring_ent *e, int *res)
 	return 0;
 }
 
-/* Lays the reply `oh` with a payload of `n` bytes in e's buffers (already there: skipped). */
+/*
+ * Lays the reply `oh` with a payload of `n` bytes in e's buffers: what a
+ * handler built in place (kv_uring_payload) stays there, counted.
+ */
 static void lay_reply(struct kv_uring_ent *e, const struct fuse_out_header *oh,
 		      const struct iovec *iov, int count, size_t n)
 {
 	char *to = e->ue_payload;
+	bool moved = false;
 
 	for (int i = 0; i < count; i++) {
-		if (iov[i].iov_base != to && iov[i].iov_len)
+		if (iov[i].iov_base != to && iov[i].iov_len) {
 			memmove(to, iov[i].iov_base, iov[i].iov_len);
+			moved = true;
+		}
 		to += iov[i].iov_len;
 	}
+	if (n && !moved)
+		atomic_fetch_add_explicit(&e->ue_u->u_inplace, 1, memory_order_relaxed);
 	memcpy(e->ue_hdr->in_out, oh, sizeof(*oh));
 	e->ue_hdr->ring_ent_in_out.payload_sz = (uint32_t)n;
 }
@@ -608,6 +616,17 @@ int kv_uring_setup(struct fuse_session *se, enum kv_uring_mode mode, unsigned th
 	return 0;
 }
 
+void *kv_uring_payload(size_t len)
+{
+#ifdef KVFS_HAVE_URING
+	if (serving && len <= serving->ue_u->u_reply_max)
+		return serving->ue_payload;
+#else
+	(void)len;
+#endif
+	return NULL;
+}
+
 bool kv_uring_failed(const struct kv_uring *u)
 {
 	return u && atomic_load(&u->u_failed);
@@ -625,6 +644,7 @@ void kv_uring_stats(const struct kv_uring *u, struct kv_uring_stats *s)
 	s->us_dev_reqs = atomic_load(&u->u_dev_reqs);
 	s->us_refused = atomic_load(&u->u_refused);
 	s->us_interrupts = atomic_load(&u->u_interrupts);
+	s->us_inplace = atomic_load(&u->u_inplace);
 	for (unsigned q = 0; q < u->u_nq && q < KV_URING_STATS_QUEUES; q++)
 		s->us_q_reqs[q] = atomic_load(&u->u_q_reqs[q]);
 }

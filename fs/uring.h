@@ -74,6 +74,7 @@ struct kv_uring_stats {
 	uint64_t us_dev_reqs;	/* requests read from /dev/fuse */
 	uint64_t us_refused;	/* replies too big for the payload buffer */
 	uint64_t us_interrupts; /* INTERRUPTs read from /dev/fuse */
+	uint64_t us_inplace;	/* replies already in the payload buffer: no copy */
 	uint64_t us_q_reqs[KV_URING_STATS_QUEUES]; /* requests per queue (the first ones) */
 };
 
@@ -105,6 +106,14 @@ int kv_uring_setup(struct fuse_session *se, enum kv_uring_mode mode, unsigned th
  * queues failed, the session was told to exit, and kvfs must exit 1.
  */
 bool kv_uring_failed(const struct kv_uring *u);
+
+/*
+ * The payload buffer of the ring request this thread serves, when it holds
+ * len bytes, to build the reply in (fuse_reply_buf with it: no copy); NULL
+ * when this thread serves no ring request. 4 KiB aligned (O_DIRECT lands
+ * there).
+ */
+void *kv_uring_payload(size_t len);
 
 /* The counts so far; u may be NULL (--uring=off: all zero). */
 void kv_uring_stats(const struct kv_uring *u, struct kv_uring_stats *out);

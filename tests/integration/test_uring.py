@@ -14,6 +14,9 @@ the parameter cannot be set, the file is skipped saying so.
   in time and the threads see errors, not hangs;
 - kill -9 of the daemon in the middle of a batch: the client's call fails
   instead of hanging, and a new daemon on the data finds whole keys only;
+- a whole value only on the SSD is read from its bucket straight into
+  the ring entry's payload buffer (counted as an in-place reply); values
+  in DRAM, and parts of values, are read as before;
 - a reply larger than the payload buffer (made so by a test build's
   KVFS_FAULT_URING_REPLY_MAX) is refused: that read fails with EIO, the
   count says so, the next requests are served;
@@ -237,6 +240,39 @@ class RefusedTest(UringCase):
         finally:
             os.close(fd)
         self.assertEqual(os.stat(self.m.path("big")).st_size, 65536)
+
+
+class InPlaceTest(UringCase):
+    MOUNT_OPTS = ("--uring=on", "--mem-size=32M", "--bucket-size=8M")
+
+    def direct_read(self, name, n):
+        fd = os.open(self.m.path(name), os.O_RDONLY | os.O_DIRECT)
+        try:
+            buf = mmap.mmap(-1, n)
+            self.assertEqual(os.readv(fd, [buf]), n)
+            return bytes(buf)
+        finally:
+            os.close(fd)
+
+    def tier(self, name):
+        return os.getxattr(self.m.path(name), "user.kvfs.tier").decode()
+
+    def test_ssd_value_read_into_the_payload(self):
+        data = os.urandom(512 * 1024)
+        kvfstest.write_file(self.m.path("v"), data)
+        for i in range(40):  # other values push it out of the 32 MiB pool
+            if self.tier("v") == "ssd":
+                break
+            kvfstest.write_file(self.m.path("f%02d" % i), os.urandom(4 << 20))
+        kvfstest.wait_until(lambda: self.tier("v") == "ssd", timeout=30, what="v only on SSD")
+        before = self.fuse()["uring_inplace_replies"]
+        self.assertEqual(self.direct_read("v", len(data)), data)  # the whole value, once
+        self.assertEqual(self.fuse()["uring_inplace_replies"], before + 1)
+        # a value in DRAM, and part of one on SSD, are read as before
+        kvfstest.write_file(self.m.path("w"), data[:8192])
+        self.assertEqual(self.direct_read("w", 8192), data[:8192])
+        self.assertEqual(self.direct_read("v", 4096), data[:4096])
+        self.assertEqual(self.fuse()["uring_inplace_replies"], before + 1)
 
 
 class OffTest(UringCase):
