@@ -65,7 +65,8 @@
 #            mounts, medians: fio O_DIRECT 4 KiB random reads (1 and 2
 #            jobs) and 1 MiB sequential reads and writes, create+close,
 #            cold stat and rm -rf of min(--keys, 100000) keys, kvfs-bench
-#            batches of 1 and 16 4-KiB keys (put, lookup p50/p99, get); and
+#            batches of 1 and 16 4-KiB keys (put, lookup p50/p99, get),
+#            512 KiB values only on the SSD read whole (O_DIRECT); and
 #            libfuse's passthrough_ll example over tmpfs (built here from
 #            Debian's libfuse3-dev examples), 4 KiB random reads, as a generic
 #            FUSE daemon. Sets enable_uring for the run and puts it back.
@@ -724,6 +725,33 @@ PY
 	rm -rf "$work/data"
 }
 
+# uring_ssd_round MODE OUT: values only on the SSD read whole (O_DIRECT, 512 KiB
+# each: over io_uring straight from the bucket into the ring's buffer), MiB/s.
+uring_ssd_round() {
+	local mode=$1 out=$2
+	mount_kvfs --uring="$mode" --mem-size=128M --bucket-size=16M
+	python3 - "$work/mnt" >>"$out" <<'PY'
+import json, mmap, os, sys, time
+mnt, n, size = sys.argv[1], 768, 512 * 1024
+data = os.urandom(size)
+for i in range(n):  # 384 MiB through a 128 MiB pool: the first ones leave DRAM
+    with open(os.path.join(mnt, "v%04d" % i), "wb") as f:
+        f.write(data)
+def tier(i):
+    return os.getxattr(os.path.join(mnt, "v%04d" % i), "user.kvfs.tier").decode()
+ssd = [i for i in range(n // 2) if tier(i) == "ssd"]
+buf = mmap.mmap(-1, size)
+t = time.monotonic()
+for i in ssd:
+    fd = os.open(os.path.join(mnt, "v%04d" % i), os.O_RDONLY | os.O_DIRECT)
+    assert os.readv(fd, [buf]) == size
+    os.close(fd)
+print("ssd_whole_value_read_512k_mib_s", len(ssd) * size / 2**20 / (time.monotonic() - t))
+PY
+	umount_kvfs
+	rm -rf "$work/data"
+}
+
 bench_uring() {
 	local param=/sys/module/fuse/parameters/enable_uring was r mode pt_pid
 	printf '\nFUSE over io_uring (--uring=on) next to the /dev/fuse loop (--uring=off):\n'
@@ -734,7 +762,10 @@ bench_uring() {
 	was=$(cat "$param")
 	echo Y >"$param"
 	for r in 1 2 3; do
-		for mode in off on; do uring_round "$mode" "$work/uring.$mode"; done
+		for mode in off on; do
+			uring_round "$mode" "$work/uring.$mode"
+			uring_ssd_round "$mode" "$work/uring.$mode"
+		done
 	done
 	echo "$was" >"$param"
 	# a generic FUSE daemon: libfuse's passthrough_ll example over tmpfs
