@@ -19,7 +19,7 @@ void kv_config_defaults(struct kv_config *cfg)
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->kc_mem_size = ram / 4;
 	cfg->kc_threads = 16;
-	/* --uring=off: over io_uring 1 MiB reads of DRAM-resident values ran at 0.70x (README) */
+	/* --uring=off: over io_uring 1 MiB reads of values in DRAM ran at 0.70-0.73x (README) */
 	cfg->kc_uring = 2;
 	cfg->kc_numa_node = -1;
 	cfg->kc_ssd_size_auto = true;
