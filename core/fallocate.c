@@ -118,10 +118,9 @@ int kv_store_fallocate(struct kv_store *st, struct kv_inode *ino, int mode, uint
 		return -EOPNOTSUPP;
 	if ((mode & FALLOC_FL_PUNCH_HOLE) && !(mode & FALLOC_FL_KEEP_SIZE))
 		return -EOPNOTSUPP; /* as on Linux: a punch never changes the size */
-	if (!S_ISREG(ino->ki_type))
-		return kv_no_value(ino);
-	if (off > KV_MAX_VALUE || len > KV_MAX_VALUE - off)
-		return -EFBIG;
+	err = kv_value_range(ino, off, len);
+	if (err)
+		return err;
 	do {
 		pthread_rwlock_wrlock(&ino->ki_lock);
 		err = fallocate_locked(ino, mode, off, off + len);

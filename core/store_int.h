@@ -188,6 +188,14 @@ static inline int kv_no_value(const struct kv_inode *ino)
 	return S_ISDIR(ino->ki_type) ? -EISDIR : -EINVAL;
 }
 
+/* Whether [off, off + len) may be written to ino: 0, kv_no_value's error, or -EFBIG. */
+static inline int kv_value_range(const struct kv_inode *ino, uint64_t off, uint64_t len)
+{
+	if (!S_ISREG(ino->ki_type))
+		return kv_no_value(ino);
+	return off > KV_MAX_VALUE || len > KV_MAX_VALUE - off ? -EFBIG : 0;
+}
+
 /* The size of a regular file's current value (ki_lock held). */
 static inline uint64_t kv_cur_size(const struct kv_inode *ino)
 {

@@ -1837,6 +1837,12 @@ int kv_tier_read_direct(struct kv_tier *t, struct kv_inode *ino, const struct io
 
 	if (t->kt_st->ks_cfg->kc_promote)
 		return -EAGAIN; /* a read brings the value into DRAM: kv_tier_read does that */
+	/* not only on the SSD, or of another size: nothing to load checksums for */
+	pthread_rwlock_rdlock(&ino->ki_lock);
+	err = on_ssd(ino) && ino->ki_map.xm_size == len ? 0 : -EAGAIN;
+	pthread_rwlock_unlock(&ino->ki_lock);
+	if (err)
+		return err;
 	err = want_range(t, ino, 0, UINT64_MAX, true, &w);
 	if (err)
 		return err;

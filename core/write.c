@@ -535,10 +535,9 @@ int kv_store_write(struct kv_store *st, struct kv_inode *ino, uint64_t off, cons
 {
 	int err;
 
-	if (!S_ISREG(ino->ki_type))
-		return kv_no_value(ino);
-	if (off > KV_MAX_VALUE || len > KV_MAX_VALUE - off)
-		return -EFBIG;
+	err = kv_value_range(ino, off, len);
+	if (err)
+		return err;
 	do {
 		pthread_rwlock_wrlock(&ino->ki_lock);
 		err = write_locked(ino, off, buf, len);

@@ -682,7 +682,7 @@ static void kv_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 	if (kv_ctl_is(ino))
 		return ctl_read(req, size, off, fi, t0);
-	if (off == 0 && size && size % KV_PAGE_SIZE == 0 && read_in_place(req, ino, size, t0))
+	if (off == 0 && size && read_in_place(req, ino, size, t0))
 		return;
 	n = kv_store_read(fs->kf_store, kv_fs_inode(fs, ino), (uint64_t)off, size, iov, READ_IOV,
 			  &bytes, &g);

@@ -90,11 +90,12 @@ struct kv_uring_ent {
 	char *ue_buf;	  /* PREFIX + payload */
 	char *ue_payload; /* ue_buf + PREFIX */
 	struct iovec ue_iov[2];
-	/* ue_lock guards ue_replied: a reply from a thread other than the entry's own is laid
-	 * in the buffers and handed to it (a leaf lock) */
+	/* ue_replied: the request's reply is laid in the buffers. The entry's own thread
+	 * lays and sets it without a lock; a reply from another thread does so under
+	 * ue_lock (a leaf lock) and signals ue_cond, which the entry's thread waits on */
 	pthread_mutex_t ue_lock;
 	pthread_cond_t ue_cond;
-	bool ue_replied;
+	atomic_bool ue_replied;
 	_Atomic uint64_t ue_serving; /* the unique of the request it serves; 0: none */
 };
 
@@ -271,17 +272,17 @@ static void serve(struct kv_uring_ent *e)
 	memcpy(msg + sizeof(ih), e->ue_hdr->op_in, opsz);
 	fb.mem = msg;
 	fb.size = ih.len;
-	pthread_mutex_lock(&e->ue_lock);
-	e->ue_replied = false;
-	pthread_mutex_unlock(&e->ue_lock);
+	atomic_store(&e->ue_replied, false);
 	atomic_store(&e->ue_serving, id);
 	serving = e;
 	fuse_session_process_buf(u->u_se, &fb);
 	serving = NULL;
-	pthread_mutex_lock(&e->ue_lock);
-	while (!e->ue_replied && !atomic_load(&u->u_stop))
-		pthread_cond_wait(&e->ue_cond, &e->ue_lock);
-	pthread_mutex_unlock(&e->ue_lock);
+	if (!atomic_load(&e->ue_replied)) { /* another thread replies later */
+		pthread_mutex_lock(&e->ue_lock);
+		while (!atomic_load(&e->ue_replied) && !atomic_load(&u->u_stop))
+			pthread_cond_wait(&e->ue_cond, &e->ue_lock);
+		pthread_mutex_unlock(&e->ue_lock);
+	}
 	atomic_store(&e->ue_serving, 0);
 }
 
@@ -430,13 +431,15 @@ static ssize_t ring_reply(struct kv_uring *u, struct kv_uring_ent *e, struct iov
 			  int count)
 {
 	struct fuse_out_header *oh = iov[0].iov_base;
+	bool own = serving == e; /* the entry's own thread: nobody waits, no lock */
 	size_t n = 0, total;
 	ssize_t ret;
 
 	for (int i = 1; i < count; i++)
 		n += iov[i].iov_len;
 	total = iov[0].iov_len + n;
-	pthread_mutex_lock(&e->ue_lock);
+	if (!own)
+		pthread_mutex_lock(&e->ue_lock);
 	if (n > u->u_reply_max) {
 		atomic_fetch_add_explicit(&u->u_refused, 1, memory_order_relaxed);
 		lay_error(e, oh->unique, -EIO);
@@ -446,9 +449,11 @@ static ssize_t ring_reply(struct kv_uring *u, struct kv_uring_ent *e, struct iov
 		lay_reply(e, oh, iov + 1, count - 1, n);
 		ret = (ssize_t)total;
 	}
-	e->ue_replied = true;
-	pthread_cond_signal(&e->ue_cond);
-	pthread_mutex_unlock(&e->ue_lock);
+	atomic_store(&e->ue_replied, true);
+	if (!own) {
+		pthread_cond_signal(&e->ue_cond);
+		pthread_mutex_unlock(&e->ue_lock);
+	}
 	return ret;
 }
 
@@ -519,7 +524,8 @@ static bool init_reply(struct kv_uring *u, struct iovec *iov, int count)
 #ifdef KVFS_FAULTS
 	/* a test build: KVFS_FAULT_URING_REPLY_MAX=N refuses replies over N bytes, as if
 	 * they outgrew the payload buffer (which no reply the kernel asks for can) */
-	if (getenv("KVFS_FAULT_URING_REPLY_MAX"))
+	if (getenv("KVFS_FAULT_URING_REPLY_MAX") &&
+	    strtoull(getenv("KVFS_FAULT_URING_REPLY_MAX"), NULL, 10) < payload)
 		u->u_reply_max = strtoull(getenv("KVFS_FAULT_URING_REPLY_MAX"), NULL, 10);
 #endif
 	if (make_buffers(u)) {
